@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Installs what oclvm needs on a fresh Debian machine; idempotent and quick when already done.
+#   - Debian packages: PoCL (the default OpenCL device), the ICD loader and headers, OpenCL-CLHPP,
+#     Boost (Intrusive), GoogleTest, Google Benchmark, clinfo, cmake.
+#   - .venv/ with torch==2.13.0 (the CPU build kept on this machine), pytest and numpy.
+# A stamp file per step records success so a second run costs milliseconds.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+stamp_dir=build/.setup
+mkdir -p "$stamp_dir"
+
+apt_packages=(pocl-opencl-icd ocl-icd-opencl-dev opencl-c-headers opencl-clhpp-headers
+              libboost-dev libgtest-dev libbenchmark-dev clinfo cmake g++ make)
+
+missing=()
+for p in "${apt_packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing Debian packages: ${missing[*]}"
+  sudo_cmd=""
+  [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
+  $sudo_cmd apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+# Python environment. torch is pinned to the CPU build that lies on this machine's disk; pip is
+# told the exact version so it can never resolve a newer (CUDA) build.
+venv_stamp="$stamp_dir/venv-torch-2.13.0"
+if [ ! -f "$venv_stamp" ] || [ ! -x .venv/bin/python ]; then
+  echo "setup: creating .venv with torch==2.13.0, pytest, numpy"
+  python3 -m venv .venv
+  .venv/bin/pip install -q "torch==2.13.0" pytest numpy
+  .venv/bin/python -c "import torch; assert torch.__version__.startswith('2.13.0'), torch.__version__"
+  touch "$venv_stamp"
+fi

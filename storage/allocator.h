@@ -1,0 +1,85 @@
+// storage/allocator.h — the allocator interface (TensorFlow's shape) and the Allocation handle.
+//
+// An allocator hands out blocks of one device's memory. Blocks live inside segments obtained from
+// the device's MemoryBackend; a block is named by its device address and resolves to
+// (segment, offset) without a lookup, because the handle carries both.
+//
+// Contract common to every allocator:
+//   - allocate(0) returns an empty Allocation and touches no driver and no statistic.
+//   - allocate(n) returns a block of at least n bytes whose offset in its segment (and so whose
+//     device address) is a multiple of the device's base address alignment
+//     (CL_DEVICE_MEM_BASE_ADDR_ALIGN) and of 512 bytes. Throws InvalidArgument (n over the device's largest allocation, SIZE_MAX) and
+//     OutOfMemoryError (after the out-of-memory ladder); on a throw, only `num_ooms` changed (for
+//     out of memory) and nothing is held.
+//   - deallocate(a) gives the block back. An empty handle is a no-op. A handle that is not live in
+//     this allocator (double free, another allocator's, forged) throws InvalidArgument and changes
+//     nothing.
+//   - stats() follows storage/stats.h.
+//
+// Thread-safety: thread-compatible. An allocator is confined to one thread at a time (the stream
+// worker of its device, once the VM exists); it takes no lock.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "storage/backend.h"
+#include "storage/device.h"
+#include "storage/stats.h"
+
+namespace oclvm {
+
+struct Allocation {
+  void* ptr = nullptr;          // device address of the block; nullptr iff the allocation is empty
+  size_t size = 0;              // bytes requested by the caller
+  Segment* segment = nullptr;   // segment that holds the block
+  size_t offset = 0;            // ptr == segment->address + offset
+  uint64_t id = 0;              // unique per allocator, increasing; 0 for an empty allocation
+  void* block = nullptr;        // the allocator's own record; opaque to callers
+
+  explicit operator bool() const { return ptr != nullptr; }
+};
+
+class Allocator {
+ public:
+  virtual ~Allocator() = default;
+  Allocator() = default;
+  Allocator(const Allocator&) = delete;
+  Allocator& operator=(const Allocator&) = delete;
+
+  // Registry name: "system", "caching", "buddy", "tracking(<inner>)".
+  virtual std::string name() const = 0;
+  virtual MemoryBackend& backend() const = 0;
+  Device device() const { return backend().device(); }
+
+  virtual Allocation allocate(size_t bytes) = 0;
+  virtual void deallocate(const Allocation& allocation) = 0;
+
+  // Bytes requested for a live allocation (== allocation.size).
+  size_t requested_size(const Allocation& allocation) const { return allocation.size; }
+  // Bytes actually set aside for a live allocation (>= requested, after rounding).
+  virtual size_t allocated_size(const Allocation& allocation) const = 0;
+
+  virtual DeviceStats stats() const = 0;
+  virtual void reset_peak_stats() = 0;
+  virtual void reset_accumulated_stats() = 0;
+
+  // Gives every wholly free cached segment back to the driver. No-op without a cache.
+  virtual void empty_cache() {}
+
+  // The per-device limit on reserved bytes (0: none).
+  virtual uint64_t memory_limit() const = 0;
+
+  // Checks the allocator's invariants (stats.h and its own); aborts on violation. Tests call it
+  // after every step; cost is linear in the number of blocks.
+  virtual void check_invariants() const {}
+};
+
+// Rounds `bytes` up to a multiple of `alignment` (a power of two). Throws InvalidArgument if the
+// result would overflow size_t (SIZE_MAX and its neighbours).
+size_t round_up_checked(size_t bytes, size_t alignment, const Device& device);
+
+}  // namespace oclvm

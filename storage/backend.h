@@ -1,0 +1,100 @@
+// storage/backend.h — the device-agnostic door to a device's memory: MemoryBackend and Segment.
+//
+// A `MemoryBackend` is one device's driver as the allocators see it. It creates and releases
+// `Segment`s (one driver allocation each: a cl::Buffer for OpenCL, host memory for `cpu`) and
+// moves bytes in and out of them. Allocators above it are device-agnostic: they carve segments into
+// blocks by offset and never see a driver type.
+//
+// Every segment owns a unique device address range [address, address + size), reserved from the
+// process-wide AddressSpace (storage/address_space.h), so a device address names one byte of one
+// live segment on one device and resolves to (segment, offset) in O(1).
+//
+// Promises of create_segment: the memory is allocated for real when it returns (lazy drivers are
+// forced), so running out of memory is reported here and not at a later enqueue; it touches no
+// statistic (statistics belong to allocators).
+//
+// Thread-safety: thread-compatible; a backend is used by the one thread that owns its device's
+// allocator (the stream worker, once the VM exists). live_segments() may be read from any thread.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "storage/device.h"
+
+namespace oclvm {
+
+struct DeviceProperties {
+  std::string name;                 // driver's device name
+  std::string platform;             // OpenCL platform name, "host" for cpu
+  std::string version;              // driver / OpenCL version string
+  uint64_t global_mem_bytes = 0;    // CL_DEVICE_GLOBAL_MEM_SIZE (host: physical memory)
+  uint64_t max_alloc_bytes = 0;     // CL_DEVICE_MAX_MEM_ALLOC_SIZE: largest single segment
+  size_t base_addr_align_bytes = 0; // CL_DEVICE_MEM_BASE_ADDR_ALIGN converted from bits to bytes
+};
+
+class MemoryBackend;
+
+// One driver allocation. Created and destroyed only by its backend.
+struct Segment {
+  uintptr_t address = 0;            // device address of byte 0; unique among live segments
+  size_t size = 0;                  // bytes obtained from the driver (> 0)
+  uint64_t id = 0;                  // process-wide unique, increasing
+  MemoryBackend* backend = nullptr; // the backend that created it
+  void* native = nullptr;           // the backend's record (CLAllocation* / host pointer)
+  void* owner = nullptr;            // free for the allocator that holds the segment
+};
+
+class MemoryBackend {
+ public:
+  explicit MemoryBackend(Device device, DeviceProperties properties)
+      : device_(device), properties_(std::move(properties)) {}
+  virtual ~MemoryBackend() = default;
+  MemoryBackend(const MemoryBackend&) = delete;
+  MemoryBackend& operator=(const MemoryBackend&) = delete;
+
+  Device device() const { return device_; }
+  const DeviceProperties& properties() const { return properties_; }
+
+  // Creates a segment of exactly `bytes` bytes, allocated for real. Throws InvalidArgument for 0 or
+  // more than properties().max_alloc_bytes, OutOfMemoryError when the driver (or the host address
+  // space) refuses, BackendError for any other driver failure. On failure nothing is held.
+  Segment* create_segment(size_t bytes);
+  // Gives the segment back to the driver and frees its address range. Never throws: a driver
+  // failure here is reported on stderr (there is nobody to give it to) and counted.
+  void release_segment(Segment* segment) noexcept;
+
+  // Segments created and not yet released by this backend.
+  size_t live_segments() const { return live_segments_.load(std::memory_order_relaxed); }
+  // Driver failures swallowed by release_segment (0 in a healthy run).
+  size_t release_failures() const { return release_failures_.load(std::memory_order_relaxed); }
+
+  // Blocking data movement within one segment of this backend; each returns when the bytes have
+  // landed. Offsets and sizes are checked against the segment (InvalidArgument); n == 0 is a no-op.
+  void write(const Segment& dst, size_t offset, const void* src, size_t n);
+  void read(const Segment& src, size_t offset, void* dst, size_t n);
+  void fill(const Segment& dst, size_t offset, uint8_t value, size_t n);
+  void copy(const Segment& src, size_t src_offset, const Segment& dst, size_t dst_offset, size_t n);
+
+ protected:
+  // Driver hooks. do_create returns the native record; arguments are already checked.
+  virtual void* do_create(size_t bytes) = 0;
+  // Returns false (after printing why) when the driver reported an error.
+  virtual bool do_release(void* native, size_t bytes) noexcept = 0;
+  virtual void do_write(void* native, size_t offset, const void* src, size_t n) = 0;
+  virtual void do_read(void* native, size_t offset, void* dst, size_t n) = 0;
+  virtual void do_fill(void* native, size_t offset, uint8_t value, size_t n) = 0;
+  virtual void do_copy(void* src, size_t src_offset, void* dst, size_t dst_offset, size_t n) = 0;
+
+ private:
+  void check_range(const Segment& segment, size_t offset, size_t n, const char* what) const;
+
+  const Device device_;
+  const DeviceProperties properties_;
+  std::atomic<size_t> live_segments_{0};
+  std::atomic<size_t> release_failures_{0};
+};
+
+}  // namespace oclvm

@@ -1,0 +1,45 @@
+// storage/device.cc — printing and parsing device names.
+#include "storage/device.h"
+
+#include <charconv>
+
+#include "storage/errors.h"
+
+namespace oclvm {
+
+std::string Device::str() const {
+  if (type == DeviceType::kCpu) return "cpu";
+  return "opencl:" + std::to_string(index);
+}
+
+Device parse_device(std::string_view text) {
+  auto fail = [&]() -> Device {
+    throw InvalidArgument("Expected a device of the form opencl, opencl:N or cpu, but got '" +
+                          std::string(text) + "'");
+  };
+  std::string_view kind = text;
+  std::string_view index_text;
+  if (auto colon = text.find(':'); colon != std::string_view::npos) {
+    kind = text.substr(0, colon);
+    index_text = text.substr(colon + 1);
+    if (index_text.empty()) return fail();
+  }
+  Device device;
+  if (kind == "opencl") {
+    device.type = DeviceType::kOpenCL;
+  } else if (kind == "cpu") {
+    device.type = DeviceType::kCpu;
+  } else {
+    return fail();
+  }
+  if (!index_text.empty()) {
+    DeviceIndex index = 0;
+    auto [end, ec] = std::from_chars(index_text.data(), index_text.data() + index_text.size(), index);
+    if (ec != std::errc() || end != index_text.data() + index_text.size() || index < 0) return fail();
+    if (device.type == DeviceType::kCpu && index != 0) return fail();
+    device.index = index;
+  }
+  return device;
+}
+
+}  // namespace oclvm

@@ -1,0 +1,53 @@
+// storage/device_manager.h — discovering devices and owning their backends.
+//
+// The DeviceManager picks an OpenCL platform (Options::platform, a substring of the platform name,
+// or the first platform that has devices), creates one MemoryBackend per device of that platform
+// (each with its own in-order command queue) and one for the host device `cpu`. A machine without
+// any OpenCL platform still has `cpu`.
+//
+// Thread-safety: thread-safe after construction (the set of backends never changes); the backends
+// themselves are thread-compatible (storage/backend.h).
+// Lifetime: instance() is created on first use and never destroyed, so memory released during
+// process exit still finds its backend.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "storage/backend.h"
+#include "storage/device.h"
+#include "storage/options.h"
+
+namespace oclvm {
+
+class DeviceManager {
+ public:
+  // The process-wide manager, built from Options::from_environment() on first use.
+  static DeviceManager& instance();
+
+  // Discovers devices now. Throws BackendError when OpenCL calls fail, InvalidArgument when
+  // options.platform names no platform (the message lists the platforms that exist).
+  explicit DeviceManager(const Options& options);
+  ~DeviceManager();
+
+  const Options& options() const { return options_; }
+  // Name of the chosen OpenCL platform; empty when there is none.
+  const std::string& platform_name() const { return platform_name_; }
+  // opencl:0 .. opencl:N-1, then cpu.
+  std::vector<Device> devices() const;
+  size_t opencl_device_count() const { return opencl_.size(); }
+  bool has(Device device) const;
+
+  // The backend of `device`. Throws InvalidArgument naming the devices that exist when it is
+  // unknown or out of range.
+  MemoryBackend& backend(Device device) const;
+
+ private:
+  Options options_;
+  std::string platform_name_;
+  std::vector<std::unique_ptr<MemoryBackend>> opencl_;
+  std::unique_ptr<MemoryBackend> host_;
+};
+
+}  // namespace oclvm

@@ -1,0 +1,173 @@
+// storage/opencl/opencl_backend.cc — OpenCL segments, transfers and device discovery.
+#include "storage/opencl/opencl_backend.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <vector>
+
+#include "storage/errors.h"
+#include "storage/opencl/cl_check.h"
+#include "storage/opencl/opencl_devices.h"
+
+namespace oclvm::opencl {
+
+OpenCLBackend::OpenCLBackend(Device device, DeviceProperties properties, cl::Device cl_device,
+                             cl::Context context, cl::CommandQueue queue)
+    : MemoryBackend(device, std::move(properties)),
+      cl_device_(std::move(cl_device)),
+      context_(std::move(context)),
+      where_(device.str()),
+      queue_(std::move(queue)) {}
+
+void* OpenCLBackend::do_create(size_t bytes) {
+  cl_int err = CL_SUCCESS;
+  cl::Buffer buffer(context_, CL_MEM_READ_WRITE, bytes, nullptr, &err);
+  check_cl(err, "clCreateBuffer", where_);
+  // Force the lazy driver to allocate now (see the file comment of opencl_backend.h).
+  std::vector<cl::Memory> objects{buffer};
+  check_cl(queue_.enqueueMigrateMemObjects(objects, CL_MIGRATE_MEM_OBJECT_CONTENT_UNDEFINED),
+           "clEnqueueMigrateMemObjects", where_);
+  check_cl(queue_.finish(), "clFinish", where_);
+  return new CLAllocation{std::move(buffer), device().index, bytes};
+}
+
+bool OpenCLBackend::do_release(void* native, size_t) noexcept {
+  auto* allocation = static_cast<CLAllocation*>(native);
+  // The buffer may still be used by enqueued commands; clReleaseMemObject is deferred by the
+  // driver until they complete, so releasing here is safe. cl::Buffer's destructor ignores the
+  // result of its release, so take a reference of our own first and drop it with a checked call.
+  cl_mem handle = allocation->buffer();
+  cl_int err = clRetainMemObject(handle);
+  delete allocation;
+  if (err == CL_SUCCESS) err = clReleaseMemObject(handle);
+  if (err != CL_SUCCESS) {
+    std::fprintf(stderr, "oclvm: %s\n", describe_cl_error(err, "clReleaseMemObject", where_).c_str());
+    return false;
+  }
+  return true;
+}
+
+void OpenCLBackend::do_write(void* native, size_t offset, const void* src, size_t n) {
+  auto& allocation = *static_cast<CLAllocation*>(native);
+  check_cl(queue_.enqueueWriteBuffer(allocation.buffer, CL_TRUE, offset, n, src),
+           "clEnqueueWriteBuffer", where_);
+}
+
+void OpenCLBackend::do_read(void* native, size_t offset, void* dst, size_t n) {
+  auto& allocation = *static_cast<CLAllocation*>(native);
+  check_cl(queue_.enqueueReadBuffer(allocation.buffer, CL_TRUE, offset, n, dst),
+           "clEnqueueReadBuffer", where_);
+}
+
+void OpenCLBackend::do_fill(void* native, size_t offset, uint8_t value, size_t n) {
+  auto& allocation = *static_cast<CLAllocation*>(native);
+  const cl_uchar pattern = value;
+  check_cl(queue_.enqueueFillBuffer(allocation.buffer, pattern, offset, n), "clEnqueueFillBuffer",
+           where_);
+  check_cl(queue_.finish(), "clFinish", where_);
+}
+
+void OpenCLBackend::do_copy(void* src, size_t src_offset, void* dst, size_t dst_offset,
+                            size_t n) {
+  auto& from = *static_cast<CLAllocation*>(src);
+  auto& to = *static_cast<CLAllocation*>(dst);
+  check_cl(queue_.enqueueCopyBuffer(from.buffer, to.buffer, src_offset, dst_offset, n),
+           "clEnqueueCopyBuffer", where_);
+  check_cl(queue_.finish(), "clFinish", where_);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Discovery.
+
+namespace {
+
+template <cl_int Name, typename T>
+T device_info(const cl::Device& device, const std::string& where, const char* what) {
+  T value{};
+  check_cl(device.getInfo(Name, &value), what, where);
+  return value;
+}
+
+std::string platform_name(const cl::Platform& platform) {
+  std::string name;
+  check_cl(platform.getInfo(CL_PLATFORM_NAME, &name), "clGetPlatformInfo(CL_PLATFORM_NAME)",
+           "platform discovery");
+  // getInfo keeps the C string's terminator in some CLHPP versions.
+  while (!name.empty() && name.back() == '\0') name.pop_back();
+  return name;
+}
+
+std::vector<cl::Device> platform_devices(const cl::Platform& platform) {
+  std::vector<cl::Device> devices;
+  cl_int err = platform.getDevices(CL_DEVICE_TYPE_ALL, &devices);
+  if (err == CL_DEVICE_NOT_FOUND) return {};
+  check_cl(err, "clGetDeviceIDs", "platform " + platform_name(platform));
+  return devices;
+}
+
+std::unique_ptr<MemoryBackend> make_backend(const cl::Platform& platform, const cl::Device& device,
+                                            DeviceIndex index) {
+  const Device id{DeviceType::kOpenCL, index};
+  const std::string where = id.str();
+  DeviceProperties properties;
+  properties.platform = platform_name(platform);
+  properties.name = device_info<CL_DEVICE_NAME, std::string>(device, where, "clGetDeviceInfo(CL_DEVICE_NAME)");
+  properties.version = device_info<CL_DEVICE_VERSION, std::string>(device, where, "clGetDeviceInfo(CL_DEVICE_VERSION)");
+  for (std::string* s : {&properties.name, &properties.version}) {
+    while (!s->empty() && s->back() == '\0') s->pop_back();
+  }
+  properties.global_mem_bytes = device_info<CL_DEVICE_GLOBAL_MEM_SIZE, cl_ulong>(
+      device, where, "clGetDeviceInfo(CL_DEVICE_GLOBAL_MEM_SIZE)");
+  properties.max_alloc_bytes = device_info<CL_DEVICE_MAX_MEM_ALLOC_SIZE, cl_ulong>(
+      device, where, "clGetDeviceInfo(CL_DEVICE_MAX_MEM_ALLOC_SIZE)");
+  // CL_DEVICE_MEM_BASE_ADDR_ALIGN is given in bits.
+  properties.base_addr_align_bytes = device_info<CL_DEVICE_MEM_BASE_ADDR_ALIGN, cl_uint>(
+                                         device, where, "clGetDeviceInfo(CL_DEVICE_MEM_BASE_ADDR_ALIGN)") / 8;
+  if (properties.base_addr_align_bytes == 0) properties.base_addr_align_bytes = 1;
+
+  cl_int err = CL_SUCCESS;
+  cl::Context context(device, nullptr, nullptr, nullptr, &err);
+  check_cl(err, "clCreateContext", where);
+  cl::CommandQueue queue(context, device, cl::QueueProperties::None, &err);  // in order
+  check_cl(err, "clCreateCommandQueue", where);
+  return std::make_unique<OpenCLBackend>(id, std::move(properties), device, std::move(context),
+                                         std::move(queue));
+}
+
+}  // namespace
+
+DiscoveredPlatform discover(const Options& options) {
+  if (!options.pocl_default_devices.empty()) {
+    // PoCL reads POCL_DEVICES once, when the ICD loader first loads it: set it before the first
+    // OpenCL call, and never over a user's value (overwrite = 0).
+    setenv("POCL_DEVICES", options.pocl_default_devices.c_str(), 0);
+  }
+  std::vector<cl::Platform> platforms;
+  cl_int err = cl::Platform::get(&platforms);
+  if (err == -1001 /* CL_PLATFORM_NOT_FOUND_KHR: no ICD installed */) platforms.clear();
+  else check_cl(err, "clGetPlatformIDs", "platform discovery");
+
+  DiscoveredPlatform result;
+  std::string seen;
+  for (const cl::Platform& platform : platforms) {
+    const std::string name = platform_name(platform);
+    seen += (seen.empty() ? "'" : ", '") + name + "'";
+    if (!options.platform.empty() && name.find(options.platform) == std::string::npos) continue;
+    std::vector<cl::Device> devices = platform_devices(platform);
+    if (devices.empty()) continue;
+    result.name = name;
+    for (size_t i = 0; i < devices.size(); ++i) {
+      result.backends.push_back(make_backend(platform, devices[i], static_cast<DeviceIndex>(i)));
+    }
+    return result;
+  }
+  if (!options.platform.empty()) {
+    throw InvalidArgument("Expected OCLVM_PLATFORM='" + options.platform +
+                          "' to match an OpenCL platform with devices, but the platforms are: " +
+                          (seen.empty() ? std::string("none") : seen));
+  }
+  return result;
+}
+
+}  // namespace oclvm::opencl

@@ -1,0 +1,59 @@
+// storage/opencl/opencl_backend.h — one OpenCL device as a MemoryBackend.
+//
+//   CLAllocation     one system allocation: {cl::Buffer buffer; DeviceIndex device; size_t size;}
+//                    It is the `native` record of every Segment an OpenCLBackend creates.
+//   OpenCLBackend    owns the device's context (one per device, so devices are isolated: a buffer
+//                    of one device is never used on another's queue) and its in-order command
+//                    queue. Segments are cl::Buffers that are allocated for real at creation:
+//                    clEnqueueMigrateMemObjects(CONTENT_UNDEFINED) + clFinish right after
+//                    clCreateBuffer, because PoCL and GPU drivers otherwise allocate on first use
+//                    and would report out-of-memory at some later enqueue.
+//
+// Every OpenCL call is checked (cl_check.h); errors name the call, the error and the device.
+// Thread-safety: thread-compatible, like every MemoryBackend (storage/backend.h).
+#pragma once
+
+#include <CL/opencl.hpp>
+
+#include <string>
+
+#include "storage/backend.h"
+
+namespace oclvm::opencl {
+
+struct CLAllocation {
+  cl::Buffer buffer;    // the driver's buffer; released when the record is destroyed
+  DeviceIndex device;   // opencl:device that owns it
+  size_t size;          // bytes
+};
+
+class OpenCLBackend final : public MemoryBackend {
+ public:
+  OpenCLBackend(Device device, DeviceProperties properties, cl::Device cl_device,
+                cl::Context context, cl::CommandQueue queue);
+
+  const cl::Device& cl_device() const { return cl_device_; }
+  const cl::Context& context() const { return context_; }
+  cl::CommandQueue& queue() { return queue_; }
+
+  // The CLAllocation behind a segment of this backend (segment.native).
+  static CLAllocation& allocation_of(const Segment& segment) {
+    return *static_cast<CLAllocation*>(segment.native);
+  }
+
+ protected:
+  void* do_create(size_t bytes) override;
+  bool do_release(void* native, size_t bytes) noexcept override;
+  void do_write(void* native, size_t offset, const void* src, size_t n) override;
+  void do_read(void* native, size_t offset, void* dst, size_t n) override;
+  void do_fill(void* native, size_t offset, uint8_t value, size_t n) override;
+  void do_copy(void* src, size_t src_offset, void* dst, size_t dst_offset, size_t n) override;
+
+ private:
+  const cl::Device cl_device_;
+  const cl::Context context_;
+  const std::string where_;  // "opencl:N", for error messages
+  cl::CommandQueue queue_;
+};
+
+}  // namespace oclvm::opencl

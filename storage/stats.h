@@ -1,0 +1,109 @@
+// storage/stats.h — per-device memory statistics with the fields of PyTorch's DeviceStats.
+//
+// `DeviceStats` is a plain snapshot; `DeviceStatsTracker` updates one as an allocator works. Every
+// allocator owns one tracker for its device. The meaning of each field follows PyTorch's
+// CUDACachingAllocator so that the torch adapter can copy them one to one:
+//
+//   allocation / allocated_bytes     blocks handed to users and their (rounded) bytes
+//   requested_bytes                  the bytes users asked for (<= allocated_bytes)
+//   active / active_bytes            blocks in use; equal to allocation here (no stream reuse yet)
+//   segment / reserved_bytes         segments held from the driver and their bytes
+//   inactive_split / _bytes          free blocks that are pieces of a split segment (fragments)
+//
+// Invariants (checked by DeviceStatsTracker::check_invariants and by the allocators' own checks):
+//   for every Stat:        current == allocated - freed,  0 <= current <= peak
+//   per array:             AGGREGATE == SMALL_POOL + LARGE_POOL   (current, allocated, freed)
+//   reserved_bytes.current >= allocated_bytes.current >= requested_bytes.current
+//   reserved == allocated for an allocator without a cache (SystemAllocator)
+//
+// Thread-safety: thread-compatible. A tracker is owned by one allocator and touched only by whoever
+// may touch that allocator (its stream worker, once the VM exists).
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace oclvm {
+
+// Which pool a block or segment belongs to. Requests of at most kSmallSize bytes are "small".
+enum class StatType : uint8_t { kAggregate = 0, kSmallPool = 1, kLargePool = 2 };
+inline constexpr size_t kNumStatTypes = 3;
+inline constexpr size_t kSmallSize = 1 << 20;  // 1 MiB, PyTorch's small/large boundary.
+
+inline StatType pool_of_size(size_t bytes) {
+  return bytes <= kSmallSize ? StatType::kSmallPool : StatType::kLargePool;
+}
+
+struct Stat {
+  int64_t current = 0;    // value now
+  int64_t peak = 0;       // highest `current` since construction or the last reset_peak
+  int64_t allocated = 0;  // sum of increases since construction or the last reset_accumulated
+  int64_t freed = 0;      // sum of decreases since construction or the last reset_accumulated
+
+  void add(int64_t delta) {
+    current += delta;
+    if (delta > 0) allocated += delta; else freed -= delta;
+    if (current > peak) peak = current;
+  }
+  void reset_accumulated() { allocated = 0; freed = 0; }
+  void reset_peak() { peak = current; }
+};
+
+using StatArray = std::array<Stat, kNumStatTypes>;
+
+struct DeviceStats {
+  StatArray allocation;            // count of live user blocks
+  StatArray segment;               // count of segments held from the driver
+  StatArray active;                // count of blocks in use
+  StatArray inactive_split;        // count of free pieces of split segments
+  StatArray allocated_bytes;       // bytes of live user blocks (after rounding)
+  StatArray reserved_bytes;        // bytes of segments held from the driver
+  StatArray active_bytes;          // bytes of blocks in use
+  StatArray inactive_split_bytes;  // bytes of free pieces of split segments
+  StatArray requested_bytes;       // bytes users asked for, before rounding
+
+  int64_t num_alloc_retries = 0;     // allocations that succeeded only after freeing cached segments
+  int64_t num_ooms = 0;              // allocations that ended in OutOfMemoryError
+  int64_t num_sync_all_streams = 0;  // device-wide synchronizations done to free memory
+  int64_t num_device_alloc = 0;      // segments created from the driver (backend allocations)
+  int64_t num_device_free = 0;       // segments given back to the driver
+  StatArray oversize_allocations{};  // PyTorch's max_split_size feature; unused, always 0
+  StatArray oversize_segments{};     // PyTorch's max_split_size feature; unused, always 0
+  int64_t max_split_size = 0;        // 0: blocks of every size may be split
+
+  // Multi-line "name: current peak allocated freed" text for people and test failure messages.
+  std::string to_string() const;
+};
+
+class DeviceStatsTracker {
+ public:
+  const DeviceStats& stats() const { return stats_; }
+
+  // A user block of `allocated` bytes (for `requested` bytes) was handed out / given back.
+  void on_allocate(StatType pool, size_t allocated, size_t requested);
+  void on_free(StatType pool, size_t allocated, size_t requested);
+  // A segment of `bytes` was created from / given back to the driver.
+  void on_segment_create(StatType pool, size_t bytes);
+  void on_segment_release(StatType pool, size_t bytes);
+  // Free split pieces changed by `count` blocks and `bytes` bytes (either sign).
+  void on_inactive_split(StatType pool, int64_t count, int64_t bytes);
+  void on_oom() { ++stats_.num_ooms; }
+  void on_alloc_retry() { ++stats_.num_alloc_retries; }
+
+  // PyTorch's resetPeakStats: every peak := current.
+  void reset_peak();
+  // PyTorch's resetAccumulatedStats: every allocated/freed := 0 and the num_* counters := 0.
+  void reset_accumulated();
+
+  // Checks the invariants listed at the top of this file; aborts via OCLVM_DCHECK on violation.
+  void check_invariants() const;
+
+ private:
+  static void add(StatArray& array, StatType pool, int64_t delta);
+
+  DeviceStats stats_;
+};
+
+}  // namespace oclvm

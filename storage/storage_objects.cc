@@ -1,0 +1,319 @@
+// storage/storage_objects.cc — BlobStorage release, BlobObject layout checks, TensorStorage's
+// releasing destructor. See the Notes in storage/storage_objects.h.
+#include "storage/storage_objects.h"
+
+#include <cstdio>
+#include <exception>
+#include <utility>
+
+#include "storage/errors.h"
+
+namespace oclvm {
+namespace {
+
+std::atomic<uint64_t> destructor_release_count{0};
+std::atomic<uint64_t> failed_release_count{0};
+
+// Prints "opencl:N" / "cpu" without allocating: used on paths that must not throw.
+void print_device(std::FILE* out, Device device) {
+  if (device.type == DeviceType::kCpu) {
+    std::fputs("cpu", out);
+  } else {
+    std::fprintf(out, "opencl:%d", static_cast<int>(device.index));
+  }
+}
+
+std::string describe(const BlobStorage& storage) {
+  return "allocation " + std::to_string(storage.allocation().id) + " of " +
+         std::to_string(storage.size()) + " bytes on " + storage.device().str();
+}
+
+std::string shape_string(const std::vector<int64_t>& values) {
+  std::string text = "[";
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (i > 0) text += ", ";
+    text += std::to_string(values[i]);
+  }
+  return text + "]";
+}
+
+// Product of `shape`; throws InvalidArgument on a negative dimension or int64_t overflow.
+int64_t checked_numel(const std::vector<int64_t>& shape) {
+  int64_t numel = 1;
+  for (int64_t dim : shape) {
+    if (dim < 0) {
+      throw InvalidArgument("Expected a shape of non-negative sizes, but got " +
+                            shape_string(shape));
+    }
+    if (__builtin_mul_overflow(numel, dim, &numel)) {
+      throw InvalidArgument("Expected a shape whose element count fits in 64 bits, but got " +
+                            shape_string(shape));
+    }
+  }
+  return numel;
+}
+
+int64_t checked_nbytes(int64_t numel, DType dtype, const std::vector<int64_t>& shape) {
+  int64_t nbytes = 0;
+  if (__builtin_mul_overflow(numel, static_cast<int64_t>(dtype_size(dtype)), &nbytes)) {
+    throw InvalidArgument("Expected a tensor whose byte count fits in 64 bits, but got shape " +
+                          shape_string(shape) + " of " + dtype_name(dtype));
+  }
+  return nbytes;
+}
+
+// Reports a releaser that threw from ~TensorStorage. Must not throw: no allocation.
+void report_failed_release(uint64_t id, size_t bytes, Device device, const char* what) noexcept {
+  failed_release_count.fetch_add(1, std::memory_order_relaxed);
+  std::fprintf(stderr, "oclvm: releasing a tensor (allocation %llu of %zu bytes on ",
+               static_cast<unsigned long long>(id), bytes);
+  print_device(stderr, device);
+  std::fprintf(stderr, ") failed: %s\n", what);
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Element types and layouts.
+
+size_t dtype_size(DType dtype) {
+  switch (dtype) {
+    case DType::kF32: return 4;
+    case DType::kF16: return 2;
+    case DType::kBF16: return 2;
+    case DType::kF64: return 8;
+    case DType::kI8: return 1;
+    case DType::kU8: return 1;
+    case DType::kI16: return 2;
+    case DType::kI32: return 4;
+    case DType::kI64: return 8;
+    case DType::kBool: return 1;
+  }
+  OCLVM_DCHECK(false && "unknown DType");
+  return 0;
+}
+
+const char* dtype_name(DType dtype) {
+  switch (dtype) {
+    case DType::kF32: return "f32";
+    case DType::kF16: return "f16";
+    case DType::kBF16: return "bf16";
+    case DType::kF64: return "f64";
+    case DType::kI8: return "i8";
+    case DType::kU8: return "u8";
+    case DType::kI16: return "i16";
+    case DType::kI32: return "i32";
+    case DType::kI64: return "i64";
+    case DType::kBool: return "bool";
+  }
+  OCLVM_DCHECK(false && "unknown DType");
+  return "?";
+}
+
+std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& shape) {
+  std::vector<int64_t> stride(shape.size());
+  int64_t step = 1;
+  for (size_t i = shape.size(); i-- > 0;) {
+    stride[i] = step;
+    // Dimensions of size 0 or 1 do not scale later strides (PyTorch does the same).
+    if (shape[i] > 1) step *= shape[i];
+  }
+  return stride;
+}
+
+// ---------------------------------------------------------------------------------------------
+// BlobStorage.
+
+std::shared_ptr<BlobStorage> BlobStorage::allocate(Allocator& allocator, size_t bytes) {
+  const Allocation allocation = allocator.allocate(bytes);
+  try {
+    return std::make_shared<BlobStorage>(allocator, allocation);
+  } catch (...) {
+    allocator.deallocate(allocation);
+    throw;
+  }
+}
+
+BlobStorage::BlobStorage(Allocator& allocator, const Allocation& allocation)
+    : allocator_(&allocator), allocation_(allocation), device_(allocator.device()) {
+  if (allocation_ && (allocation_.segment == nullptr ||
+                      allocation_.segment->backend != &allocator.backend())) {
+    throw InvalidArgument("Expected an allocation made by the " + allocator.name() +
+                          " allocator of " + device_.str() +
+                          ", but got one from another device or allocator");
+  }
+}
+
+BlobStorage::~BlobStorage() {
+  if (released_) return;
+  // See Note [Unreleased BlobStorage].
+  released_ = true;
+  destructor_release_count.fetch_add(1, std::memory_order_relaxed);
+  std::fprintf(stderr,
+               "oclvm: a blob (allocation %llu of %zu bytes on ",
+               static_cast<unsigned long long>(allocation_.id), allocation_.size);
+  print_device(stderr, device_);
+  std::fputs(") was destroyed without being released; freeing it now\n", stderr);
+  try {
+    allocator_->deallocate(allocation_);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "oclvm: freeing that blob failed: %s\n", e.what());
+  } catch (...) {
+    std::fputs("oclvm: freeing that blob failed with an unknown exception\n", stderr);
+  }
+}
+
+void BlobStorage::release() {
+  if (released_) {
+    throw InvalidArgument("Expected a live blob, but got one already released (" +
+                          describe(*this) + ")");
+  }
+  // Released from here on even if the allocator refuses the handle: see the header.
+  released_ = true;
+  allocator_->deallocate(allocation_);
+}
+
+uint64_t BlobStorage::destructor_releases() {
+  return destructor_release_count.load(std::memory_order_relaxed);
+}
+
+// ---------------------------------------------------------------------------------------------
+// BlobObject.
+
+namespace {
+
+// Checks the layout contract of BlobObject (see the header) and returns numel.
+int64_t check_layout(const BlobStorage* storage, const std::vector<int64_t>& shape,
+                     const std::vector<int64_t>& stride, DType dtype, int64_t storage_offset) {
+  if (storage == nullptr) {
+    throw InvalidArgument("Expected a blob storage, but got a null pointer");
+  }
+  if (storage->released()) {
+    throw InvalidArgument("Expected a live blob, but got one already released (" +
+                          describe(*storage) + ")");
+  }
+  if (stride.size() != shape.size()) {
+    throw InvalidArgument("Expected " + std::to_string(shape.size()) + " strides for shape " +
+                          shape_string(shape) + ", but got " + shape_string(stride));
+  }
+  for (int64_t s : stride) {
+    if (s < 0) {
+      throw InvalidArgument("Expected non-negative strides, but got " + shape_string(stride));
+    }
+  }
+  if (storage_offset < 0) {
+    throw InvalidArgument("Expected a non-negative storage offset, but got " +
+                          std::to_string(storage_offset));
+  }
+  const int64_t numel = checked_numel(shape);
+  checked_nbytes(numel, dtype, shape);
+  if (numel == 0) return numel;
+
+  // Farthest element addressed, in elements, then in bytes; any overflow is out of range anyway.
+  int64_t last = storage_offset;
+  bool overflow = false;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    int64_t span = 0;
+    overflow |= __builtin_mul_overflow(shape[i] - 1, stride[i], &span);
+    overflow |= __builtin_add_overflow(last, span, &last);
+  }
+  int64_t end_bytes = 0;
+  overflow |= __builtin_add_overflow(last, int64_t{1}, &last);
+  overflow |= __builtin_mul_overflow(last, static_cast<int64_t>(dtype_size(dtype)), &end_bytes);
+  if (overflow || static_cast<uint64_t>(end_bytes) > storage->size()) {
+    throw InvalidArgument("Expected a layout within the " + std::to_string(storage->size()) +
+                          "-byte storage, but got shape " + shape_string(shape) + ", stride " +
+                          shape_string(stride) + ", offset " + std::to_string(storage_offset) +
+                          " of " + dtype_name(dtype) + " (" +
+                          (overflow ? std::string("overflows 64 bits")
+                                    : std::to_string(end_bytes) + " bytes") +
+                          ")");
+  }
+  return numel;
+}
+
+}  // namespace
+
+BlobObject::BlobObject(std::shared_ptr<BlobStorage> storage, std::vector<int64_t> shape,
+                       DType dtype, std::vector<int64_t> stride, int64_t storage_offset,
+                       StreamId producer_stream)
+    : storage_(std::move(storage)),
+      shape_(std::move(shape)),
+      stride_(stride.empty() && !shape_.empty() ? contiguous_strides(shape_) : std::move(stride)),
+      dtype_(dtype),
+      storage_offset_(storage_offset),
+      numel_(check_layout(storage_.get(), shape_, stride_, dtype_, storage_offset_)),
+      producer_stream_(producer_stream) {}
+
+bool BlobObject::is_contiguous() const {
+  if (numel_ == 0) return true;
+  int64_t expected = 1;
+  for (size_t i = shape_.size(); i-- > 0;) {
+    if (shape_[i] == 1) continue;
+    if (stride_[i] != expected) return false;
+    expected *= shape_[i];
+  }
+  return true;
+}
+
+// ---------------------------------------------------------------------------------------------
+// TensorStorage.
+
+TensorStorage::TensorStorage(std::shared_ptr<BlobObject> blob, Releaser releaser)
+    : blob_(std::move(blob)), releaser_(std::move(releaser)) {
+  if (blob_ == nullptr) {
+    throw InvalidArgument("Expected a blob for the tensor storage, but got a null pointer");
+  }
+  if (!releaser_) {
+    throw InvalidArgument("Expected a releaser for the tensor storage, but got an empty one");
+  }
+}
+
+TensorStorage::~TensorStorage() {
+  OCLVM_DCHECK(blob_ != nullptr);
+  // Recorded before the blob is handed over, for the report below; nothing here allocates.
+  const BlobStorage& storage = *blob_->storage();
+  const uint64_t id = storage.allocation().id;
+  const size_t bytes = storage.size();
+  const Device device = storage.device();
+  // See Note [Release errors in destructors].
+  try {
+    releaser_(std::move(blob_));
+    return;
+  } catch (const std::exception& e) {
+    report_failed_release(id, bytes, device, e.what());
+  } catch (...) {
+    report_failed_release(id, bytes, device, "an unknown exception");
+  }
+}
+
+uint64_t TensorStorage::failed_releases() {
+  return failed_release_count.load(std::memory_order_relaxed);
+}
+
+TensorStorage::Releaser make_direct_releaser() {
+  return [](std::shared_ptr<BlobObject> blob) { blob->storage()->release(); };
+}
+
+std::shared_ptr<TensorStorage> allocate_tensor_storage(Allocator& allocator,
+                                                       std::vector<int64_t> shape, DType dtype,
+                                                       TensorStorage::Releaser releaser) {
+  if (!releaser) {
+    throw InvalidArgument("Expected a releaser for the tensor storage, but got an empty one");
+  }
+  // Shape checks come before the allocation so that bad input holds nothing.
+  const int64_t nbytes = checked_nbytes(checked_numel(shape), dtype, shape);
+  std::shared_ptr<BlobStorage> storage =
+      BlobStorage::allocate(allocator, static_cast<size_t>(nbytes));
+  std::shared_ptr<BlobObject> blob;
+  try {
+    blob = std::make_shared<BlobObject>(storage, std::move(shape), dtype);
+    return std::make_shared<TensorStorage>(std::move(blob), std::move(releaser));
+  } catch (...) {
+    // Only std::bad_alloc can get here; give the memory back by the normal path.
+    storage->release();
+    throw;
+  }
+}
+
+}  // namespace oclvm

@@ -1,0 +1,247 @@
+// storage/storage_objects.h — the split ownership of tensor memory: TensorStorage, BlobObject,
+// BlobStorage, and the releaser that connects the front end to the side that frees.
+//
+//   TensorStorage   front end. Shared (shared_ptr) by a tensor and all of its views. Holds the one
+//                   front-end reference to the BlobObject and a Releaser. Its destructor hands that
+//                   reference to the Releaser, exactly once.
+//   BlobObject      VM side. What instructions name as operands: layout (shape, stride, dtype,
+//                   storage offset), the producer and last-used streams, and the BlobStorage.
+//   BlobStorage     the memory: one Allocation, the Allocator that made it, its device and size.
+//                   Freed only by release() (the ReleaseTensor instruction, once the VM exists).
+//   Releaser        std::function<void(std::shared_ptr<BlobObject>)>: what happens when the last
+//                   front-end owner dies. make_direct_releaser() frees on the calling thread; the
+//                   VM will supply one that builds and runs a ReleaseTensor instruction.
+//
+// Note [Split ownership]
+// ~~~~~~~~~~~~~~~~~~~~~~
+// Ownership points one way only:
+//
+//   TensorStorage ──blob_──> BlobObject ──storage_──> BlobStorage ──> Allocation (device memory)
+//
+// Nothing on the VM side (BlobObject, BlobStorage, instructions in flight) points back to a
+// TensorStorage, so no reference cycle can keep any of them alive. When the last shared_ptr to a
+// TensorStorage dies, its destructor MOVES its shared_ptr<BlobObject> into the Releaser. DESIGN.md
+// draws this as "the hook captures shared_ptr<BlobObject> by value"; passing it by value at the
+// moment of release is the same ownership, with two advantages: one Releaser (a policy: "free
+// directly", "run a ReleaseTensor on this VM") serves every tensor of a device instead of one
+// closure per tensor, and the front end can still read the BlobObject through blob() while the
+// tensor lives. After the destructor, the Releaser (and whatever instruction it builds) holds the
+// only front-end-originated reference; when the release has run and the instruction is gone, the
+// BlobObject and BlobStorage die as well. Views share the TensorStorage, so they create no
+// BlobObject and the release runs once, when the last view dies.
+//
+// Note [Release errors in destructors]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// ~TensorStorage is noexcept: a destructor must not throw (it may run during stack unwinding, where
+// a second exception terminates the process, and DESIGN.md says nothing may terminate the process).
+// If the Releaser throws, the error is printed on stderr, counted in
+// TensorStorage::failed_releases(), and swallowed. No memory leaks by that: the BlobObject
+// reference the Releaser was given dies with it, and a BlobStorage that dies unreleased frees itself
+// (see Note [Unreleased BlobStorage]). With the VM, release errors are recorded by the ReleaseTensor
+// instruction and surface as an exception at the caller's next sync point instead.
+//
+// Note [Unreleased BlobStorage]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Memory is freed by release() only. A BlobStorage destroyed while still live (an error path
+// dropped the last reference, or a Releaser threw before releasing) must neither leak nor fail
+// silently: its destructor deallocates through its allocator on the destroying thread, prints one
+// line on stderr, and counts the event in BlobStorage::destructor_releases(). That count is 0 in a
+// correct run; tests assert it. The fallback assumes the allocator outlives its blobs (it does:
+// allocators are owned per device and outlive every tensor) and that the destroying thread may touch
+// the allocator, which is exactly what the counter exists to flag when it does not hold.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "storage/allocator.h"
+#include "storage/device.h"
+
+namespace oclvm {
+
+// ---------------------------------------------------------------------------------------------
+// Element types.
+
+enum class DType : uint8_t { kF32, kF16, kBF16, kF64, kI8, kU8, kI16, kI32, kI64, kBool };
+
+// Bytes per element: f32 4, f16 2, bf16 2, f64 8, i8 1, u8 1, i16 2, i32 4, i64 8, bool 1.
+size_t dtype_size(DType dtype);
+// "f32", "f16", "bf16", "f64", "i8", "u8", "i16", "i32", "i64", "bool".
+const char* dtype_name(DType dtype);
+
+// ---------------------------------------------------------------------------------------------
+// Streams. The VM will give streams real identities; until then a stream is a small integer.
+
+using StreamId = int32_t;
+inline constexpr StreamId kNoStream = -1;  // no stream has produced / used the blob yet
+
+// Row-major strides of a contiguous tensor of `shape`, in elements ({2,3,4} -> {12,4,1}).
+std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& shape);
+
+// ---------------------------------------------------------------------------------------------
+// BlobStorage: the memory of one blob.
+//
+// Invariants:
+//   allocator_ is the allocator that made allocation_ (a non-empty allocation_ is live in it until
+//   release()); released_ goes from false to true exactly once, in release() or in the destructor.
+//
+// Thread-safety: thread-compatible. release() touches the allocator, so it must run on the thread
+// that may touch that allocator (the device's stream worker, once the VM exists). The accessors
+// read immutable fields and may be called from any thread; released() must not race with release().
+class BlobStorage {
+ public:
+  // Allocates `bytes` from `allocator` and wraps the allocation: the AllocateBlob step. Forwards
+  // the allocator's InvalidArgument / OutOfMemoryError; on a throw nothing is held. bytes == 0 gives
+  // a live blob with an empty allocation (device_address() == 0), as the allocator contract says.
+  static std::shared_ptr<BlobStorage> allocate(Allocator& allocator, size_t bytes);
+
+  // Takes ownership of `allocation`, which must be live in `allocator` (from allocator.allocate).
+  BlobStorage(Allocator& allocator, const Allocation& allocation);
+  // A live blob frees itself here; see Note [Unreleased BlobStorage]. Never throws.
+  ~BlobStorage();
+
+  BlobStorage(const BlobStorage&) = delete;
+  BlobStorage& operator=(const BlobStorage&) = delete;
+
+  // Gives the memory back to the allocator, exactly once: what the ReleaseTensor instruction calls.
+  // The blob counts as released even if the allocator refuses the handle (its error propagates;
+  // trying again could not succeed). A second call throws InvalidArgument ("Expected a live blob,
+  // but got one already released ...") and changes nothing.
+  void release();
+  bool released() const { return released_; }
+
+  // The allocation record. After release() it still describes where the memory was, but that memory
+  // belongs to the allocator again.
+  const Allocation& allocation() const { return allocation_; }
+  // Device address of byte 0 (allocation().ptr as an integer); 0 for an empty allocation. Never
+  // dereference it on the host: see storage/address_space.h.
+  uintptr_t device_address() const { return reinterpret_cast<uintptr_t>(allocation_.ptr); }
+  // Bytes requested from the allocator.
+  size_t size() const { return allocation_.size; }
+  Device device() const { return device_; }
+  Allocator& allocator() const { return *allocator_; }
+
+  // Process-wide count of BlobStorages freed by their destructor instead of release(); 0 in a
+  // correct run. See Note [Unreleased BlobStorage].
+  static uint64_t destructor_releases();
+
+ private:
+  // Immutable after construction.
+  Allocator* const allocator_;
+  const Allocation allocation_;
+  const Device device_;
+  // Mutable: false until release() (or the destructor fallback) has given the memory back.
+  bool released_ = false;
+};
+
+// ---------------------------------------------------------------------------------------------
+// BlobObject: the VM-side view of a blob.
+//
+// Layout contract (checked by the constructor, InvalidArgument otherwise):
+//   shape.size() == stride.size(); every shape[i] >= 0, stride[i] >= 0, storage_offset >= 0;
+//   numel() and nbytes() fit in int64_t; when numel() > 0 the farthest element addressed,
+//   (storage_offset + sum (shape[i] - 1) * stride[i] + 1) * dtype_size(dtype), fits in
+//   storage()->size(). The storage is live and non-null at construction.
+//
+// Thread-safety: shape, stride, dtype, storage offset and storage are immutable after
+// construction and may be read from any thread. The stream fields are confined to the VM (the
+// scheduler and stream workers, which order their accesses); until the VM exists, to the one thread
+// that uses the blob.
+class BlobObject {
+ public:
+  // An empty `stride` means contiguous (contiguous_strides(shape)).
+  BlobObject(std::shared_ptr<BlobStorage> storage, std::vector<int64_t> shape, DType dtype,
+             std::vector<int64_t> stride = {}, int64_t storage_offset = 0,
+             StreamId producer_stream = kNoStream);
+
+  BlobObject(const BlobObject&) = delete;
+  BlobObject& operator=(const BlobObject&) = delete;
+
+  const std::vector<int64_t>& shape() const { return shape_; }
+  const std::vector<int64_t>& stride() const { return stride_; }
+  DType dtype() const { return dtype_; }
+  // Offset of element 0, in elements of dtype() from the start of the storage.
+  int64_t storage_offset() const { return storage_offset_; }
+  const std::shared_ptr<BlobStorage>& storage() const { return storage_; }
+
+  // Product of shape() (1 for a scalar, 0 if any dimension is 0).
+  int64_t numel() const { return numel_; }
+  // numel() * dtype_size(dtype()): the bytes of the logical tensor, not of the storage.
+  int64_t nbytes() const { return numel_ * static_cast<int64_t>(dtype_size(dtype_)); }
+  // True when the elements are laid out row-major without gaps. Dimensions of size 1 may have any
+  // stride; a tensor with no elements is contiguous.
+  bool is_contiguous() const;
+
+  // The stream whose instruction created the contents (kNoStream: none yet). A release frees on it.
+  StreamId producer_stream() const { return producer_stream_; }
+  void set_producer_stream(StreamId stream) { producer_stream_ = stream; }
+  // The stream of the latest instruction that used the blob (kNoStream: none yet).
+  StreamId last_used_stream() const { return last_used_stream_; }
+  void set_last_used_stream(StreamId stream) { last_used_stream_ = stream; }
+
+ private:
+  // Immutable after construction.
+  const std::shared_ptr<BlobStorage> storage_;
+  const std::vector<int64_t> shape_;
+  const std::vector<int64_t> stride_;
+  const DType dtype_;
+  const int64_t storage_offset_;
+  const int64_t numel_;
+  // Mutable, confined to the VM.
+  StreamId producer_stream_;
+  StreamId last_used_stream_ = kNoStream;
+};
+
+// ---------------------------------------------------------------------------------------------
+// TensorStorage: the front end. See Note [Split ownership].
+//
+// Invariant: blob_ is non-null and releaser_ non-empty from construction until the destructor
+// hands blob_ to releaser_, which it does exactly once.
+//
+// Thread-safety: immutable after construction; blob() may be called from any thread. The
+// destructor runs on whichever thread drops the last shared_ptr, so a Releaser must be callable
+// from any thread that may drop a tensor (make_direct_releaser() is not; it is for single-threaded
+// use until the VM exists).
+class TensorStorage {
+ public:
+  // Receives the TensorStorage's reference to the blob when the last front-end owner dies. It may
+  // throw; see Note [Release errors in destructors].
+  using Releaser = std::function<void(std::shared_ptr<BlobObject>)>;
+
+  // Throws InvalidArgument for a null blob or an empty releaser.
+  TensorStorage(std::shared_ptr<BlobObject> blob, Releaser releaser);
+  // Runs the releaser once. noexcept: see Note [Release errors in destructors].
+  ~TensorStorage();
+
+  TensorStorage(const TensorStorage&) = delete;
+  TensorStorage& operator=(const TensorStorage&) = delete;
+
+  const std::shared_ptr<BlobObject>& blob() const { return blob_; }
+
+  // Process-wide count of releasers that threw from ~TensorStorage (printed and swallowed).
+  static uint64_t failed_releases();
+
+ private:
+  std::shared_ptr<BlobObject> blob_;  // moved into releaser_ by the destructor
+  const Releaser releaser_;
+};
+
+// The releaser used until the VM exists: calls blob->storage()->release() on the calling thread,
+// which must be allowed to touch the blob's allocator. Errors of release() propagate (and are then
+// reported by ~TensorStorage).
+TensorStorage::Releaser make_direct_releaser();
+
+// The whole allocation path for a contiguous tensor: checks the layout, allocates
+// numel * dtype_size bytes from `allocator` (BlobStorage::allocate) and wraps them in a BlobObject
+// and a TensorStorage with `releaser`. On a throw (bad shape, out of memory) nothing is held and no
+// releaser has run.
+std::shared_ptr<TensorStorage> allocate_tensor_storage(Allocator& allocator,
+                                                       std::vector<int64_t> shape, DType dtype,
+                                                       TensorStorage::Releaser releaser);
+
+}  // namespace oclvm
