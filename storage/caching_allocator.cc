@@ -1,1 +1,502 @@
-// placeholder: being written
+// storage/caching_allocator.cc — CachingAllocator: the hit path (best fit, split, hand out, free
+// and merge) first, then the slow path (segment creation, the out-of-memory ladder, releasing
+// segments, growing the record pool and the live table), then the invariant walk.
+// See storage/caching_allocator.h for the policy notes.
+#include "storage/caching_allocator.h"
+
+#include <algorithm>
+#include <cinttypes>
+#include <cstdio>
+#include <iterator>
+
+#include "storage/errors.h"
+#include "storage/options.h"
+
+namespace oclvm {
+namespace {
+
+constexpr size_t kBlocksPerChunk = 256;
+constexpr size_t kInitialLiveBuckets = 1024;
+
+bool is_power_of_two(size_t x) { return x != 0 && (x & (x - 1)) == 0; }
+
+size_t index_of(StatType pool) { return static_cast<size_t>(pool); }
+
+std::string hex_address(uintptr_t address) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "0x%" PRIxPTR, address);
+  return text;
+}
+
+size_t quantum_for(const CachingAllocatorOptions& options, const MemoryBackend& backend) {
+  if (!is_power_of_two(options.round_bytes)) {
+    throw InvalidArgument("Expected CachingAllocatorOptions::round_bytes to be a power of two, but got " +
+                          std::to_string(options.round_bytes));
+  }
+  if (!is_power_of_two(options.large_segment_round)) {
+    throw InvalidArgument(
+        "Expected CachingAllocatorOptions::large_segment_round to be a power of two, but got " +
+        std::to_string(options.large_segment_round));
+  }
+  if (options.small_segment_bytes == 0) {
+    throw InvalidArgument("Expected CachingAllocatorOptions::small_segment_bytes > 0, but got 0");
+  }
+  const size_t align = backend.properties().base_addr_align_bytes;
+  if (align != 0 && !is_power_of_two(align)) {
+    throw InvalidArgument("Expected the base address alignment of " + backend.device().str() +
+                          " to be a power of two, but got " + std::to_string(align));
+  }
+  return std::max(options.round_bytes, align);
+}
+
+}  // namespace
+
+CachingAllocator::CachingAllocator(MemoryBackend& backend, const CachingAllocatorOptions& options)
+    : backend_(backend),
+      options_(options),
+      quantum_(quantum_for(options, backend)),
+      live_buckets_(new LiveSet::bucket_type[kInitialLiveBuckets]),
+      live_bucket_count_(kInitialLiveBuckets),
+      live_(LiveSet::bucket_traits(live_buckets_.get(), live_bucket_count_)) {}
+
+CachingAllocator::~CachingAllocator() {
+  const size_t leaked = live_.size();
+  live_.clear();
+  small_free_.clear();
+  large_free_.clear();
+  for (auto& [id, info] : segments_) backend_.release_segment(info.segment);
+  segments_.clear();
+  if (leaked != 0) {
+    std::fprintf(stderr,
+                 "oclvm: warning: caching allocator on %s destroyed with %zu live block(s); their "
+                 "memory was released anyway\n",
+                 backend_.device().str().c_str(), leaked);
+  }
+}
+
+// =================================================================================================
+// Fast path.
+
+Allocation CachingAllocator::allocate(size_t bytes) {
+  if (bytes == 0) return {};
+  const size_t size = rounded_size(bytes);  // throws InvalidArgument; nothing changed yet
+  const StatType pool = pool_of_size(size);
+  Block* block = take_best_fit(pool, size);
+  if (block == nullptr) block = grow_and_take(pool, size, bytes);
+  return hand_out(block, bytes);
+}
+
+// The hit path. Cost: one lower_bound and one erase in the pool's red-black tree
+// (O(log free blocks)); when the block is split, one pooled record and one more tree insert. No
+// heap allocation once the record pool is warm.
+CachingAllocator::Block* CachingAllocator::take_best_fit(StatType pool, size_t size) {
+  FreeSet& free = free_set(pool);
+  auto it = free.lower_bound(size, SizeOrder{});
+  if (it == free.end()) return nullptr;
+  Block* block = &*it;
+  erase_free(block);
+  carve(block, size);
+  return block;
+}
+
+// Cuts `block` (out of the free index) down to `size`, returning the rest of it to the free index
+// when the rest is at least one quantum. O(log free blocks).
+void CachingAllocator::carve(Block* block, size_t size) {
+  OCLVM_DCHECK(!block->free_hook.is_linked() && block->size >= size);
+  const size_t rest_size = block->size - size;
+  if (rest_size < quantum_) return;
+  Block* rest = new_block();
+  rest->segment = block->segment;
+  rest->segment_id = block->segment_id;
+  rest->offset = block->offset + size;
+  rest->address = block->address + size;
+  rest->size = rest_size;
+  rest->pool = block->pool;
+  rest->allocated = false;
+  rest->prev = block;
+  rest->next = block->next;
+  if (rest->next != nullptr) rest->next->prev = rest;
+  block->next = rest;
+  block->size = size;
+  insert_free(rest);
+}
+
+// Marks the block as handed out. Cost: one hash insert (O(1); a rehash when the table doubles)
+// and the statistics.
+Allocation CachingAllocator::hand_out(Block* block, size_t requested) {
+  block->allocated = true;
+  block->requested = requested;
+  block->id = next_id_++;
+  if (live_.size() >= live_bucket_count_) grow_live_buckets();
+  live_.insert(*block);
+  tracker_.on_allocate(block->pool, block->size, requested);
+
+  Allocation allocation;
+  allocation.ptr = reinterpret_cast<void*>(block->address);
+  allocation.size = requested;
+  allocation.segment = block->segment;
+  allocation.offset = block->offset;
+  allocation.id = block->id;
+  allocation.block = block;
+  return allocation;
+}
+
+// Cost: one hash lookup and erase (O(1)), up to two tree erases for free neighbours and one tree
+// insert (O(log free blocks)).
+void CachingAllocator::deallocate(const Allocation& allocation) {
+  if (!allocation) return;
+  Block* block = find_live(allocation);  // throws InvalidArgument; nothing changed yet
+  live_.erase(live_.iterator_to(*block));
+  tracker_.on_free(block->pool, block->size, block->requested);
+  block->allocated = false;
+
+  if (Block* prev = block->prev; prev != nullptr && !prev->allocated) {
+    erase_free(prev);
+    prev->size += block->size;
+    prev->next = block->next;
+    if (prev->next != nullptr) prev->next->prev = prev;
+    recycle_block(block);
+    block = prev;
+  }
+  if (Block* next = block->next; next != nullptr && !next->allocated) {
+    erase_free(next);
+    block->size += next->size;
+    block->next = next->next;
+    if (block->next != nullptr) block->next->prev = block;
+    recycle_block(next);
+  }
+  insert_free(block);
+}
+
+size_t CachingAllocator::allocated_size(const Allocation& allocation) const {
+  if (!allocation) return 0;
+  return find_live(allocation)->size;
+}
+
+CachingAllocator::Block* CachingAllocator::find_live(const Allocation& allocation) const {
+  const uintptr_t address = reinterpret_cast<uintptr_t>(allocation.ptr);
+  auto it = live_.find(address);
+  if (it != live_.end()) {
+    const Block& b = *it;
+    if (allocation.block == &b && allocation.id == b.id && allocation.segment == b.segment &&
+        allocation.offset == b.offset && allocation.size == b.requested) {
+      return const_cast<Block*>(&b);
+    }
+  }
+  throw InvalidArgument("Expected a live allocation of the caching allocator on " +
+                        backend_.device().str() + ", but got address " + hex_address(address) +
+                        " (id " + std::to_string(allocation.id) +
+                        "), which it does not hold: a double free, another allocator's handle or "
+                        "a forged one");
+}
+
+// Every free block enters and leaves the free index through these two, which keep the
+// inactive-split statistics and whole_free_bytes_. A free block's neighbours never change while
+// it is in the index (splits and merges take it out first), so whole() is the same at both ends.
+void CachingAllocator::insert_free(Block* block) {
+  free_set(block->pool).insert(*block);
+  if (block->whole()) {
+    whole_free_bytes_[index_of(block->pool)] += block->size;
+  } else {
+    tracker_.on_inactive_split(block->pool, 1, static_cast<int64_t>(block->size));
+  }
+}
+
+void CachingAllocator::erase_free(Block* block) {
+  FreeSet& free = free_set(block->pool);
+  free.erase(free.iterator_to(*block));
+  if (block->whole()) {
+    whole_free_bytes_[index_of(block->pool)] -= block->size;
+  } else {
+    tracker_.on_inactive_split(block->pool, -1, -static_cast<int64_t>(block->size));
+  }
+}
+
+CachingAllocator::Block* CachingAllocator::new_block() {
+  if (spare_blocks_ == nullptr) grow_block_pool();
+  Block* block = spare_blocks_;
+  spare_blocks_ = block->next;
+  block->next = nullptr;
+  return block;
+}
+
+void CachingAllocator::recycle_block(Block* block) {
+  OCLVM_DCHECK(!block->free_hook.is_linked() && !block->live_hook.is_linked());
+  block->segment = nullptr;
+  block->prev = nullptr;
+  block->next = spare_blocks_;
+  spare_blocks_ = block;
+}
+
+// =================================================================================================
+// Slow path.
+
+size_t CachingAllocator::rounded_size(size_t bytes) const {
+  const uint64_t max_alloc = backend_.properties().max_alloc_bytes;
+  if (bytes > max_alloc) {
+    throw InvalidArgument("Expected an allocation of at most " + std::to_string(max_alloc) +
+                          " bytes (the largest single allocation of " + backend_.device().str() +
+                          "), but got " + std::to_string(bytes) + " bytes");
+  }
+  const size_t size = round_up_checked(bytes, quantum_, backend_.device());
+  if (size > max_alloc) {
+    throw InvalidArgument("Expected an allocation that fits the largest single allocation of " +
+                          backend_.device().str() + " (" + std::to_string(max_alloc) +
+                          " bytes) once rounded to " + std::to_string(quantum_) +
+                          " bytes, but got " + std::to_string(bytes) + " bytes");
+  }
+  return size;
+}
+
+// Segment bytes for a request of `size` (already rounded and <= max_alloc_bytes). A multiple of
+// the quantum, so that every block of the segment stays aligned.
+size_t CachingAllocator::segment_size_for(StatType pool, size_t size) const {
+  const size_t max_alloc = static_cast<size_t>(backend_.properties().max_alloc_bytes) & ~(quantum_ - 1);
+  size_t bytes;
+  if (pool == StatType::kSmallPool) {
+    bytes = std::max(options_.small_segment_bytes, size);
+    bytes = (bytes + quantum_ - 1) / quantum_ * quantum_;
+  } else {
+    const size_t round = std::max(options_.large_segment_round, quantum_);
+    bytes = size > SIZE_MAX - (round - 1) ? max_alloc : (size + round - 1) & ~(round - 1);
+  }
+  return std::min(bytes, std::max(max_alloc, size));
+}
+
+uint64_t CachingAllocator::whole_free_bytes() const {
+  return whole_free_bytes_[index_of(StatType::kSmallPool)] +
+         whole_free_bytes_[index_of(StatType::kLargePool)];
+}
+
+// Nothing in the pool fits: create a segment (Note [Out-of-memory ladder]) and carve the block
+// from it.
+CachingAllocator::Block* CachingAllocator::grow_and_take(StatType pool, size_t size,
+                                                         size_t requested) {
+  const size_t segment_bytes = segment_size_for(pool, size);
+  const uint64_t limit = options_.memory_limit;
+  const auto reserved = static_cast<uint64_t>(
+      tracker_.stats().reserved_bytes[index_of(StatType::kAggregate)].current);
+
+  // Under a limit, decide before touching anything whether even an empty cache could make room.
+  if (limit != 0 && reserved - whole_free_bytes() + segment_bytes > limit) {
+    throw_out_of_memory(requested, segment_bytes, "");
+  }
+  if (pool == StatType::kLargePool && options_.release_unfit_on_grow) {
+    release_free_segments(StatType::kLargePool);
+  }
+  bool retried = false;
+  const auto reserved_now = static_cast<uint64_t>(
+      tracker_.stats().reserved_bytes[index_of(StatType::kAggregate)].current);
+  if (limit != 0 && reserved_now + segment_bytes > limit) {
+    empty_cache();
+    tracker_.on_alloc_retry();
+    retried = true;
+  }
+  Segment* segment = create_segment_or_throw(segment_bytes, requested, &retried);
+  Block* block = adopt_segment(segment, pool);
+  carve(block, size);
+  return block;
+}
+
+// Asks the backend for a segment; on the driver's out-of-memory, empties the cache and asks once
+// more (unless that was already done for the limit).
+Segment* CachingAllocator::create_segment_or_throw(size_t segment_bytes, size_t requested,
+                                                   bool* retried) {
+  try {
+    return backend_.create_segment(segment_bytes);
+  } catch (const OutOfMemoryError& e) {
+    if (*retried || whole_free_bytes() == 0) throw_out_of_memory(requested, segment_bytes, e.what());
+  }
+  empty_cache();
+  tracker_.on_alloc_retry();
+  *retried = true;
+  try {
+    return backend_.create_segment(segment_bytes);
+  } catch (const OutOfMemoryError& e) {
+    throw_out_of_memory(requested, segment_bytes, e.what());
+  }
+}
+
+void CachingAllocator::throw_out_of_memory(size_t requested, size_t segment_bytes,
+                                           const std::string& driver_message) {
+  tracker_.on_oom();
+  const DeviceStats& s = tracker_.stats();
+  constexpr size_t kAll = 0;
+  std::string message = "Out of memory on " + backend_.device().str() + ": tried to allocate " +
+                        format_bytes(requested) + " (" + std::to_string(requested) + " bytes); " +
+                        (options_.memory_limit != 0 ? "limit " + format_bytes(options_.memory_limit)
+                                                    : std::string("no limit")) +
+                        ", " + format_bytes(static_cast<uint64_t>(s.allocated_bytes[kAll].current)) +
+                        " allocated, " +
+                        format_bytes(static_cast<uint64_t>(s.reserved_bytes[kAll].current)) +
+                        " reserved by oclvm's caching allocator (it needed a new segment of " +
+                        format_bytes(segment_bytes) + ")";
+  if (!driver_message.empty()) message += "; the driver said: " + driver_message;
+  throw OutOfMemoryError(message);
+}
+
+// Takes ownership of a fresh segment: one free block covering it, not in the free index (the
+// caller carves it at once).
+CachingAllocator::Block* CachingAllocator::adopt_segment(Segment* segment, StatType pool) {
+  Block* block = nullptr;
+  try {
+    block = new_block();
+    segments_.emplace(segment->id, SegmentInfo{segment, block, pool});
+  } catch (...) {  // std::bad_alloc: hold nothing
+    if (block != nullptr) recycle_block(block);
+    backend_.release_segment(segment);
+    throw;
+  }
+  segment->owner = this;
+  block->segment = segment;
+  block->segment_id = segment->id;
+  block->address = segment->address;
+  block->offset = 0;
+  block->size = segment->size;
+  block->pool = pool;
+  block->allocated = false;
+  block->prev = nullptr;
+  block->next = nullptr;
+  tracker_.on_segment_create(pool, segment->size);
+  return block;
+}
+
+void CachingAllocator::empty_cache() {
+  release_free_segments(StatType::kSmallPool);
+  release_free_segments(StatType::kLargePool);
+}
+
+// Gives back every wholly free segment of `pool`. O(free blocks of the pool).
+void CachingAllocator::release_free_segments(StatType pool) {
+  if (whole_free_bytes_[index_of(pool)] == 0) return;
+  FreeSet& free = free_set(pool);
+  for (auto it = free.begin(); it != free.end();) {
+    Block* block = &*it;
+    ++it;
+    if (block->whole()) release_segment(block);
+  }
+}
+
+void CachingAllocator::release_segment(Block* whole_block) {
+  OCLVM_DCHECK(whole_block->whole() && !whole_block->allocated);
+  erase_free(whole_block);
+  Segment* segment = whole_block->segment;
+  tracker_.on_segment_release(whole_block->pool, segment->size);
+  segments_.erase(segment->id);
+  recycle_block(whole_block);
+  backend_.release_segment(segment);
+}
+
+void CachingAllocator::grow_block_pool() {
+  auto chunk = std::make_unique<Block[]>(kBlocksPerChunk);
+  for (size_t i = 0; i < kBlocksPerChunk; ++i) {
+    chunk[i].next = i + 1 < kBlocksPerChunk ? &chunk[i + 1] : spare_blocks_;
+  }
+  spare_blocks_ = &chunk[0];
+  block_chunks_.push_back(std::move(chunk));
+}
+
+void CachingAllocator::grow_live_buckets() {
+  const size_t count = live_bucket_count_ * 2;
+  auto buckets = std::make_unique<LiveSet::bucket_type[]>(count);
+  live_.rehash(LiveSet::bucket_traits(buckets.get(), count));
+  live_buckets_ = std::move(buckets);
+  live_bucket_count_ = count;
+}
+
+// =================================================================================================
+// Introspection and invariants.
+
+size_t CachingAllocator::cached_bytes() const {
+  const DeviceStats& s = tracker_.stats();
+  return static_cast<size_t>(s.reserved_bytes[0].current - s.allocated_bytes[0].current);
+}
+
+size_t CachingAllocator::largest_free_block() const {
+  size_t largest = 0;
+  if (!small_free_.empty()) largest = std::max(largest, small_free_.rbegin()->size);
+  if (!large_free_.empty()) largest = std::max(largest, large_free_.rbegin()->size);
+  return largest;
+}
+
+void CachingAllocator::check_invariants() const {
+  tracker_.check_invariants();
+  struct Totals {
+    int64_t segments = 0, reserved = 0, allocations = 0, allocated = 0, requested = 0;
+    int64_t split_count = 0, split_bytes = 0, free_blocks = 0, whole_free = 0;
+  };
+  std::array<Totals, kNumStatTypes> totals{};
+  size_t live_blocks = 0;
+
+  for (const auto& [id, info] : segments_) {
+    const Segment* segment = info.segment;
+    OCLVM_DCHECK(segment != nullptr && segment->id == id && segment->owner == this);
+    OCLVM_DCHECK(segment->backend == &backend_);
+    OCLVM_DCHECK(segment->size % quantum_ == 0);
+    Totals& t = totals[index_of(info.pool)];
+    ++t.segments;
+    t.reserved += static_cast<int64_t>(segment->size);
+
+    size_t expected_offset = 0;
+    const Block* prev = nullptr;
+    for (const Block* b = info.first; b != nullptr; prev = b, b = b->next) {
+      OCLVM_DCHECK(b->prev == prev);
+      OCLVM_DCHECK(b->segment == segment && b->segment_id == segment->id);
+      OCLVM_DCHECK(b->pool == info.pool);
+      OCLVM_DCHECK(b->offset == expected_offset);
+      OCLVM_DCHECK(b->address == segment->address + b->offset);
+      OCLVM_DCHECK(b->size > 0 && b->size % quantum_ == 0 && b->offset % quantum_ == 0);
+      expected_offset += b->size;
+      OCLVM_DCHECK(expected_offset <= segment->size);
+      if (b->allocated) {
+        OCLVM_DCHECK(b->live_hook.is_linked() && !b->free_hook.is_linked());
+        auto it = live_.find(b->address);
+        OCLVM_DCHECK(it != live_.end() && &*it == b);
+        OCLVM_DCHECK(b->requested > 0 && b->requested <= b->size);
+        ++live_blocks;
+        ++t.allocations;
+        t.allocated += static_cast<int64_t>(b->size);
+        t.requested += static_cast<int64_t>(b->requested);
+      } else {
+        OCLVM_DCHECK(b->free_hook.is_linked() && !b->live_hook.is_linked());
+        OCLVM_DCHECK(prev == nullptr || prev->allocated);  // no two free neighbours
+        const FreeSet& free = free_set(b->pool);
+        auto it = free.find(*b);
+        OCLVM_DCHECK(it != free.end() && &*it == b);
+        ++t.free_blocks;
+        if (b->whole()) {
+          t.whole_free += static_cast<int64_t>(b->size);
+        } else {
+          ++t.split_count;
+          t.split_bytes += static_cast<int64_t>(b->size);
+        }
+      }
+    }
+    OCLVM_DCHECK(expected_offset == segment->size);
+  }
+
+  OCLVM_DCHECK(live_.size() == live_blocks);
+  const DeviceStats& s = tracker_.stats();
+  for (StatType pool : {StatType::kSmallPool, StatType::kLargePool}) {
+    const size_t p = index_of(pool);
+    const Totals& t = totals[p];
+    OCLVM_DCHECK(free_set(pool).size() == static_cast<size_t>(t.free_blocks));
+    for (const Block& b : free_set(pool)) OCLVM_DCHECK(!b.allocated && b.pool == pool);
+    OCLVM_DCHECK(static_cast<int64_t>(whole_free_bytes_[p]) == t.whole_free);
+    OCLVM_DCHECK(s.segment[p].current == t.segments);
+    OCLVM_DCHECK(s.reserved_bytes[p].current == t.reserved);
+    OCLVM_DCHECK(s.allocation[p].current == t.allocations);
+    OCLVM_DCHECK(s.active[p].current == t.allocations);
+    OCLVM_DCHECK(s.allocated_bytes[p].current == t.allocated);
+    OCLVM_DCHECK(s.active_bytes[p].current == t.allocated);
+    OCLVM_DCHECK(s.requested_bytes[p].current == t.requested);
+    OCLVM_DCHECK(s.inactive_split[p].current == t.split_count);
+    OCLVM_DCHECK(s.inactive_split_bytes[p].current == t.split_bytes);
+  }
+  OCLVM_DCHECK(segments_.size() == static_cast<size_t>(s.segment[0].current));
+  if (options_.memory_limit != 0) {
+    OCLVM_DCHECK(static_cast<uint64_t>(s.reserved_bytes[0].current) <= options_.memory_limit);
+  }
+}
+
+}  // namespace oclvm

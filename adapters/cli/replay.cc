@@ -4,6 +4,7 @@
 // no allocation of its own (the slot table is sized from the trace before the clock starts).
 #include "adapters/cli/replay.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <vector>
@@ -24,25 +25,31 @@ uint64_t delta(int64_t after, int64_t before) {
 
 // The slot table of a replay: one Allocation per dense trace slot, empty when nothing is live in
 // it (never allocated yet, freed, a zero-byte allocation, or an allocation that ran out of
-// memory). Whatever is live when it dies is given back, so an exception out of the loop leaks
-// nothing.
+// memory). finish() frees what is live and empties the cache; if the table dies without it (an
+// exception left the loop), the destructor does the same, so a failed replay leaks nothing.
 class SlotTable {
  public:
   SlotTable(Allocator& allocator, uint32_t size) : allocator_(allocator), slots_(size) {}
   ~SlotTable() {
+    if (finished_) return;
     try {
-      free_all();
-      allocator_.empty_cache();
+      finish();
     } catch (const std::exception& e) {
-      // Only reachable when the allocator breaks its own contract; there is nobody to tell but
-      // the user.
-      std::fprintf(stderr, "oclvm: error while cleaning up a replay: %s\n", e.what());
+      // Only reachable when the allocator breaks its own contract while another exception is
+      // already on its way out; the user is the only one left to tell.
+      std::fprintf(stderr, "oclvm: error while cleaning up a failed replay: %s\n", e.what());
     }
   }
   SlotTable(const SlotTable&) = delete;
   SlotTable& operator=(const SlotTable&) = delete;
 
   Allocation& operator[](uint32_t slot) { return slots_[slot]; }
+
+  void finish() {
+    finished_ = true;
+    free_all();
+    allocator_.empty_cache();
+  }
 
   void free_all() {
     for (Allocation& allocation : slots_) {
@@ -56,6 +63,7 @@ class SlotTable {
  private:
   Allocator& allocator_;
   std::vector<Allocation> slots_;
+  bool finished_ = false;
 };
 
 // One pass over the trace. Returns the allocations that ran out of memory.
@@ -139,7 +147,8 @@ ReplayReport replay(const Trace& trace, Allocator& allocator, const ReplayOption
     const auto stop = std::chrono::steady_clock::now();
     report.seconds = std::chrono::duration<double>(stop - start).count();
     after_loop = allocator.stats();
-  }  // ~SlotTable empties the cache
+    slots.finish();
+  }
   const DeviceStats after = allocator.stats();
 
   report.events = trace.stats.events * options.repeat;
@@ -196,28 +205,28 @@ std::string format_text(const ReplayReport& r) {
 
 std::string format_json(const ReplayReport& r) {
   std::string out = "{";
-  auto key = [&](const char* name) {
+  auto add = [&out](const char* key, const std::string& value) {
     if (out.size() > 1) out += ", ";
-    out += '"';
-    out += name;
-    out += "\": ";
+    out += json_string(key);
+    out += ": ";
+    out += value;
   };
-  key("trace"), out += json_string(r.trace);
-  key("allocator"), out += json_string(r.allocator);
-  key("device"), out += json_string(r.device);
-  key("limit_bytes"), out += std::to_string(r.limit_bytes);
-  key("repeat"), out += std::to_string(r.repeat);
-  key("events"), out += std::to_string(r.events);
-  key("live_peak_bytes"), out += std::to_string(r.live_peak_bytes);
-  key("reserved_peak_bytes"), out += std::to_string(r.reserved_peak_bytes);
-  key("allocated_peak_bytes"), out += std::to_string(r.allocated_peak_bytes);
-  key("ratio"), out += format_double("%.6f", r.ratio);
-  key("backend_allocs"), out += std::to_string(r.backend_allocs);
-  key("backend_frees"), out += std::to_string(r.backend_frees);
-  key("ooms"), out += std::to_string(r.ooms);
-  key("alloc_retries"), out += std::to_string(r.alloc_retries);
-  key("seconds"), out += format_double("%.6f", r.seconds);
-  key("events_per_s"), out += format_double("%.1f", r.events_per_s);
+  add("trace", json_string(r.trace));
+  add("allocator", json_string(r.allocator));
+  add("device", json_string(r.device));
+  add("limit_bytes", std::to_string(r.limit_bytes));
+  add("repeat", std::to_string(r.repeat));
+  add("events", std::to_string(r.events));
+  add("live_peak_bytes", std::to_string(r.live_peak_bytes));
+  add("reserved_peak_bytes", std::to_string(r.reserved_peak_bytes));
+  add("allocated_peak_bytes", std::to_string(r.allocated_peak_bytes));
+  add("ratio", format_double("%.6f", r.ratio));
+  add("backend_allocs", std::to_string(r.backend_allocs));
+  add("backend_frees", std::to_string(r.backend_frees));
+  add("ooms", std::to_string(r.ooms));
+  add("alloc_retries", std::to_string(r.alloc_retries));
+  add("seconds", format_double("%.6f", r.seconds));
+  add("events_per_s", format_double("%.1f", r.events_per_s));
   out += "}";
   return out;
 }
