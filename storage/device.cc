@@ -33,6 +33,9 @@ Device parse_device(std::string_view text) {
     return fail();
   }
   if (!index_text.empty()) {
+    // Digits only: no sign ("-0"), no leading zeros ("007"), no trailing text.
+    if (index_text[0] < '0' || index_text[0] > '9') return fail();
+    if (index_text.size() > 1 && index_text[0] == '0') return fail();
     DeviceIndex index = 0;
     auto [end, ec] = std::from_chars(index_text.data(), index_text.data() + index_text.size(), index);
     if (ec != std::errc() || end != index_text.data() + index_text.size() || index < 0) return fail();

@@ -25,7 +25,7 @@ uint64_t parse_byte_size(std::string_view text, std::string_view what) {
   int shift = 0;
   if (suffix.empty() || suffix == "B") {
     shift = 0;
-  } else if (suffix == "K" || suffix == "KiB" || suffix == "k") {
+  } else if (suffix == "K" || suffix == "KiB") {
     shift = 10;
   } else if (suffix == "M" || suffix == "MiB") {
     shift = 20;
@@ -43,7 +43,8 @@ std::string format_bytes(uint64_t bytes) {
   if (bytes < 1024) return std::to_string(bytes) + " B";
   double value = static_cast<double>(bytes) / 1024.0;
   int unit = 0;
-  while (value >= 1024.0 && unit < 3) {
+  // Compare against what "%.2f" would print, so 1048575 reads "1.00 MiB", not "1024.00 KiB".
+  while (value >= 1024.0 - 0.005 && unit < 3) {
     value /= 1024.0;
     ++unit;
   }

@@ -83,6 +83,8 @@ void DeviceStatsTracker::check_invariants() const {
     }
     const Stat& all = a[0];
     OCLVM_DCHECK(all.current == a[1].current + a[2].current);
+    OCLVM_DCHECK(all.allocated == a[1].allocated + a[2].allocated);
+    OCLVM_DCHECK(all.freed == a[1].freed + a[2].freed);
   });
   constexpr size_t kAll = static_cast<size_t>(StatType::kAggregate);
   OCLVM_DCHECK(stats_.reserved_bytes[kAll].current >= stats_.allocated_bytes[kAll].current);

@@ -11,7 +11,8 @@
 //   inactive_split / _bytes          free blocks that are pieces of a split segment (fragments)
 //
 // Invariants (checked by DeviceStatsTracker::check_invariants and by the allocators' own checks):
-//   for every Stat:        current == allocated - freed,  0 <= current <= peak
+//   for every Stat:        0 <= current <= peak; current == allocated - freed until the first
+//                          reset_accumulated (which zeroes allocated and freed, not current)
 //   per array:             AGGREGATE == SMALL_POOL + LARGE_POOL   (current, allocated, freed)
 //   reserved_bytes.current >= allocated_bytes.current >= requested_bytes.current
 //   reserved == allocated for an allocator without a cache (SystemAllocator)

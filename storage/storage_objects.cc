@@ -173,6 +173,17 @@ void BlobStorage::release() {
   allocator_->deallocate(allocation_);
 }
 
+void BlobStorage::check_invariants() const {
+  OCLVM_DCHECK(allocator_ != nullptr);
+  OCLVM_DCHECK(static_cast<bool>(allocation_) == (allocation_.size > 0));
+  // After release the segment may be gone; only a live allocation can be looked at.
+  if (released_ || !allocation_) return;
+  OCLVM_DCHECK(allocation_.segment != nullptr);
+  OCLVM_DCHECK(allocation_.segment->backend == &allocator_->backend());
+  OCLVM_DCHECK(device_address() == allocation_.segment->address + allocation_.offset);
+  OCLVM_DCHECK(allocation_.offset + allocation_.size <= allocation_.segment->size);
+}
+
 uint64_t BlobStorage::destructor_releases() {
   return destructor_release_count.load(std::memory_order_relaxed);
 }
@@ -181,6 +192,23 @@ uint64_t BlobStorage::destructor_releases() {
 // BlobObject.
 
 namespace {
+
+// One past the farthest byte a layout with at least one element addresses:
+// (storage_offset + sum (shape[i] - 1) * stride[i] + 1) * dtype_size. Sets *overflow when that does
+// not fit in int64_t (such a layout fits no storage anyway).
+int64_t layout_end_bytes(const std::vector<int64_t>& shape, const std::vector<int64_t>& stride,
+                         DType dtype, int64_t storage_offset, bool* overflow) {
+  int64_t last = storage_offset;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    int64_t span = 0;
+    *overflow |= __builtin_mul_overflow(shape[i] - 1, stride[i], &span);
+    *overflow |= __builtin_add_overflow(last, span, &last);
+  }
+  int64_t end_bytes = 0;
+  *overflow |= __builtin_add_overflow(last, int64_t{1}, &last);
+  *overflow |= __builtin_mul_overflow(last, static_cast<int64_t>(dtype_size(dtype)), &end_bytes);
+  return end_bytes;
+}
 
 // Checks the layout contract of BlobObject (see the header) and returns numel.
 int64_t check_layout(const BlobStorage* storage, const std::vector<int64_t>& shape,
@@ -209,17 +237,8 @@ int64_t check_layout(const BlobStorage* storage, const std::vector<int64_t>& sha
   checked_nbytes(numel, dtype, shape);
   if (numel == 0) return numel;
 
-  // Farthest element addressed, in elements, then in bytes; any overflow is out of range anyway.
-  int64_t last = storage_offset;
   bool overflow = false;
-  for (size_t i = 0; i < shape.size(); ++i) {
-    int64_t span = 0;
-    overflow |= __builtin_mul_overflow(shape[i] - 1, stride[i], &span);
-    overflow |= __builtin_add_overflow(last, span, &last);
-  }
-  int64_t end_bytes = 0;
-  overflow |= __builtin_add_overflow(last, int64_t{1}, &last);
-  overflow |= __builtin_mul_overflow(last, static_cast<int64_t>(dtype_size(dtype)), &end_bytes);
+  const int64_t end_bytes = layout_end_bytes(shape, stride, dtype, storage_offset, &overflow);
   if (overflow || static_cast<uint64_t>(end_bytes) > storage->size()) {
     throw InvalidArgument("Expected a layout within the " + std::to_string(storage->size()) +
                           "-byte storage, but got shape " + shape_string(shape) + ", stride " +
@@ -244,6 +263,23 @@ BlobObject::BlobObject(std::shared_ptr<BlobStorage> storage, std::vector<int64_t
       storage_offset_(storage_offset),
       numel_(check_layout(storage_.get(), shape_, stride_, dtype_, storage_offset_)),
       producer_stream_(producer_stream) {}
+
+void BlobObject::check_invariants() const {
+  OCLVM_DCHECK(storage_ != nullptr);
+  OCLVM_DCHECK(stride_.size() == shape_.size());
+  OCLVM_DCHECK(storage_offset_ >= 0);
+  int64_t numel = 1;
+  for (size_t i = 0; i < shape_.size(); ++i) {
+    OCLVM_DCHECK(shape_[i] >= 0 && stride_[i] >= 0);
+    numel *= shape_[i];  // cannot overflow: the constructor checked it
+  }
+  OCLVM_DCHECK(numel == numel_);
+  if (numel_ == 0 || storage_->released()) return;
+  bool overflow = false;
+  const int64_t end_bytes = layout_end_bytes(shape_, stride_, dtype_, storage_offset_, &overflow);
+  OCLVM_DCHECK(!overflow && static_cast<uint64_t>(end_bytes) <= storage_->size());
+  storage_->check_invariants();
+}
 
 bool BlobObject::is_contiguous() const {
   if (numel_ == 0) return true;

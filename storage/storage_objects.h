@@ -51,12 +51,10 @@
 // the allocator, which is exactly what the counter exists to flag when it does not hold.
 #pragma once
 
-#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <string>
 #include <vector>
 
 #include "storage/allocator.h"
@@ -88,7 +86,10 @@ std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& shape);
 //
 // Invariants:
 //   allocator_ is the allocator that made allocation_ (a non-empty allocation_ is live in it until
-//   release()); released_ goes from false to true exactly once, in release() or in the destructor.
+//   release()); released_ goes from false to true exactly once, in release() or in the destructor;
+//   allocation_ is empty iff size() == 0; while live, device_address() ==
+//   allocation_.segment->address + allocation_.offset and the segment belongs to
+//   allocator_->backend().
 //
 // Thread-safety: thread-compatible. release() touches the allocator, so it must run on the thread
 // that may touch that allocator (the device's stream worker, once the VM exists). The accessors
@@ -101,6 +102,8 @@ class BlobStorage {
   static std::shared_ptr<BlobStorage> allocate(Allocator& allocator, size_t bytes);
 
   // Takes ownership of `allocation`, which must be live in `allocator` (from allocator.allocate).
+  // Throws InvalidArgument, taking nothing, when a non-empty allocation's segment does not belong
+  // to allocator.backend() (another device's or backend's memory).
   BlobStorage(Allocator& allocator, const Allocation& allocation);
   // A live blob frees itself here; see Note [Unreleased BlobStorage]. Never throws.
   ~BlobStorage();
@@ -125,6 +128,10 @@ class BlobStorage {
   size_t size() const { return allocation_.size; }
   Device device() const { return device_; }
   Allocator& allocator() const { return *allocator_; }
+
+  // Checks the invariants above (and, while live, that the allocation lies in a segment of the
+  // allocator's backend at the address it claims); aborts via OCLVM_DCHECK on violation.
+  void check_invariants() const;
 
   // Process-wide count of BlobStorages freed by their destructor instead of release(); 0 in a
   // correct run. See Note [Unreleased BlobStorage].
@@ -176,6 +183,10 @@ class BlobObject {
   // True when the elements are laid out row-major without gaps. Dimensions of size 1 may have any
   // stride; a tensor with no elements is contiguous.
   bool is_contiguous() const;
+
+  // Checks the layout contract above against the current storage (the fit only while the storage
+  // is live); aborts via OCLVM_DCHECK on violation.
+  void check_invariants() const;
 
   // The stream whose instruction created the contents (kNoStream: none yet). A release frees on it.
   StreamId producer_stream() const { return producer_stream_; }

@@ -1,1 +1,178 @@
-// placeholder: being written
+// tests/storage/options_test.cc — parse_byte_size, format_bytes and Options::from_environment
+// (storage/options.h).
+//
+// The environment tests set and unset OCLVM_MEMORY_LIMIT, OCLVM_ALLOCATOR and OCLVM_PLATFORM and
+// restore their previous values afterwards (the fixture saves them at SetUp), so the rest of the
+// suite and the DeviceManager see the environment they started with.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "storage/errors.h"
+#include "storage/options.h"
+
+namespace oclvm {
+namespace {
+
+constexpr uint64_t kKiB = uint64_t{1} << 10;
+constexpr uint64_t kMiB = uint64_t{1} << 20;
+constexpr uint64_t kGiB = uint64_t{1} << 30;
+
+// Expects parse_byte_size(text) to throw InvalidArgument naming `what`, the text and `why`.
+void expect_rejected(const std::string& text, const std::string& why) {
+  try {
+    const uint64_t value = parse_byte_size(text, "the test size");
+    ADD_FAILURE() << "parse_byte_size accepted '" << text << "' as " << value;
+  } catch (const InvalidArgument& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("Expected the test size to be a byte count"), std::string::npos)
+        << message;
+    EXPECT_NE(message.find("but got '" + text + "'"), std::string::npos) << message;
+    EXPECT_NE(message.find(why), std::string::npos) << message;
+  }
+}
+
+TEST(ParseByteSizeTest, PlainNumbers) {
+  EXPECT_EQ(parse_byte_size("0", "x"), 0u);
+  EXPECT_EQ(parse_byte_size("1", "x"), 1u);
+  EXPECT_EQ(parse_byte_size("1048576", "x"), 1048576u);
+  EXPECT_EQ(parse_byte_size("7B", "x"), 7u);
+  EXPECT_EQ(parse_byte_size("18446744073709551615", "x"), UINT64_MAX);
+}
+
+TEST(ParseByteSizeTest, SuffixesArePowersOf1024) {
+  EXPECT_EQ(parse_byte_size("512K", "x"), 512 * kKiB);
+  EXPECT_EQ(parse_byte_size("64M", "x"), 64 * kMiB);
+  EXPECT_EQ(parse_byte_size("2G", "x"), 2 * kGiB);
+  EXPECT_EQ(parse_byte_size("1KiB", "x"), kKiB);
+  EXPECT_EQ(parse_byte_size("3MiB", "x"), 3 * kMiB);
+  EXPECT_EQ(parse_byte_size("2GiB", "x"), 2 * kGiB);
+  EXPECT_EQ(parse_byte_size("0G", "x"), 0u);
+  // The largest count that still fits once shifted.
+  EXPECT_EQ(parse_byte_size("17179869183G", "x"), (UINT64_MAX >> 30) << 30);
+  EXPECT_EQ(parse_byte_size("17592186044415M", "x"), (UINT64_MAX >> 20) << 20);
+}
+
+TEST(ParseByteSizeTest, RejectsOverflow) {
+  expect_rejected("99999999999G", "too large");
+  expect_rejected("17179869184G", "too large");  // (UINT64_MAX >> 30) + 1
+  expect_rejected("18014398509481984K", "too large");
+  expect_rejected("18446744073709551616", "too large");  // UINT64_MAX + 1
+  expect_rejected("99999999999999999999999", "too large");
+}
+
+TEST(ParseByteSizeTest, RejectsMalformedText) {
+  expect_rejected("", "no digits");
+  expect_rejected("-1", "no digits");
+  expect_rejected("K", "no digits");
+  expect_rejected(" 12", "no digits");
+  expect_rejected("12Q", "unknown suffix");
+  expect_rejected("12 K", "unknown suffix");
+  expect_rejected("1.5G", "unknown suffix");
+  expect_rejected("0x10", "unknown suffix");
+  expect_rejected("12KB", "unknown suffix");
+  expect_rejected("12GG", "unknown suffix");
+}
+
+// Regression: a lone lower-case "k" was accepted while "m" and "g" were not.
+TEST(ParseByteSizeTest, SuffixesAreUpperCaseOnly) {
+  for (const char* text : {"1k", "1m", "1g"}) {
+    EXPECT_THROW(parse_byte_size(text, "X"), InvalidArgument) << text;
+  }
+}
+
+// Regression: the unit was chosen before rounding, so 1048575 printed as "1024.00 KiB".
+TEST(FormatBytesTest, UnitIsChosenAfterRounding) {
+  EXPECT_EQ(format_bytes(1048575), "1.00 MiB");
+  EXPECT_EQ(format_bytes(1073741823), "1.00 GiB");
+  EXPECT_EQ(format_bytes(1023), "1023 B");
+}
+
+TEST(FormatBytesTest, BytesBelowOneKiB) {
+  EXPECT_EQ(format_bytes(0), "0 B");
+  EXPECT_EQ(format_bytes(512), "512 B");
+  EXPECT_EQ(format_bytes(1023), "1023 B");
+}
+
+TEST(FormatBytesTest, LargerCountsUseTwoDecimals) {
+  EXPECT_EQ(format_bytes(kKiB), "1.00 KiB");
+  EXPECT_EQ(format_bytes(1536), "1.50 KiB");
+  EXPECT_EQ(format_bytes(2 * kMiB), "2.00 MiB");
+  EXPECT_EQ(format_bytes(3 * kGiB / 2), "1.50 GiB");
+  EXPECT_EQ(format_bytes(1024 * kGiB), "1.00 TiB");
+  EXPECT_EQ(format_bytes(2048 * 1024 * kGiB), "2048.00 TiB");  // TiB is the largest unit
+}
+
+// Saves the variables at SetUp and restores them (set or unset) at TearDown.
+class OptionsEnvironmentTest : public ::testing::Test {
+ protected:
+  static constexpr const char* kVariables[] = {"OCLVM_MEMORY_LIMIT", "OCLVM_ALLOCATOR",
+                                               "OCLVM_PLATFORM"};
+
+  void SetUp() override {
+    for (const char* name : kVariables) {
+      const char* value = std::getenv(name);
+      saved_.push_back(value ? std::optional<std::string>(value) : std::nullopt);
+      unsetenv(name);
+    }
+  }
+
+  void TearDown() override {
+    for (size_t i = 0; i < saved_.size(); ++i) {
+      if (saved_[i]) {
+        setenv(kVariables[i], saved_[i]->c_str(), 1);
+      } else {
+        unsetenv(kVariables[i]);
+      }
+    }
+  }
+
+ private:
+  std::vector<std::optional<std::string>> saved_;
+};
+
+TEST_F(OptionsEnvironmentTest, DefaultsWhenNothingIsSet) {
+  const Options options = Options::from_environment();
+  EXPECT_EQ(options.platform, "");
+  EXPECT_EQ(options.allocator, "");
+  EXPECT_EQ(options.memory_limit, 0u);
+  EXPECT_EQ(options.pocl_default_devices, "basic");
+}
+
+TEST_F(OptionsEnvironmentTest, ReadsEveryVariable) {
+  setenv("OCLVM_MEMORY_LIMIT", "64M", 1);
+  setenv("OCLVM_ALLOCATOR", "buddy", 1);
+  setenv("OCLVM_PLATFORM", "Portable", 1);
+  const Options options = Options::from_environment();
+  EXPECT_EQ(options.memory_limit, 64 * kMiB);
+  EXPECT_EQ(options.allocator, "buddy");
+  EXPECT_EQ(options.platform, "Portable");
+  EXPECT_EQ(options.pocl_default_devices, "basic");
+}
+
+TEST_F(OptionsEnvironmentTest, PlainByteLimit) {
+  setenv("OCLVM_MEMORY_LIMIT", "1048576", 1);
+  EXPECT_EQ(Options::from_environment().memory_limit, kMiB);
+}
+
+TEST_F(OptionsEnvironmentTest, MalformedLimitNamesTheVariable) {
+  for (const char* text : {"12Q", "99999999999G", "-1"}) {
+    setenv("OCLVM_MEMORY_LIMIT", text, 1);
+    try {
+      Options::from_environment();
+      ADD_FAILURE() << "OCLVM_MEMORY_LIMIT=" << text << " was accepted";
+    } catch (const InvalidArgument& e) {
+      const std::string message = e.what();
+      EXPECT_NE(message.find("Expected OCLVM_MEMORY_LIMIT to be a byte count"), std::string::npos)
+          << message;
+      EXPECT_NE(message.find(std::string("'") + text + "'"), std::string::npos) << message;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace oclvm
