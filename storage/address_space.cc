@@ -24,8 +24,18 @@ AddressSpace& AddressSpace::instance() {
   return *space;
 }
 
-uintptr_t AddressSpace::reserve(Segment* segment) {
-  const size_t length = reserved_length(segment->size);
+uintptr_t AddressSpace::take_range(size_t length) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    // Most recently released first (entries of equal length keep insertion order).
+    auto it = cached_ranges_.upper_bound(length);
+    if (it != cached_ranges_.begin() && (--it)->first == length) {
+      const uintptr_t start = it->second;
+      cached_ranges_.erase(it);
+      cached_bytes_ -= length;
+      return start;
+    }
+  }
   // Over-reserve by one chunk, then trim both ends so the range starts on a chunk boundary.
   const size_t padded = length + kChunk;
   void* raw = mmap(nullptr, padded, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -40,13 +50,18 @@ uintptr_t AddressSpace::reserve(Segment* segment) {
   const uintptr_t tail = aligned + length;
   const uintptr_t end = start + padded;
   if (end > tail) munmap(reinterpret_cast<void*>(tail), end - tail);
+  return aligned;
+}
 
+uintptr_t AddressSpace::reserve(Segment* segment) {
+  const size_t length = reserved_length(segment->size);
+  const uintptr_t start = take_range(length);
   std::lock_guard<std::mutex> lock(mutex_);
-  for (uintptr_t chunk = aligned >> kChunkShift; chunk < tail >> kChunkShift; ++chunk) {
+  for (uintptr_t chunk = start >> kChunkShift; chunk < (start + length) >> kChunkShift; ++chunk) {
     chunk_owner_[chunk] = segment;
   }
   ++live_ranges_;
-  return aligned;
+  return start;
 }
 
 void AddressSpace::release(const Segment* segment) noexcept {
@@ -58,6 +73,15 @@ void AddressSpace::release(const Segment* segment) noexcept {
       chunk_owner_.erase(chunk);
     }
     --live_ranges_;
+    if (cached_bytes_ + length <= kMaxCachedBytes) {
+      try {
+        cached_ranges_.emplace(length, segment->address);
+        cached_bytes_ += length;
+        return;
+      } catch (const std::bad_alloc&) {
+        // Fall through: give the range back to the kernel instead of caching it.
+      }
+    }
   }
   munmap(reinterpret_cast<void*>(segment->address), length);
 }
@@ -69,6 +93,11 @@ ResolvedAddress AddressSpace::resolve(uintptr_t address) const {
   Segment* segment = it->second;
   if (address < segment->address || address >= segment->address + segment->size) return {};
   return {segment, address - segment->address};
+}
+
+size_t AddressSpace::cached_bytes() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return cached_bytes_;
 }
 
 size_t AddressSpace::live_ranges() const {

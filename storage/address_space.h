@@ -10,12 +10,18 @@
 // segment and `resolve` is one hash lookup of address / kChunk: O(1) from any interior address to
 // (segment, offset).
 //
+// Released ranges stay reserved (still PROT_NONE) in a cache keyed by length, and a later
+// reservation of the same length takes one from there without a system call: a segment per
+// allocation (the system allocator) would otherwise pay an mmap and two munmaps each time. The
+// cache holds at most kMaxCachedBytes of address space (virtual only; no memory behind it).
+//
 // Thread-safety: thread-safe (one mutex); every device's allocator uses the one instance.
 // Lifetime: a process-wide singleton that is never destroyed, so releases during exit are safe.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <mutex>
 #include <unordered_map>
 
@@ -32,6 +38,7 @@ class AddressSpace {
  public:
   static constexpr size_t kChunkShift = 21;
   static constexpr size_t kChunk = size_t{1} << kChunkShift;
+  static constexpr size_t kMaxCachedBytes = size_t{1} << 40;  // 1 TiB of virtual address space
 
   static AddressSpace& instance();
 
@@ -44,13 +51,19 @@ class AddressSpace {
   ResolvedAddress resolve(uintptr_t address) const;
   // Number of live reservations (for leak checks).
   size_t live_ranges() const;
+  // Bytes of released ranges kept for reuse.
+  size_t cached_bytes() const;
 
  private:
   AddressSpace() = default;
+  // A fresh chunk-aligned range of `length` bytes from the cache or from mmap.
+  uintptr_t take_range(size_t length);
 
   mutable std::mutex mutex_;
   std::unordered_map<uintptr_t, Segment*> chunk_owner_;  // chunk number -> segment. GUARDED_BY(mutex_)
   size_t live_ranges_ = 0;                              // GUARDED_BY(mutex_)
+  std::multimap<size_t, uintptr_t> cached_ranges_;      // length -> start. GUARDED_BY(mutex_)
+  size_t cached_bytes_ = 0;                             // sum of cached lengths. GUARDED_BY(mutex_)
 };
 
 }  // namespace oclvm

@@ -1,1 +1,250 @@
-int main() { return 0; }
+// adapters/cli/main.cc — the `oclvm` command.
+//
+//   oclvm replay FILE [--allocator NAME] [--device DEVICE] [--limit BYTES] [--repeat N] [--json]
+//   oclvm devices
+//   oclvm help | --help | -h
+//
+// Exit status (the promise scripts and ctest rely on):
+//   0  success
+//   1  a runtime error (a driver failure, an allocation the device can never hold, ...)
+//   2  bad usage (unknown command or flag, missing or malformed value, unknown device or
+//      allocator, malformed environment) or a malformed trace (`FILE:LINE: error: ...`)
+//   3  the replay ran, its report was printed, and at least one allocation ran out of memory
+//
+// Reports go to stdout, diagnostics to stderr. main() catches everything: no exception leaves it.
+// Configuration comes from the command line over Options::from_environment() (the only reader of
+// the environment).
+//
+// Thread-safety: single-threaded program.
+#include <charconv>
+#include <cstdio>
+#include <exception>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "adapters/cli/replay.h"
+#include "adapters/cli/trace.h"
+#include "storage/allocator_registry.h"
+#include "storage/device_manager.h"
+#include "storage/errors.h"
+#include "storage/options.h"
+
+namespace oclvm::cli {
+namespace {
+
+constexpr int kExitOk = 0;
+constexpr int kExitRuntimeError = 1;
+constexpr int kExitUsage = 2;
+constexpr int kExitOutOfMemory = 3;
+
+constexpr const char* kUsage =
+    "usage: oclvm <command> [options]\n"
+    "\n"
+    "commands:\n"
+    "  replay FILE [options]    replay an allocation trace (oclvm-trace v1) through a real\n"
+    "                           allocator on a real device and report its memory overhead\n"
+    "      --allocator NAME     caching | buddy | system\n"
+    "                           (default: OCLVM_ALLOCATOR, else the registry's default)\n"
+    "      --device DEVICE      opencl:N or cpu (default: opencl:0)\n"
+    "      --limit BYTES        per-device memory limit; K, M, G suffixes (1024-based)\n"
+    "                           (default: OCLVM_MEMORY_LIMIT, else none)\n"
+    "      --repeat N           replay the whole trace N times (default: 1)\n"
+    "      --json               print one JSON object instead of the text report\n"
+    "  devices                  list the OpenCL platform and every device\n"
+    "  help, --help, -h         print this text\n"
+    "\n"
+    "exit status: 0 ok, 1 runtime error, 2 bad usage or malformed trace,\n"
+    "             3 the replay ran out of memory (the report is printed first)\n";
+
+// Bad command-line or environment input. Reported with the usage text, exit status 2.
+class UsageError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct ReplayArguments {
+  std::string file;
+  std::string allocator;               // empty: Options / registry default
+  Device device{DeviceType::kOpenCL, 0};
+  bool has_limit = false;
+  uint64_t limit = 0;
+  uint64_t repeat = 1;
+  bool json = false;
+};
+
+uint64_t parse_repeat(std::string_view text) {
+  uint64_t value = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end != text.data() + text.size() || value == 0) {
+    throw UsageError("Expected --repeat to be a whole number of at least 1, but got '" +
+                     std::string(text) + "'");
+  }
+  return value;
+}
+
+ReplayArguments parse_replay_arguments(const std::vector<std::string_view>& args) {
+  ReplayArguments parsed;
+  bool have_file = false;
+  for (size_t i = 0; i < args.size(); ++i) {
+    std::string_view arg = args[i];
+    // A flag's value comes either inline (--limit=1M) or as the next argument (--limit 1M).
+    std::string_view flag = arg;
+    std::string_view inline_value;
+    bool has_inline_value = false;
+    if (arg.starts_with("--")) {
+      if (auto equals = arg.find('='); equals != std::string_view::npos) {
+        flag = arg.substr(0, equals);
+        inline_value = arg.substr(equals + 1);
+        has_inline_value = true;
+      }
+    }
+    auto value = [&]() -> std::string_view {
+      if (has_inline_value) return inline_value;
+      if (i + 1 >= args.size()) {
+        throw UsageError("Expected a value after " + std::string(flag) + ", but got none");
+      }
+      return args[++i];
+    };
+    try {
+      if (flag == "--allocator") {
+        parsed.allocator = std::string(value());
+        if (parsed.allocator.empty()) {
+          throw UsageError("Expected an allocator name after --allocator, but got ''");
+        }
+      } else if (flag == "--device") {
+        parsed.device = parse_device(value());
+      } else if (flag == "--limit") {
+        parsed.limit = parse_byte_size(value(), "--limit");
+        parsed.has_limit = true;
+      } else if (flag == "--repeat") {
+        parsed.repeat = parse_repeat(value());
+      } else if (flag == "--json" && !has_inline_value) {
+        parsed.json = true;
+      } else if (arg.starts_with("-") && arg != "-") {
+        throw UsageError("Expected one of --allocator, --device, --limit, --repeat, --json, but got '" +
+                         std::string(arg) + "'");
+      } else if (!have_file) {
+        parsed.file = std::string(arg);
+        have_file = true;
+      } else {
+        throw UsageError("Expected one trace FILE, but got a second one: '" + std::string(arg) + "'");
+      }
+    } catch (const InvalidArgument& e) {
+      throw UsageError(e.what());
+    }
+  }
+  if (!have_file) throw UsageError("Expected a trace FILE after 'replay', but got none");
+  return parsed;
+}
+
+int run_replay(const std::vector<std::string_view>& args) {
+  ReplayArguments parsed = parse_replay_arguments(args);
+  Trace trace = load_trace(parsed.file);  // TraceError: exit 2, reported by main
+
+  // Setup: every InvalidArgument here (malformed environment, a device that does not exist, an
+  // unknown allocator name) is the user's input, so it is a usage error.
+  MemoryBackend* backend = nullptr;
+  std::unique_ptr<Allocator> allocator;
+  try {
+    Options options = Options::from_environment();
+    if (!parsed.allocator.empty()) options.allocator = parsed.allocator;
+    if (parsed.has_limit) options.memory_limit = parsed.limit;
+    backend = &DeviceManager::instance().backend(parsed.device);
+    allocator = AllocatorRegistry::instance().create(*backend, options);
+  } catch (const InvalidArgument& e) {
+    throw UsageError(e.what());
+  }
+
+  ReplayOptions replay_options;
+  replay_options.repeat = parsed.repeat;
+  ReplayReport report = replay(trace, *allocator, replay_options);
+  allocator.reset();
+
+  std::string out = parsed.json ? format_json(report) + "\n" : format_text(report);
+  std::fputs(out.c_str(), stdout);
+  std::fflush(stdout);
+  if (report.ooms > 0) {
+    std::fprintf(stderr, "oclvm: %llu allocation(s) ran out of memory during the replay\n",
+                 static_cast<unsigned long long>(report.ooms));
+    return kExitOutOfMemory;
+  }
+  return kExitOk;
+}
+
+int run_devices(const std::vector<std::string_view>& args) {
+  if (!args.empty()) {
+    throw UsageError("Expected no arguments after 'devices', but got '" + std::string(args[0]) + "'");
+  }
+  DeviceManager* manager = nullptr;
+  try {
+    manager = &DeviceManager::instance();
+  } catch (const InvalidArgument& e) {
+    throw UsageError(e.what());
+  }
+  std::string out = "platform: " +
+                    (manager->platform_name().empty() ? std::string("(no OpenCL platform)")
+                                                      : manager->platform_name()) +
+                    "\n";
+  for (const Device& device : manager->devices()) {
+    const DeviceProperties& p = manager->backend(device).properties();
+    auto line = [&out](const char* key, const std::string& value) {
+      out += "  ";
+      out += key;
+      out += std::string(24 - std::string_view(key).size(), ' ');
+      out += value;
+      out += '\n';
+    };
+    out += device.str() + "\n";
+    line("name:", p.name);
+    line("platform:", p.platform);
+    line("version:", p.version);
+    line("global memory:", std::to_string(p.global_mem_bytes) + " (" + format_bytes(p.global_mem_bytes) + ")");
+    line("max allocation:", std::to_string(p.max_alloc_bytes) + " (" + format_bytes(p.max_alloc_bytes) + ")");
+    line("base address alignment:", std::to_string(p.base_addr_align_bytes) + " bytes");
+  }
+  std::fputs(out.c_str(), stdout);
+  return kExitOk;
+}
+
+int run(int argc, char** argv) {
+  std::vector<std::string_view> args(argv + (argc > 0 ? 1 : 0), argv + argc);
+  if (args.empty() || args[0] == "help" || args[0] == "--help" || args[0] == "-h") {
+    std::fputs(kUsage, stdout);
+    return kExitOk;
+  }
+  std::string_view command = args[0];
+  std::vector<std::string_view> rest(args.begin() + 1, args.end());
+  for (std::string_view arg : rest) {
+    if (arg == "--help" || arg == "-h") {
+      std::fputs(kUsage, stdout);
+      return kExitOk;
+    }
+  }
+  if (command == "replay") return run_replay(rest);
+  if (command == "devices") return run_devices(rest);
+  throw UsageError("Expected a command (replay, devices, help), but got '" + std::string(command) + "'");
+}
+
+}  // namespace
+}  // namespace oclvm::cli
+
+int main(int argc, char** argv) {
+  using namespace oclvm::cli;
+  try {
+    return run(argc, argv);
+  } catch (const TraceError& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return kExitUsage;
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "oclvm: error: %s\n\n%s", e.what(), kUsage);
+    return kExitUsage;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "oclvm: error: %s\n", e.what());
+    return kExitRuntimeError;
+  } catch (...) {
+    std::fprintf(stderr, "oclvm: error: unknown exception\n");
+    return kExitRuntimeError;
+  }
+}

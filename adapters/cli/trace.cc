@@ -92,7 +92,8 @@ class Parser {
     }
     if (!header_seen) {
       line_ = line_number == 0 ? 1 : line_number;
-      fail("expected the header '" + std::string(kTraceHeader) + "', but got an empty file");
+      fail("expected the header '" + std::string(kTraceHeader) + "', but got " +
+           (line_number == 0 ? "an empty file" : "only blank lines"));
     }
     trace_.stats.live_at_end = trace_.stats.allocations - trace_.stats.frees;
     trace_.stats.live_at_end_bytes = live_bytes_;

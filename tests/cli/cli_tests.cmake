@@ -1,1 +1,178 @@
-# CLI tests (written with adapters/cli)
+# tests/cli/cli_tests.cmake — command-line tests of the `oclvm` program.
+#
+# This file has two roles:
+#   - included from CMakeLists.txt (inside the tests block), it registers one ctest entry per case
+#     below, named oclvm_cli.<case>;
+#   - run as a script (`cmake -DPROGRAM=... -DARGS=a|b -DEXPECT_EXIT=N -DEXPECT_STDOUT=re1@@re2
+#     -DEXPECT_STDERR=re -P cli_tests.cmake`), which is what every entry does, it runs one command
+#     and checks its exact exit status and that stdout / stderr match every given regular
+#     expression ('@@' separates several). ctest's own PASS_REGULAR_EXPRESSION ignores the exit
+#     status, hence the script.
+#
+# The recorded traces live outside the repository (../shared/traces); their cases are registered
+# only when the files exist, so configuring works without them.
+
+if(CMAKE_SCRIPT_MODE_FILE)
+  cmake_minimum_required(VERSION 3.22)
+  string(REPLACE "|" ";" command_args "${ARGS}")
+  execute_process(COMMAND "${PROGRAM}" ${command_args}
+                  RESULT_VARIABLE status OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  set(problems "")
+  if(NOT "${status}" STREQUAL "${EXPECT_EXIT}")
+    string(APPEND problems "expected exit status ${EXPECT_EXIT}, but got '${status}'\n")
+  endif()
+  foreach(stream out err)
+    if(stream STREQUAL "out")
+      set(patterns "${EXPECT_STDOUT}")
+    else()
+      set(patterns "${EXPECT_STDERR}")
+    endif()
+    if(patterns STREQUAL "")
+      continue()
+    endif()
+    string(REPLACE "@@" ";" patterns "${patterns}")
+    foreach(pattern IN LISTS patterns)
+      if(NOT "${${stream}}" MATCHES "${pattern}")
+        string(APPEND problems "expected std${stream} to match '${pattern}', but it does not\n")
+      endif()
+    endforeach()
+  endforeach()
+  string(REPLACE ";" " " shown "${command_args}")
+  if(problems)
+    message(FATAL_ERROR "${PROGRAM} ${shown}\n${problems}--- stdout:\n${out}--- stderr:\n${err}")
+  endif()
+  message(STATUS "ok (exit ${status}): ${PROGRAM} ${shown}\n--- stdout:\n${out}--- stderr:\n${err}")
+  return()
+endif()
+
+set(OCLVM_CLI_TESTS_SCRIPT ${CMAKE_CURRENT_LIST_FILE})
+set(OCLVM_CLI_DATA ${PROJECT_SOURCE_DIR}/tests/cli/data)
+set(OCLVM_SHARED_TRACES ${PROJECT_SOURCE_DIR}/../shared/traces)
+
+# oclvm_cli_test(NAME EXIT_STATUS [ARGS a b ...] [STDOUT re ...] [STDERR re ...] [ENV VAR=value ...])
+function(oclvm_cli_test name exit_status)
+  cmake_parse_arguments(T "" "" "ARGS;STDOUT;STDERR;ENV" ${ARGN})
+  list(JOIN T_ARGS "|" joined_args)
+  list(JOIN T_STDOUT "@@" joined_stdout)
+  list(JOIN T_STDERR "@@" joined_stderr)
+  add_test(NAME oclvm_cli.${name}
+           COMMAND ${CMAKE_COMMAND} -DPROGRAM=$<TARGET_FILE:oclvm> "-DARGS=${joined_args}"
+                   -DEXPECT_EXIT=${exit_status} "-DEXPECT_STDOUT=${joined_stdout}"
+                   "-DEXPECT_STDERR=${joined_stderr}" -P ${OCLVM_CLI_TESTS_SCRIPT})
+  if(T_ENV)
+    set_tests_properties(oclvm_cli.${name} PROPERTIES ENVIRONMENT "${T_ENV}")
+  endif()
+endfunction()
+
+# One JSON object on one line, with every key the report promises.
+set(OCLVM_CLI_JSON_KEYS
+    "^{\"trace\": .*}\n$"
+    "\"events\": [0-9]+," "\"live_peak_bytes\": [0-9]+," "\"reserved_peak_bytes\": [0-9]+,"
+    "\"ratio\": [0-9.]+," "\"backend_allocs\": [0-9]+," "\"ooms\": [0-9]+,"
+    "\"events_per_s\": [0-9.]+}")
+
+# --- The recorded traces, through every allocator (exact events and live peak; no OOM).
+foreach(allocator caching buddy system)
+  if(EXISTS ${OCLVM_SHARED_TRACES}/transformer_train.trace)
+    oclvm_cli_test(replay.transformer.${allocator} 0
+      ARGS replay ${OCLVM_SHARED_TRACES}/transformer_train.trace --allocator ${allocator} --json
+      STDOUT ${OCLVM_CLI_JSON_KEYS} "\"allocator\": \"${allocator}\"" "\"events\": 5364,"
+             "\"live_peak_bytes\": 294765608," "\"ooms\": 0,")
+  endif()
+  if(EXISTS ${OCLVM_SHARED_TRACES}/cnn_train.trace)
+    oclvm_cli_test(replay.cnn.${allocator} 0
+      ARGS replay ${OCLVM_SHARED_TRACES}/cnn_train.trace --allocator=${allocator} --json
+      STDOUT ${OCLVM_CLI_JSON_KEYS} "\"allocator\": \"${allocator}\"" "\"events\": 1398,"
+             "\"live_peak_bytes\": 82056200," "\"ooms\": 0,")
+  endif()
+endforeach()
+
+# --- Our own fixtures.
+oclvm_cli_test(replay.small_text 0
+  ARGS replay ${OCLVM_CLI_DATA}/small.trace --device opencl:0 --repeat 3
+  STDOUT "\nevents: +30\n" "\nlive_peak_bytes: +4198400 .4.00 MiB.\n" "\nrepeat: +3\n"
+         "\nooms: +0\n" "\nratio: +[0-9.]+ .reserved peak / live peak.\n")
+oclvm_cli_test(replay.small_host_device 0
+  ARGS replay ${OCLVM_CLI_DATA}/small.trace --device cpu --allocator system --json
+  STDOUT "\"device\": \"cpu\"" "\"backend_allocs\": 4," "\"live_peak_bytes\": 4198400,")
+oclvm_cli_test(replay.leftover 0
+  ARGS replay ${OCLVM_CLI_DATA}/leftover.trace --json
+  STDOUT "\"events\": 4," "\"live_peak_bytes\": 66560,")
+oclvm_cli_test(replay.oom_exits_3 3
+  ARGS replay ${OCLVM_CLI_DATA}/oom.trace --limit 1M --json
+  STDOUT ${OCLVM_CLI_JSON_KEYS} "\"ooms\": 2," "\"limit_bytes\": 1048576,"
+  STDERR "2 allocation.s. ran out of memory")
+
+oclvm_cli_test(replay.too_large_exits_1 1
+  ARGS replay ${OCLVM_CLI_DATA}/too_large.trace
+  STDERR "^oclvm: error: [^\n]*4611686018427387904")
+
+# --- Configuration from the environment (Options::from_environment), overridden by flags.
+oclvm_cli_test(replay.environment_limit_exits_3 3
+  ARGS replay ${OCLVM_CLI_DATA}/oom.trace --json
+  ENV OCLVM_MEMORY_LIMIT=1M OCLVM_ALLOCATOR=buddy
+  STDOUT "\"allocator\": \"buddy\"" "\"limit_bytes\": 1048576," "\"ooms\": 2,")
+oclvm_cli_test(replay.flags_override_environment 0
+  ARGS replay ${OCLVM_CLI_DATA}/oom.trace --json --limit 0 --allocator system
+  ENV OCLVM_MEMORY_LIMIT=1M OCLVM_ALLOCATOR=buddy
+  STDOUT "\"allocator\": \"system\"" "\"limit_bytes\": 0," "\"ooms\": 0," "\"backend_allocs\": 2,")
+oclvm_cli_test(usage.bad_environment 2
+  ARGS replay ${OCLVM_CLI_DATA}/small.trace
+  ENV OCLVM_MEMORY_LIMIT=12Q
+  STDERR "OCLVM_MEMORY_LIMIT" "usage: oclvm")
+
+# --- Malformed traces and bad usage: exit 2 with an exact message.
+oclvm_cli_test(replay.double_free_exits_2 2
+  ARGS replay ${OCLVM_CLI_DATA}/double_free.trace
+  STDERR "^[^\n]*/tests/cli/data/double_free.trace:6: error: expected the ID of a live allocation, but ID 1 was already freed at line 5\n$")
+oclvm_cli_test(replay.bad_header_exits_2 2
+  ARGS replay ${OCLVM_CLI_DATA}/bad_header.trace --json
+  STDERR "bad_header.trace:1: error: expected the header '# oclvm-trace v1' as the first line, but got '# oclvm-trace v0'")
+oclvm_cli_test(replay.missing_file_exits_2 2
+  ARGS replay ${OCLVM_CLI_DATA}/no_such.trace
+  STDERR "no_such.trace: error: expected a readable trace file, but opening it failed .No such file or directory.")
+oclvm_cli_test(usage.unknown_command 2
+  ARGS frobnicate
+  STDERR "oclvm: error: Expected a command .replay, devices, help., but got 'frobnicate'" "usage: oclvm")
+oclvm_cli_test(usage.unknown_flag 2
+  ARGS replay ${OCLVM_CLI_DATA}/small.trace --fast
+  STDERR "but got '--fast'" "usage: oclvm")
+oclvm_cli_test(usage.missing_value 2
+  ARGS replay ${OCLVM_CLI_DATA}/small.trace --limit
+  STDERR "Expected a value after --limit, but got none" "usage: oclvm")
+oclvm_cli_test(usage.missing_file 2
+  ARGS replay --json
+  STDERR "Expected a trace FILE after 'replay', but got none")
+oclvm_cli_test(usage.bad_limit 2
+  ARGS replay ${OCLVM_CLI_DATA}/small.trace --limit 12Q
+  STDERR "Expected --limit to be a byte count")
+oclvm_cli_test(usage.bad_repeat 2
+  ARGS replay ${OCLVM_CLI_DATA}/small.trace --repeat 0
+  STDERR "Expected --repeat to be a whole number of at least 1, but got '0'")
+oclvm_cli_test(usage.malformed_device 2
+  ARGS replay ${OCLVM_CLI_DATA}/small.trace --device gpu:0
+  STDERR "Expected a device of the form opencl, opencl:N or cpu, but got 'gpu:0'")
+oclvm_cli_test(usage.missing_device 2
+  ARGS replay ${OCLVM_CLI_DATA}/small.trace --device opencl:9
+  STDERR "opencl:9" "usage: oclvm")
+oclvm_cli_test(usage.unknown_allocator 2
+  ARGS replay ${OCLVM_CLI_DATA}/small.trace --allocator nope
+  STDERR "nope" "usage: oclvm")
+
+# --- Other commands.
+oclvm_cli_test(devices 0
+  ARGS devices
+  STDOUT "^platform: " "\nopencl:0\n" "\ncpu\n" "global memory: +[0-9]+ " "max allocation: +[0-9]+ "
+         "base address alignment: +[0-9]+ bytes\n")
+oclvm_cli_test(devices_two 0
+  ARGS devices
+  ENV "POCL_DEVICES=basic basic"
+  STDOUT "\nopencl:0\n" "\nopencl:1\n" "\ncpu\n")
+oclvm_cli_test(devices_extra_argument 2
+  ARGS devices --all
+  STDERR "Expected no arguments after 'devices', but got '--all'")
+oclvm_cli_test(help 0
+  ARGS --help
+  STDOUT "^usage: oclvm" "replay FILE" "devices")
+oclvm_cli_test(no_arguments 0
+  STDOUT "^usage: oclvm")

@@ -131,5 +131,22 @@ TEST_F(AddressSpaceTest, AddressesOutsideAnyReservation) {
   EXPECT_EQ(space().resolve(UINTPTR_MAX).segment, nullptr);
 }
 
+// A released range is kept reserved and handed to the next segment of the same reserved length,
+// so a segment per allocation costs no mmap/munmap; the reused range resolves to the new segment only.
+TEST_F(AddressSpaceTest, ReleasedRangesAreReusedForTheSameLength) {
+  MemoryBackend& backend = opencl_backend();
+  AddressSpace& space = AddressSpace::instance();
+  Segment* first = backend.create_segment(3000);
+  const uintptr_t address = first->address;
+  const size_t cached_before = space.cached_bytes();
+  backend.release_segment(first);
+  EXPECT_EQ(space.cached_bytes(), cached_before + AddressSpace::kChunk);
+  Segment* second = backend.create_segment(AddressSpace::kChunk);  // same reserved length
+  EXPECT_EQ(second->address, address);
+  EXPECT_EQ(space.cached_bytes(), cached_before);
+  EXPECT_EQ(space.resolve(address + 100).segment, second);
+  backend.release_segment(second);
+}
+
 }  // namespace
 }  // namespace oclvm
