@@ -147,6 +147,8 @@ class BuddyAllocator final : public Allocator {
   int smallest_free_order(int order) const;
   // Takes the first free block of order `from` and splits it down to `order`; returns the block.
   std::pair<Arena*, size_t> take_and_split(int from, int order);
+  // Gives a handed-out block back to its arena's free lists, merging it with free buddies.
+  void release_block(Arena* arena, size_t offset, int order);
 
   // Slow path: creates an arena that holds a block of `order`, with the out-of-memory ladder.
   // `requested` is only for messages.
@@ -156,7 +158,8 @@ class BuddyAllocator final : public Allocator {
   size_t arena_size_for(int order) const;
   // Bytes of wholly free arenas (what empty_cache would give back).
   uint64_t cached_bytes() const;
-  [[noreturn]] void fail_out_of_memory(size_t requested, size_t arena_bytes, const std::string& cause);
+  [[noreturn]] void fail_out_of_memory(size_t requested, size_t arena_bytes,
+                                       const std::string& cause);
 
   // Free-list edits; they keep nonempty_orders_ and the inactive_split statistics in step.
   void insert_free(Arena* arena, size_t offset, int order);
@@ -168,15 +171,15 @@ class BuddyAllocator final : public Allocator {
   // Immutable after construction.
   MemoryBackend& backend_;
   const uint64_t memory_limit_;
-  size_t min_block_;       // power of two >= 512 and >= base address alignment
-  size_t arena_bytes_;     // power of two >= min_block_, <= max_alloc_bytes
-  int max_order_;          // largest order a block (or arena) can have on this device
+  size_t min_block_;    // power of two >= 512 and >= base address alignment
+  size_t arena_bytes_;  // power of two >= min_block_, <= max_alloc_bytes
+  int max_order_;       // largest order a block (or arena) can have on this device
 
   // Mutable state.
   std::map<uint64_t, std::unique_ptr<Arena>> arenas_;  // Segment::id -> arena
-  std::vector<FreeList> free_;                          // free_[k]: free blocks of order k
-  uint64_t nonempty_orders_ = 0;                        // bit k set iff free_[k] is not empty
-  std::unordered_map<uintptr_t, LiveBlock> live_;       // device address -> live allocation
+  std::vector<FreeList> free_;                         // free_[k]: free blocks of order k
+  uint64_t nonempty_orders_ = 0;                       // bit k set iff free_[k] is not empty
+  std::unordered_map<uintptr_t, LiveBlock> live_;      // device address -> live allocation
   DeviceStatsTracker tracker_;
   uint64_t next_id_ = 1;  // id of the next allocation; ids start at 1 (0 marks an empty handle)
 };

@@ -11,7 +11,8 @@ namespace {
 
 std::string hex_address(const void* ptr) {
   char buffer[2 + 2 * sizeof(void*) + 1];
-  std::snprintf(buffer, sizeof buffer, "0x%jx", static_cast<uintmax_t>(reinterpret_cast<uintptr_t>(ptr)));
+  std::snprintf(buffer, sizeof buffer, "0x%jx",
+                static_cast<uintmax_t>(reinterpret_cast<uintptr_t>(ptr)));
   return buffer;
 }
 
@@ -46,8 +47,9 @@ std::string out_of_memory_message(const Device& device, size_t requested, size_t
   return "Out of memory on " + device.str() + ": expected room for a new " +
          format_bytes(segment_bytes) + " segment to allocate " + format_bytes(requested) + " (" +
          std::to_string(requested) + " bytes requested), but got " + std::string(cause) +
-         "; memory limit " + (memory_limit == 0 ? std::string("none") : format_bytes(memory_limit)) +
-         ", " + format_bytes(allocated) + " allocated, " + format_bytes(reserved) + " reserved on " +
+         "; memory limit " +
+         (memory_limit == 0 ? std::string("none") : format_bytes(memory_limit)) + ", " +
+         format_bytes(allocated) + " allocated, " + format_bytes(reserved) + " reserved on " +
          device.str();
 }
 
@@ -73,14 +75,14 @@ Allocation SystemAllocator::allocate(size_t bytes) {
   const DeviceStats& stats = tracker_.stats();
   constexpr size_t kAll = static_cast<size_t>(StatType::kAggregate);
   const auto reserved = static_cast<uint64_t>(stats.reserved_bytes[kAll].current);
-  if (memory_limit_ != 0 && (segment_bytes > memory_limit_ || reserved > memory_limit_ - segment_bytes)) {
+  if (memory_limit_ != 0 &&
+      (segment_bytes > memory_limit_ || reserved > memory_limit_ - segment_bytes)) {
     tracker_.on_oom();
     const uint64_t left = reserved < memory_limit_ ? memory_limit_ - reserved : 0;
-    throw OutOfMemoryError(out_of_memory_message(
-        device(), bytes, segment_bytes, memory_limit_, stats,
-        "only " + format_bytes(left) + " left under the memory limit"));
+    throw OutOfMemoryError(
+        out_of_memory_message(device(), bytes, segment_bytes, memory_limit_, stats,
+                              "only " + format_bytes(left) + " left under the memory limit"));
   }
-  live_.reserve(live_.size() + 1);  // the insertion below can then not throw
   Segment* segment = nullptr;
   try {
     segment = backend_.create_segment(segment_bytes);
@@ -90,8 +92,14 @@ Allocation SystemAllocator::allocate(size_t bytes) {
                                                  stats, std::string("a refusal: ") + e.what()));
   }
   segment->owner = this;
-  const uint64_t id = next_id_++;
-  live_.emplace(segment->address, LiveBlock{segment, bytes, id});
+  const uint64_t id = next_id_;
+  try {
+    live_.emplace(segment->address, LiveBlock{segment, bytes, id});
+  } catch (...) {  // host memory ran out: hold nothing
+    backend_.release_segment(segment);
+    throw;
+  }
+  ++next_id_;
   tracker_.on_segment_create(pool, segment_bytes);
   tracker_.on_allocate(pool, segment_bytes, bytes);
 
@@ -105,11 +113,13 @@ Allocation SystemAllocator::allocate(size_t bytes) {
   return allocation;
 }
 
-const SystemAllocator::LiveBlock& SystemAllocator::live_block_of(const Allocation& allocation) const {
+const SystemAllocator::LiveBlock& SystemAllocator::live_block_of(
+    const Allocation& allocation) const {
   auto it = live_.find(reinterpret_cast<uintptr_t>(allocation.ptr));
   if (it == live_.end()) {
     throw InvalidArgument(invalid_handle_message(
-        *this, allocation, "no live allocation starts there (already freed, or not from this allocator)"));
+        *this, allocation,
+        "no live allocation starts there (already freed, or not from this allocator)"));
   }
   const LiveBlock& block = it->second;
   if (allocation.segment != block.segment || allocation.offset != 0 || allocation.id != block.id ||

@@ -14,9 +14,9 @@
 //   - statistics: reserved == allocated and segment == allocation, per pool (pool_of_size of the
 //     rounded size); requested counts the exact bytes asked for; num_device_alloc / num_device_free
 //     move with every allocate / deallocate; inactive_split stays 0;
-//   - a memory limit (0 = none) bounds reserved bytes: a request that would pass it, and a driver
-//     that refuses memory, both count one num_ooms and throw OutOfMemoryError naming what was asked,
-//     the limit, allocated and reserved bytes and the device;
+//   - a memory limit (0 = none) bounds reserved bytes: a request that would pass it, and a
+//     driver that refuses memory, both count one num_ooms and throw OutOfMemoryError naming what
+//     was asked, the limit, allocated and reserved bytes and the device;
 //   - deallocate checks the handle against the table of live allocations, so a double free, another
 //     allocator's handle or a forged one throws InvalidArgument and changes nothing.
 //
@@ -65,7 +65,8 @@ class SystemAllocator final : public Allocator {
 
   Allocation allocate(size_t bytes) override;
   void deallocate(const Allocation& allocation) override;
-  // The segment size of a live allocation. Throws InvalidArgument for a handle that is not live here.
+  // The segment size of a live allocation; 0 for an empty one. Throws InvalidArgument for a
+  // handle that is not live here.
   size_t allocated_size(const Allocation& allocation) const override;
 
   DeviceStats stats() const override { return tracker_.stats(); }
