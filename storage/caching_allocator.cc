@@ -30,8 +30,9 @@ std::string hex_address(uintptr_t address) {
 
 size_t quantum_for(const CachingAllocatorOptions& options, const MemoryBackend& backend) {
   if (!is_power_of_two(options.round_bytes)) {
-    throw InvalidArgument("Expected CachingAllocatorOptions::round_bytes to be a power of two, but got " +
-                          std::to_string(options.round_bytes));
+    throw InvalidArgument(
+        "Expected CachingAllocatorOptions::round_bytes to be a power of two, but got " +
+        std::to_string(options.round_bytes));
   }
   if (!is_power_of_two(options.large_segment_round)) {
     throw InvalidArgument(
@@ -55,6 +56,9 @@ CachingAllocator::CachingAllocator(MemoryBackend& backend, const CachingAllocato
     : backend_(backend),
       options_(options),
       quantum_(quantum_for(options, backend)),
+      max_request_(static_cast<size_t>(std::min<uint64_t>(backend.properties().max_alloc_bytes,
+                                                          SIZE_MAX)) &
+                   ~(quantum_ - 1)),
       live_buckets_(new LiveSet::bucket_type[kInitialLiveBuckets]),
       live_bucket_count_(kInitialLiveBuckets),
       live_(LiveSet::bucket_traits(live_buckets_.get(), live_bucket_count_)) {}
@@ -79,38 +83,61 @@ CachingAllocator::~CachingAllocator() {
 
 Allocation CachingAllocator::allocate(size_t bytes) {
   if (bytes == 0) return {};
-  const size_t size = rounded_size(bytes);  // throws InvalidArgument; nothing changed yet
+  if (bytes > max_request_) throw_bad_size(bytes);  // InvalidArgument; nothing changed
+  // max_request_ is a multiple of the quantum, so this cannot overflow.
+  const size_t size = (bytes + quantum_ - 1) & ~(quantum_ - 1);
+  // Take every record and hash bucket this call may need up front, so that nothing below can
+  // fail halfway through a split (a std::bad_alloc here leaves the state as it was).
+  if (spare_blocks_ == nullptr || spare_blocks_->next == nullptr ||
+      live_.size() >= live_bucket_count_) {
+    reserve_bookkeeping();
+  }
   const StatType pool = pool_of_size(size);
   Block* block = take_best_fit(pool, size);
   if (block == nullptr) block = grow_and_take(pool, size, bytes);
   return hand_out(block, bytes);
 }
 
-// The hit path. Cost: one lower_bound and one erase in the pool's red-black tree
-// (O(log free blocks)); when the block is split, one pooled record and one more tree insert. No
-// heap allocation once the record pool is warm.
+// The hit path. Cost: one lower_bound in the pool's red-black tree (O(log free blocks)). Without a
+// split, one erase. With a split, one pooled record, which usually takes over the chosen block's
+// tree node in place (See Note [Free index updated in place]), otherwise one erase and one insert.
+// No heap allocation.
 CachingAllocator::Block* CachingAllocator::take_best_fit(StatType pool, size_t size) {
   FreeSet& free = free_set(pool);
   auto it = free.lower_bound(size, SizeOrder{});
   if (it == free.end()) return nullptr;
   Block* block = &*it;
-  erase_free(block);
-  carve(block, size);
+  FreeDelta delta;
+  note_leaving(block, delta);
+  if (block->size - size < quantum_) {
+    free.erase(it);
+    commit(pool, delta);
+    return block;
+  }
+  Block* rest = split_off(block, size);
+  // rest sorts below the block's old key (it is smaller), so it may take the block's node when it
+  // still sorts above the block's predecessor.
+  if (it == free.begin() || FreeOrder{}(*std::prev(it), *rest)) {
+    free.replace_node(it, *rest);
+  } else {
+    free.erase(it);
+    free.insert(*rest);
+  }
+  note_entering(rest, delta);
+  commit(pool, delta);
   return block;
 }
 
-// Cuts `block` (out of the free index) down to `size`, returning the rest of it to the free index
-// when the rest is at least one quantum. O(log free blocks).
-void CachingAllocator::carve(Block* block, size_t size) {
-  OCLVM_DCHECK(!block->free_hook.is_linked() && block->size >= size);
-  const size_t rest_size = block->size - size;
-  if (rest_size < quantum_) return;
+// Shortens `block` to `size` and links a new record for the rest right after it. Touches neither
+// the free index nor the statistics.
+CachingAllocator::Block* CachingAllocator::split_off(Block* block, size_t size) {
+  OCLVM_DCHECK(block->size >= size + quantum_);
   Block* rest = new_block();
   rest->segment = block->segment;
   rest->segment_id = block->segment_id;
   rest->offset = block->offset + size;
   rest->address = block->address + size;
-  rest->size = rest_size;
+  rest->size = block->size - size;
   rest->pool = block->pool;
   rest->allocated = false;
   rest->prev = block;
@@ -118,7 +145,15 @@ void CachingAllocator::carve(Block* block, size_t size) {
   if (rest->next != nullptr) rest->next->prev = rest;
   block->next = rest;
   block->size = size;
-  insert_free(rest);
+  return rest;
+}
+
+// Cuts a block that is not in the free index (a new segment's) down to `size`, returning the rest
+// to the free index when it is at least one quantum.
+void CachingAllocator::carve(Block* block, size_t size) {
+  OCLVM_DCHECK(!block->free_hook.is_linked() && block->size >= size);
+  if (block->size - size < quantum_) return;
+  insert_free(split_off(block, size));
 }
 
 // Marks the block as handed out. Cost: one hash insert (O(1); a rehash when the table doubles)
@@ -127,7 +162,7 @@ Allocation CachingAllocator::hand_out(Block* block, size_t requested) {
   block->allocated = true;
   block->requested = requested;
   block->id = next_id_++;
-  if (live_.size() >= live_bucket_count_) grow_live_buckets();
+  OCLVM_DCHECK(live_.size() < live_bucket_count_);  // reserve_bookkeeping made room
   live_.insert(*block);
   tracker_.on_allocate(block->pool, block->size, requested);
 
@@ -141,31 +176,62 @@ Allocation CachingAllocator::hand_out(Block* block, size_t requested) {
   return allocation;
 }
 
-// Cost: one hash lookup and erase (O(1)), up to two tree erases for free neighbours and one tree
+// Cost: one hash lookup and erase (O(1)) and the statistics; then, for the merge, usually no
+// tree search at all (See Note [Free index updated in place]), otherwise up to two erases and one
 // insert (O(log free blocks)).
 void CachingAllocator::deallocate(const Allocation& allocation) {
   if (!allocation) return;
   Block* block = find_live(allocation);  // throws InvalidArgument; nothing changed yet
+  const StatType pool = block->pool;
   live_.erase(live_.iterator_to(*block));
-  tracker_.on_free(block->pool, block->size, block->requested);
+  tracker_.on_free(pool, block->size, block->requested);
   block->allocated = false;
 
-  if (Block* prev = block->prev; prev != nullptr && !prev->allocated) {
-    erase_free(prev);
-    prev->size += block->size;
-    prev->next = block->next;
+  Block* const prev = block->prev;
+  Block* const next = block->next;
+  const bool merge_prev = prev != nullptr && !prev->allocated;
+  const bool merge_next = next != nullptr && !next->allocated;
+  FreeSet& free = free_set(pool);
+  FreeDelta delta;
+
+  if (merge_prev) {
+    // prev absorbs the block (and next). Its key only grows, so it keeps its node when it still
+    // sorts below its successor.
+    note_leaving(prev, delta);
+    if (merge_next) erase_free(next, delta);
+    Block* const last = merge_next ? next : block;
+    prev->size += block->size + (merge_next ? next->size : 0);
+    prev->next = last->next;
     if (prev->next != nullptr) prev->next->prev = prev;
     recycle_block(block);
-    block = prev;
-  }
-  if (Block* next = block->next; next != nullptr && !next->allocated) {
-    erase_free(next);
+    if (merge_next) recycle_block(next);
+    auto it = free.iterator_to(*prev);
+    if (auto succ = std::next(it); succ != free.end() && !FreeOrder{}(*prev, *succ)) {
+      free.erase(it);
+      free.insert(*prev);
+    }
+    note_entering(prev, delta);
+  } else if (merge_next) {
+    // The block absorbs next and takes over its node when it still sorts below next's successor
+    // (its key is larger than next's: same segment, larger size).
+    note_leaving(next, delta);
     block->size += next->size;
     block->next = next->next;
     if (block->next != nullptr) block->next->prev = block;
+    auto it = free.iterator_to(*next);
+    if (auto succ = std::next(it); succ == free.end() || FreeOrder{}(*block, *succ)) {
+      free.replace_node(it, *block);
+    } else {
+      free.erase(it);
+      free.insert(*block);
+    }
     recycle_block(next);
+    note_entering(block, delta);
+  } else {
+    free.insert(*block);
+    note_entering(block, delta);
   }
-  insert_free(block);
+  commit(pool, delta);
 }
 
 size_t CachingAllocator::allocated_size(const Allocation& allocation) const {
@@ -190,30 +256,51 @@ CachingAllocator::Block* CachingAllocator::find_live(const Allocation& allocatio
                         "a forged one");
 }
 
-// Every free block enters and leaves the free index through these two, which keep the
-// inactive-split statistics and whole_free_bytes_. A free block's neighbours never change while
-// it is in the index (splits and merges take it out first), so whole() is the same at both ends.
-void CachingAllocator::insert_free(Block* block) {
-  free_set(block->pool).insert(*block);
+// Every free block that enters or leaves the free index is noted here, which keeps
+// whole_free_bytes_ and gathers the change of the inactive-split statistics; commit() hands the
+// net change of one operation to the tracker in one call (as PyTorch counts it: a split piece that
+// only shrinks or grows changes inactive_split_bytes, not inactive_split). Leaving is noted before
+// the block's neighbours or size change, entering after: whole() and size are those of the block
+// as it sits in the index.
+void CachingAllocator::note_entering(const Block* block, FreeDelta& delta) {
   if (block->whole()) {
     whole_free_bytes_[index_of(block->pool)] += block->size;
   } else {
-    tracker_.on_inactive_split(block->pool, 1, static_cast<int64_t>(block->size));
+    delta.count += 1;
+    delta.bytes += static_cast<int64_t>(block->size);
   }
 }
 
-void CachingAllocator::erase_free(Block* block) {
-  FreeSet& free = free_set(block->pool);
-  free.erase(free.iterator_to(*block));
+void CachingAllocator::note_leaving(const Block* block, FreeDelta& delta) {
   if (block->whole()) {
     whole_free_bytes_[index_of(block->pool)] -= block->size;
   } else {
-    tracker_.on_inactive_split(block->pool, -1, -static_cast<int64_t>(block->size));
+    delta.count -= 1;
+    delta.bytes -= static_cast<int64_t>(block->size);
   }
 }
 
+void CachingAllocator::commit(StatType pool, const FreeDelta& delta) {
+  if (delta.count != 0 || delta.bytes != 0) {
+    tracker_.on_inactive_split(pool, delta.count, delta.bytes);
+  }
+}
+
+void CachingAllocator::insert_free(Block* block) {
+  free_set(block->pool).insert(*block);
+  FreeDelta delta;
+  note_entering(block, delta);
+  commit(block->pool, delta);
+}
+
+void CachingAllocator::erase_free(Block* block, FreeDelta& delta) {
+  note_leaving(block, delta);
+  FreeSet& free = free_set(block->pool);
+  free.erase(free.iterator_to(*block));
+}
+
 CachingAllocator::Block* CachingAllocator::new_block() {
-  if (spare_blocks_ == nullptr) grow_block_pool();
+  OCLVM_DCHECK(spare_blocks_ != nullptr);  // reserve_bookkeeping keeps two in stock
   Block* block = spare_blocks_;
   spare_blocks_ = block->next;
   block->next = nullptr;
@@ -231,27 +318,24 @@ void CachingAllocator::recycle_block(Block* block) {
 // =================================================================================================
 // Slow path.
 
-size_t CachingAllocator::rounded_size(size_t bytes) const {
+void CachingAllocator::throw_bad_size(size_t bytes) const {
   const uint64_t max_alloc = backend_.properties().max_alloc_bytes;
   if (bytes > max_alloc) {
     throw InvalidArgument("Expected an allocation of at most " + std::to_string(max_alloc) +
                           " bytes (the largest single allocation of " + backend_.device().str() +
                           "), but got " + std::to_string(bytes) + " bytes");
   }
-  const size_t size = round_up_checked(bytes, quantum_, backend_.device());
-  if (size > max_alloc) {
-    throw InvalidArgument("Expected an allocation that fits the largest single allocation of " +
-                          backend_.device().str() + " (" + std::to_string(max_alloc) +
-                          " bytes) once rounded to " + std::to_string(quantum_) +
-                          " bytes, but got " + std::to_string(bytes) + " bytes");
-  }
-  return size;
+  throw InvalidArgument("Expected an allocation that fits the largest single allocation of " +
+                        backend_.device().str() + " (" + std::to_string(max_alloc) +
+                        " bytes) once rounded to " + std::to_string(quantum_) +
+                        " bytes, but got " + std::to_string(bytes) + " bytes");
 }
 
 // Segment bytes for a request of `size` (already rounded and <= max_alloc_bytes). A multiple of
 // the quantum, so that every block of the segment stays aligned.
 size_t CachingAllocator::segment_size_for(StatType pool, size_t size) const {
-  const size_t max_alloc = static_cast<size_t>(backend_.properties().max_alloc_bytes) & ~(quantum_ - 1);
+  const size_t max_alloc =
+      static_cast<size_t>(backend_.properties().max_alloc_bytes) & ~(quantum_ - 1);
   size_t bytes;
   if (pool == StatType::kSmallPool) {
     bytes = std::max(options_.small_segment_bytes, size);
@@ -291,6 +375,11 @@ CachingAllocator::Block* CachingAllocator::grow_and_take(StatType pool, size_t s
     empty_cache();
     tracker_.on_alloc_retry();
     retried = true;
+    // The check above guaranteed that an empty cache makes room.
+    OCLVM_DCHECK(static_cast<uint64_t>(
+                     tracker_.stats().reserved_bytes[index_of(StatType::kAggregate)].current) +
+                     segment_bytes <=
+                 limit);
   }
   Segment* segment = create_segment_or_throw(segment_bytes, requested, &retried);
   Block* block = adopt_segment(segment, pool);
@@ -305,7 +394,9 @@ Segment* CachingAllocator::create_segment_or_throw(size_t segment_bytes, size_t 
   try {
     return backend_.create_segment(segment_bytes);
   } catch (const OutOfMemoryError& e) {
-    if (*retried || whole_free_bytes() == 0) throw_out_of_memory(requested, segment_bytes, e.what());
+    if (*retried || whole_free_bytes() == 0) {
+      throw_out_of_memory(requested, segment_bytes, e.what());
+    }
   }
   empty_cache();
   tracker_.on_alloc_retry();
@@ -321,14 +412,16 @@ void CachingAllocator::throw_out_of_memory(size_t requested, size_t segment_byte
                                            const std::string& driver_message) {
   tracker_.on_oom();
   const DeviceStats& s = tracker_.stats();
-  constexpr size_t kAll = 0;
+  constexpr size_t kAll = static_cast<size_t>(StatType::kAggregate);
+  const auto allocated = static_cast<uint64_t>(s.allocated_bytes[kAll].current);
+  const auto reserved = static_cast<uint64_t>(s.reserved_bytes[kAll].current);
+  const std::string limit = options_.memory_limit != 0
+                                ? "limit " + format_bytes(options_.memory_limit)
+                                : std::string("no limit");
   std::string message = "Out of memory on " + backend_.device().str() + ": tried to allocate " +
                         format_bytes(requested) + " (" + std::to_string(requested) + " bytes); " +
-                        (options_.memory_limit != 0 ? "limit " + format_bytes(options_.memory_limit)
-                                                    : std::string("no limit")) +
-                        ", " + format_bytes(static_cast<uint64_t>(s.allocated_bytes[kAll].current)) +
-                        " allocated, " +
-                        format_bytes(static_cast<uint64_t>(s.reserved_bytes[kAll].current)) +
+                        limit + ", " + format_bytes(allocated) + " allocated, " +
+                        format_bytes(reserved) +
                         " reserved by oclvm's caching allocator (it needed a new segment of " +
                         format_bytes(segment_bytes) + ")";
   if (!driver_message.empty()) message += "; the driver said: " + driver_message;
@@ -338,12 +431,11 @@ void CachingAllocator::throw_out_of_memory(size_t requested, size_t segment_byte
 // Takes ownership of a fresh segment: one free block covering it, not in the free index (the
 // caller carves it at once).
 CachingAllocator::Block* CachingAllocator::adopt_segment(Segment* segment, StatType pool) {
-  Block* block = nullptr;
+  Block* block = new_block();
   try {
-    block = new_block();
     segments_.emplace(segment->id, SegmentInfo{segment, block, pool});
   } catch (...) {  // std::bad_alloc: hold nothing
-    if (block != nullptr) recycle_block(block);
+    recycle_block(block);
     backend_.release_segment(segment);
     throw;
   }
@@ -379,12 +471,21 @@ void CachingAllocator::release_free_segments(StatType pool) {
 
 void CachingAllocator::release_segment(Block* whole_block) {
   OCLVM_DCHECK(whole_block->whole() && !whole_block->allocated);
-  erase_free(whole_block);
+  FreeDelta delta;
+  erase_free(whole_block, delta);
+  OCLVM_DCHECK(delta.count == 0 && delta.bytes == 0);  // a whole segment is no split piece
   Segment* segment = whole_block->segment;
   tracker_.on_segment_release(whole_block->pool, segment->size);
   segments_.erase(segment->id);
   recycle_block(whole_block);
   backend_.release_segment(segment);
+}
+
+// An allocation needs at most two records (a new segment's block and a split remainder) and one
+// slot in the live table.
+void CachingAllocator::reserve_bookkeeping() {
+  if (spare_blocks_ == nullptr || spare_blocks_->next == nullptr) grow_block_pool();
+  if (live_.size() >= live_bucket_count_) grow_live_buckets();
 }
 
 void CachingAllocator::grow_block_pool() {
@@ -481,7 +582,12 @@ void CachingAllocator::check_invariants() const {
     const size_t p = index_of(pool);
     const Totals& t = totals[p];
     OCLVM_DCHECK(free_set(pool).size() == static_cast<size_t>(t.free_blocks));
-    for (const Block& b : free_set(pool)) OCLVM_DCHECK(!b.allocated && b.pool == pool);
+    const Block* before = nullptr;  // the index is strictly ordered by (size, segment id, offset)
+    for (const Block& b : free_set(pool)) {
+      OCLVM_DCHECK(!b.allocated && b.pool == pool);
+      OCLVM_DCHECK(before == nullptr || FreeOrder{}(*before, b));
+      before = &b;
+    }
     OCLVM_DCHECK(static_cast<int64_t>(whole_free_bytes_[p]) == t.whole_free);
     OCLVM_DCHECK(s.segment[p].current == t.segments);
     OCLVM_DCHECK(s.reserved_bytes[p].current == t.reserved);
