@@ -8,9 +8,11 @@
 //   - allocate(0) returns an empty Allocation and touches no driver and no statistic.
 //   - allocate(n) returns a block of at least n bytes whose offset in its segment (and so whose
 //     device address) is a multiple of the device's base address alignment
-//     (CL_DEVICE_MEM_BASE_ADDR_ALIGN) and of 512 bytes. Throws InvalidArgument (n over the device's largest allocation, SIZE_MAX) and
-//     OutOfMemoryError (after the out-of-memory ladder); on a throw, only `num_ooms` changed (for
-//     out of memory) and nothing is held.
+//     (CL_DEVICE_MEM_BASE_ADDR_ALIGN) and of 512 bytes. Throws InvalidArgument (n over the
+//     device's largest allocation, SIZE_MAX) with no statistic changed, and OutOfMemoryError after
+//     the out-of-memory ladder (design/storage.md): `num_ooms` is counted, and if the ladder gave
+//     cached segments back before failing, that shows too (reserved, num_device_free,
+//     num_alloc_retries). Nothing is held for the failed request.
 //   - deallocate(a) gives the block back. An empty handle is a no-op. A handle that is not live in
 //     this allocator (double free, another allocator's, forged) throws InvalidArgument and changes
 //     nothing.

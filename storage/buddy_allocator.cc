@@ -249,6 +249,7 @@ void BuddyAllocator::add_arena(int order, size_t requested) {
     }
     empty_cache();
     emptied_cache = true;
+    tracker_.on_alloc_retry();
     size = arena_size_for(order);
     OCLVM_DCHECK(size != 0);
   }
@@ -261,13 +262,13 @@ void BuddyAllocator::add_arena(int order, size_t requested) {
     }
     empty_cache();
     emptied_cache = true;
+    tracker_.on_alloc_retry();
     try {
       segment = backend_.create_segment(size);
     } catch (const OutOfMemoryError& refused_again) {
       fail_out_of_memory(requested, size, std::string("a refusal: ") + refused_again.what());
     }
   }
-  if (emptied_cache) tracker_.on_alloc_retry();
   segment->owner = this;
   auto arena = std::make_unique<Arena>();
   arena->segment = segment;

@@ -22,7 +22,7 @@
 //
 // Out-of-memory ladder (only when a new arena is needed): if the arena would pass the memory limit
 // or the driver refuses it, give back every wholly free arena and try once more (counted in
-// num_alloc_retries when that succeeds); if that fails too, or freeing could not help, count
+// num_alloc_retries, whether or not the retry succeeds); if that fails too, or freeing could not help, count
 // num_ooms and throw OutOfMemoryError (storage/system_allocator.h's message). When the limit alone
 // rules the arena out and freeing the cache could not bring it under, nothing is freed.
 //

@@ -65,7 +65,8 @@ struct DeviceStats {
   StatArray inactive_split_bytes;  // bytes of free pieces of split segments
   StatArray requested_bytes;       // bytes users asked for, before rounding
 
-  int64_t num_alloc_retries = 0;     // allocations that succeeded only after freeing cached segments
+  int64_t num_alloc_retries = 0;     // times an allocation gave back cached segments and tried again
+                                     // (PyTorch's meaning: counted whether or not the retry succeeded)
   int64_t num_ooms = 0;              // allocations that ended in OutOfMemoryError
   int64_t num_sync_all_streams = 0;  // device-wide synchronizations done to free memory
   int64_t num_device_alloc = 0;      // segments created from the driver (backend allocations)
