@@ -66,8 +66,8 @@ void MemoryBackend::check_range(const Segment& segment, size_t offset, size_t n,
   if (offset > segment.size || n > segment.size - offset) {
     throw InvalidArgument(std::string("Expected ") + what + " within the " +
                           std::to_string(segment.size) + "-byte segment on " + device_.str() +
-                          ", but got bytes [" + std::to_string(offset) + ", " +
-                          std::to_string(offset) + " + " + std::to_string(n) + ")");
+                          ", but got " + std::to_string(n) + " bytes at offset " +
+                          std::to_string(offset));
   }
 }
 

@@ -20,6 +20,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "storage/device.h"
@@ -36,6 +37,7 @@ struct DeviceProperties {
 };
 
 class MemoryBackend;
+class DeviceQueue;
 
 // One driver allocation. Created and destroyed only by its backend.
 struct Segment {
@@ -78,6 +80,13 @@ class MemoryBackend {
   void fill(const Segment& dst, size_t offset, uint8_t value, size_t n);
   void copy(const Segment& src, size_t src_offset, const Segment& dst, size_t dst_offset, size_t n);
 
+  // A new in-order command queue on this device (storage/queue.h); the VM makes one per stream.
+  virtual std::unique_ptr<DeviceQueue> create_queue() = 0;
+
+  // Throws InvalidArgument unless `segment` belongs to this backend and [offset, offset + n) lies
+  // inside it. `what` names the operation in the message ("a write").
+  void check_range(const Segment& segment, size_t offset, size_t n, const char* what) const;
+
  protected:
   // Driver hooks. do_create returns the native record; arguments are already checked.
   virtual void* do_create(size_t bytes) = 0;
@@ -89,8 +98,6 @@ class MemoryBackend {
   virtual void do_copy(void* src, size_t src_offset, void* dst, size_t dst_offset, size_t n) = 0;
 
  private:
-  void check_range(const Segment& segment, size_t offset, size_t n, const char* what) const;
-
   const Device device_;
   const DeviceProperties properties_;
   std::atomic<size_t> live_segments_{0};

@@ -262,10 +262,37 @@ BlobObject::BlobObject(std::shared_ptr<BlobStorage> storage, std::vector<int64_t
       dtype_(dtype),
       storage_offset_(storage_offset),
       numel_(check_layout(storage_.get(), shape_, stride_, dtype_, storage_offset_)),
-      producer_stream_(producer_stream) {}
+      producer_stream_(producer_stream) {
+  device_ = storage_->device();
+  required_bytes_ = storage_->size();
+}
+
+BlobObject::BlobObject(Device device, std::vector<int64_t> shape, DType dtype)
+    : device_(device),
+      shape_(std::move(shape)),
+      stride_(shape_.empty() ? std::vector<int64_t>{} : contiguous_strides(shape_)),
+      dtype_(dtype),
+      storage_offset_(0),
+      numel_(checked_numel(shape_)),
+      producer_stream_(kNoStream) {
+  required_bytes_ = static_cast<size_t>(checked_nbytes(numel_, dtype_, shape_));
+}
+
+void BlobObject::attach_storage(std::shared_ptr<BlobStorage> storage) {
+  if (storage_ != nullptr) {
+    throw InvalidArgument("Expected a blob without storage, but got one that already has " +
+                          describe(*storage_));
+  }
+  if (storage == nullptr || storage->device() != device_ || storage->size() < required_bytes_) {
+    throw InvalidArgument("Expected a storage of at least " + std::to_string(required_bytes_) +
+                          " bytes on " + device_.str() + ", but got " +
+                          (storage == nullptr ? std::string("none") : describe(*storage)));
+  }
+  storage_ = std::move(storage);
+}
 
 void BlobObject::check_invariants() const {
-  OCLVM_DCHECK(storage_ != nullptr);
+  if (storage_ == nullptr) return;  // pending: nothing to check against yet
   OCLVM_DCHECK(stride_.size() == shape_.size());
   OCLVM_DCHECK(storage_offset_ >= 0);
   int64_t numel = 1;
@@ -308,10 +335,10 @@ TensorStorage::TensorStorage(std::shared_ptr<BlobObject> blob, Releaser releaser
 TensorStorage::~TensorStorage() {
   OCLVM_DCHECK(blob_ != nullptr);
   // Recorded before the blob is handed over, for the report below; nothing here allocates.
-  const BlobStorage& storage = *blob_->storage();
-  const uint64_t id = storage.allocation().id;
-  const size_t bytes = storage.size();
-  const Device device = storage.device();
+  const BlobStorage* storage = blob_->storage().get();
+  const uint64_t id = storage != nullptr ? storage->allocation().id : 0;
+  const size_t bytes = blob_->required_bytes();
+  const Device device = blob_->device();
   // See Note [Release errors in destructors].
   try {
     releaser_(std::move(blob_));

@@ -165,6 +165,9 @@ class BlobObject {
   BlobObject(std::shared_ptr<BlobStorage> storage, std::vector<int64_t> shape, DType dtype,
              std::vector<int64_t> stride = {}, int64_t storage_offset = 0,
              StreamId producer_stream = kNoStream);
+  // A contiguous blob on `device` whose storage does not exist yet: an AllocateBlob instruction
+  // attaches it when it runs (attach_storage). Shape checks as above (InvalidArgument).
+  BlobObject(Device device, std::vector<int64_t> shape, DType dtype);
 
   BlobObject(const BlobObject&) = delete;
   BlobObject& operator=(const BlobObject&) = delete;
@@ -174,7 +177,14 @@ class BlobObject {
   DType dtype() const { return dtype_; }
   // Offset of element 0, in elements of dtype() from the start of the storage.
   int64_t storage_offset() const { return storage_offset_; }
+  // The memory; nullptr while a blob made by the pending constructor awaits its AllocateBlob.
   const std::shared_ptr<BlobStorage>& storage() const { return storage_; }
+  Device device() const { return device_; }
+  // Bytes the storage must have for this layout (what AllocateBlob allocates for a pending blob).
+  size_t required_bytes() const { return required_bytes_; }
+  // Gives a pending blob its storage, once. Throws InvalidArgument when the blob already has one,
+  // or the storage is of another device or smaller than required_bytes().
+  void attach_storage(std::shared_ptr<BlobStorage> storage);
 
   // Product of shape() (1 for a scalar, 0 if any dimension is 0).
   int64_t numel() const { return numel_; }
@@ -195,9 +205,24 @@ class BlobObject {
   StreamId last_used_stream() const { return last_used_stream_; }
   void set_last_used_stream(StreamId stream) { last_used_stream_ = stream; }
 
+  // Dependence bookkeeping of the VM (vm/dependence.h), touched only under the VM's submission
+  // lock. An access is (stream, its position in the stream's worker sequence).
+  struct Access {
+    StreamId stream = kNoStream;
+    uint64_t sequence = 0;
+  };
+  struct Dependence {
+    Access last_write;                 // the latest writer, if any (stream == kNoStream: none)
+    std::vector<Access> reads;         // readers since last_write, at most one entry per stream
+  };
+  Dependence& dependence() { return dependence_; }
+
  private:
-  // Immutable after construction.
-  const std::shared_ptr<BlobStorage> storage_;
+  // Immutable after construction, except storage_, which a pending blob gets once (before any
+  // other instruction can use it: they are ordered after its AllocateBlob).
+  std::shared_ptr<BlobStorage> storage_;
+  Device device_;
+  size_t required_bytes_ = 0;
   const std::vector<int64_t> shape_;
   const std::vector<int64_t> stride_;
   const DType dtype_;
@@ -206,6 +231,7 @@ class BlobObject {
   // Mutable, confined to the VM.
   StreamId producer_stream_;
   StreamId last_used_stream_ = kNoStream;
+  Dependence dependence_;
 };
 
 // ---------------------------------------------------------------------------------------------

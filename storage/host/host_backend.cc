@@ -8,6 +8,7 @@
 
 #include "storage/errors.h"
 #include "storage/options.h"
+#include "storage/queue.h"
 
 namespace oclvm {
 namespace {
@@ -27,7 +28,51 @@ DeviceProperties host_properties() {
   return p;
 }
 
+class HostMarker final : public QueueMarker {
+ public:
+  using QueueMarker::QueueMarker;
+  void wait() override {}
+};
+
+// Host commands complete before enqueue returns, so the queue keeps no state.
+class HostQueue final : public DeviceQueue {
+ public:
+  using DeviceQueue::DeviceQueue;
+  std::shared_ptr<QueueMarker> record_marker() override {
+    return std::make_shared<HostMarker>(device());
+  }
+  void wait_marker(const std::shared_ptr<QueueMarker>& marker) override {
+    if (marker->device() != device()) marker->wait();
+  }
+  void finish() override {}
+
+ protected:
+  void do_write(void* native, size_t offset, const void* src, size_t n, bool) override {
+    std::memcpy(static_cast<char*>(native) + offset, src, n);
+  }
+  void do_read(void* native, size_t offset, void* dst, size_t n, bool) override {
+    std::memcpy(dst, static_cast<const char*>(native) + offset, n);
+  }
+  void do_fill(void* native, size_t offset, const void* pattern, size_t pattern_size,
+               size_t n) override {
+    char* out = static_cast<char*>(native) + offset;
+    for (size_t i = 0; i < n; i += pattern_size) std::memcpy(out + i, pattern, pattern_size);
+  }
+  void do_copy(void* src, size_t src_offset, void* dst, size_t dst_offset, size_t n) override {
+    std::memmove(static_cast<char*>(dst) + dst_offset,
+                 static_cast<const char*>(src) + src_offset, n);
+  }
+  void* do_map(void* native, size_t offset, size_t, bool) override {
+    return static_cast<char*>(native) + offset;
+  }
+  void do_unmap(void*, void*) override {}
+};
+
 }  // namespace
+
+std::unique_ptr<DeviceQueue> HostBackend::create_queue() {
+  return std::make_unique<HostQueue>(*this);
+}
 
 HostBackend::HostBackend() : MemoryBackend(Device{DeviceType::kCpu, 0}, host_properties()) {}
 

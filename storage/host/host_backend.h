@@ -15,6 +15,9 @@ class HostBackend final : public MemoryBackend {
  public:
   HostBackend();
 
+  // A queue that runs every command at once on the calling thread (markers are always complete).
+  std::unique_ptr<DeviceQueue> create_queue() override;
+
   // The host pointer behind a segment of this backend.
   static void* host_pointer(const Segment& segment) { return segment.native; }
 

@@ -77,6 +77,97 @@ void OpenCLBackend::do_copy(void* src, size_t src_offset, void* dst, size_t dst_
   check_cl(queue_.finish(), "clFinish", where_);
 }
 
+std::unique_ptr<DeviceQueue> OpenCLBackend::create_queue() {
+  cl_int err = CL_SUCCESS;
+  cl::CommandQueue queue(context_, cl_device_, cl::QueueProperties::None, &err);  // in order
+  check_cl(err, "clCreateCommandQueue", where_);
+  return std::make_unique<OpenCLQueue>(*this, std::move(queue));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Queues.
+
+namespace {
+
+class OpenCLMarker final : public QueueMarker {
+ public:
+  OpenCLMarker(Device device, cl::Event event, std::string where)
+      : QueueMarker(device), event_(std::move(event)), where_(std::move(where)) {}
+  void wait() override { check_cl(event_.wait(), "clWaitForEvents", where_); }
+  const cl::Event& event() const { return event_; }
+
+ private:
+  cl::Event event_;
+  std::string where_;
+};
+
+CLAllocation& cl_allocation(void* native) { return *static_cast<CLAllocation*>(native); }
+
+}  // namespace
+
+OpenCLQueue::OpenCLQueue(OpenCLBackend& backend, cl::CommandQueue queue)
+    : DeviceQueue(backend), where_(backend.device().str()), queue_(std::move(queue)) {}
+
+std::shared_ptr<QueueMarker> OpenCLQueue::record_marker() {
+  cl::Event event;
+  check_cl(queue_.enqueueMarkerWithWaitList(nullptr, &event), "clEnqueueMarkerWithWaitList",
+           where_);
+  return std::make_shared<OpenCLMarker>(device(), std::move(event), where_);
+}
+
+void OpenCLQueue::wait_marker(const std::shared_ptr<QueueMarker>& marker) {
+  if (marker->device() != device()) {
+    marker->wait();  // another device has another context: wait on the host
+    return;
+  }
+  // Same device, so the marker is an OpenCLMarker of this backend's context.
+  const auto& event = static_cast<const OpenCLMarker&>(*marker).event();
+  std::vector<cl::Event> wait_list{event};
+  check_cl(queue_.enqueueBarrierWithWaitList(&wait_list, nullptr), "clEnqueueBarrierWithWaitList",
+           where_);
+}
+
+void OpenCLQueue::finish() { check_cl(queue_.finish(), "clFinish", where_); }
+
+void OpenCLQueue::do_write(void* native, size_t offset, const void* src, size_t n, bool blocking) {
+  check_cl(queue_.enqueueWriteBuffer(cl_allocation(native).buffer, blocking ? CL_TRUE : CL_FALSE,
+                                     offset, n, src),
+           "clEnqueueWriteBuffer", where_);
+}
+
+void OpenCLQueue::do_read(void* native, size_t offset, void* dst, size_t n, bool blocking) {
+  check_cl(queue_.enqueueReadBuffer(cl_allocation(native).buffer, blocking ? CL_TRUE : CL_FALSE,
+                                    offset, n, dst),
+           "clEnqueueReadBuffer", where_);
+}
+
+void OpenCLQueue::do_fill(void* native, size_t offset, const void* pattern, size_t pattern_size,
+                          size_t n) {
+  check_cl(clEnqueueFillBuffer(queue_(), cl_allocation(native).buffer(), pattern, pattern_size,
+                               offset, n, 0, nullptr, nullptr),
+           "clEnqueueFillBuffer", where_);
+}
+
+void OpenCLQueue::do_copy(void* src, size_t src_offset, void* dst, size_t dst_offset, size_t n) {
+  check_cl(queue_.enqueueCopyBuffer(cl_allocation(src).buffer, cl_allocation(dst).buffer,
+                                    src_offset, dst_offset, n),
+           "clEnqueueCopyBuffer", where_);
+}
+
+void* OpenCLQueue::do_map(void* native, size_t offset, size_t n, bool for_write) {
+  cl_int err = CL_SUCCESS;
+  void* host = queue_.enqueueMapBuffer(cl_allocation(native).buffer, CL_TRUE,
+                                       for_write ? (CL_MAP_READ | CL_MAP_WRITE) : CL_MAP_READ,
+                                       offset, n, nullptr, nullptr, &err);
+  check_cl(err, "clEnqueueMapBuffer", where_);
+  return host;
+}
+
+void OpenCLQueue::do_unmap(void* native, void* host) {
+  check_cl(queue_.enqueueUnmapMemObject(cl_allocation(native).buffer, host), "clEnqueueUnmapMemObject",
+           where_);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Discovery.
 

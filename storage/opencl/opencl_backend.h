@@ -18,6 +18,7 @@
 #include <string>
 
 #include "storage/backend.h"
+#include "storage/queue.h"
 
 namespace oclvm::opencl {
 
@@ -36,6 +37,9 @@ class OpenCLBackend final : public MemoryBackend {
   const cl::Context& context() const { return context_; }
   cl::CommandQueue& queue() { return queue_; }
 
+  // A new in-order queue on this device's context.
+  std::unique_ptr<DeviceQueue> create_queue() override;
+
   // The CLAllocation behind a segment of this backend (segment.native).
   static CLAllocation& allocation_of(const Segment& segment) {
     return *static_cast<CLAllocation*>(segment.native);
@@ -53,6 +57,32 @@ class OpenCLBackend final : public MemoryBackend {
   const cl::Device cl_device_;
   const cl::Context context_;
   const std::string where_;  // "opencl:N", for error messages
+  cl::CommandQueue queue_;
+};
+
+// An in-order cl::CommandQueue as a DeviceQueue. Markers are cl::Events of
+// clEnqueueMarkerWithWaitList; a same-device wait is clEnqueueBarrierWithWaitList.
+class OpenCLQueue final : public DeviceQueue {
+ public:
+  OpenCLQueue(OpenCLBackend& backend, cl::CommandQueue queue);
+
+  cl::CommandQueue& native() { return queue_; }
+
+  std::shared_ptr<QueueMarker> record_marker() override;
+  void wait_marker(const std::shared_ptr<QueueMarker>& marker) override;
+  void finish() override;
+
+ protected:
+  void do_write(void* native, size_t offset, const void* src, size_t n, bool blocking) override;
+  void do_read(void* native, size_t offset, void* dst, size_t n, bool blocking) override;
+  void do_fill(void* native, size_t offset, const void* pattern, size_t pattern_size,
+               size_t n) override;
+  void do_copy(void* src, size_t src_offset, void* dst, size_t dst_offset, size_t n) override;
+  void* do_map(void* native, size_t offset, size_t n, bool for_write) override;
+  void do_unmap(void* native, void* host) override;
+
+ private:
+  const std::string where_;
   cl::CommandQueue queue_;
 };
 

@@ -14,6 +14,7 @@
 
 #include "storage/address_space.h"
 #include "storage/errors.h"
+#include "storage/queue.h"
 #include "storage/options.h"
 #include "storage/system_allocator.h"
 #include "tests/storage/test_util.h"
@@ -58,6 +59,9 @@ class SmallDeviceBackend final : public MemoryBackend {
     }
     live_bytes_ += bytes;
     return new std::byte[bytes]();
+  }
+  std::unique_ptr<DeviceQueue> create_queue() override {
+    throw Error("this test backend has no command queues");
   }
   bool do_release(void* native, size_t bytes) noexcept override {
     live_bytes_ -= bytes;

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "storage/errors.h"
+#include "storage/queue.h"
 #include "tests/storage/test_util.h"
 
 namespace oclvm {
@@ -114,6 +115,9 @@ class ScriptedBackend final : public MemoryBackend {
     }
     ++creates;
     return &token_;
+  }
+  std::unique_ptr<DeviceQueue> create_queue() override {
+    throw Error("this test backend has no command queues");
   }
   bool do_release(void*, size_t) noexcept override { return true; }
   void do_write(void*, size_t, const void*, size_t) override {}

@@ -1,0 +1,64 @@
+// storage/queue.cc — argument checks shared by every DeviceQueue.
+#include "storage/queue.h"
+
+#include <string>
+
+#include "storage/errors.h"
+
+namespace oclvm {
+
+void DeviceQueue::enqueue_write(const Segment& dst, size_t offset, const void* src, size_t n,
+                                bool blocking) {
+  backend_.check_range(dst, offset, n, "a write");
+  if (n == 0) return;
+  do_write(dst.native, offset, src, n, blocking);
+}
+
+void DeviceQueue::enqueue_read(const Segment& src, size_t offset, void* dst, size_t n,
+                               bool blocking) {
+  backend_.check_range(src, offset, n, "a read");
+  if (n == 0) return;
+  do_read(src.native, offset, dst, n, blocking);
+}
+
+void DeviceQueue::enqueue_fill(const Segment& dst, size_t offset, const void* pattern,
+                               size_t pattern_size, size_t n) {
+  backend_.check_range(dst, offset, n, "a fill");
+  if (pattern_size == 0 || pattern_size > 128 || (pattern_size & (pattern_size - 1)) != 0) {
+    throw InvalidArgument("Expected a fill pattern of 1, 2, 4, ..., 128 bytes, but got " +
+                          std::to_string(pattern_size));
+  }
+  if (n % pattern_size != 0 || offset % pattern_size != 0) {
+    throw InvalidArgument("Expected a fill offset and size that are multiples of the " +
+                          std::to_string(pattern_size) + "-byte pattern, but got offset " +
+                          std::to_string(offset) + " and " + std::to_string(n) + " bytes");
+  }
+  if (n == 0) return;
+  do_fill(dst.native, offset, pattern, pattern_size, n);
+}
+
+void DeviceQueue::enqueue_copy(const Segment& src, size_t src_offset, const Segment& dst,
+                               size_t dst_offset, size_t n) {
+  backend_.check_range(src, src_offset, n, "a copy source");
+  backend_.check_range(dst, dst_offset, n, "a copy destination");
+  if (&src == &dst && src_offset < dst_offset + n && dst_offset < src_offset + n) {
+    throw InvalidArgument("Expected non-overlapping copy ranges in one segment, but got " +
+                          std::to_string(n) + " bytes from offset " + std::to_string(src_offset) +
+                          " to offset " + std::to_string(dst_offset));
+  }
+  if (n == 0) return;
+  do_copy(src.native, src_offset, dst.native, dst_offset, n);
+}
+
+void* DeviceQueue::map(const Segment& segment, size_t offset, size_t n, bool for_write) {
+  backend_.check_range(segment, offset, n, "a map");
+  if (n == 0) return nullptr;
+  return do_map(segment.native, offset, n, for_write);
+}
+
+void DeviceQueue::unmap(const Segment& segment, void* host) {
+  if (host == nullptr) return;
+  do_unmap(segment.native, host);
+}
+
+}  // namespace oclvm

@@ -1,0 +1,92 @@
+// storage/queue.h — DeviceQueue: an in-order command queue of one device, device-agnostic.
+//
+// The VM gives every stream a DeviceQueue (an in-order cl::CommandQueue for OpenCL; immediate
+// execution for the host device). Commands are enqueued in order and complete in order.
+//
+//   DeviceQueue   enqueue_write / enqueue_read / enqueue_fill / enqueue_copy on (segment, offset)
+//                 ranges, map/unmap for host access, markers and finish.
+//   QueueMarker   a point in a queue: complete once every command enqueued before it has
+//                 completed. A marker may be waited on by the host, or by another queue of the
+//                 same device (a soft sync: record on one queue, wait on the other).
+//
+// Ranges are checked against their segments (InvalidArgument, nothing enqueued); every driver
+// failure throws (BackendError / OutOfMemoryError naming the call and the device). n == 0 is a
+// no-op that touches no driver.
+//
+// Host memory lifetime: a non-blocking write or read uses `src` / `dst` until the command
+// completes; the caller keeps it alive until a marker after it, or finish(), has been waited on.
+//
+// Thread-safety: enqueue_* and map/unmap are confined to one thread at a time (the stream
+// worker of the device). record_marker(), finish() and QueueMarker::wait() may be called from any
+// thread (OpenCL queues are thread-safe for these; the host queue is stateless).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "storage/backend.h"
+
+namespace oclvm {
+
+class QueueMarker {
+ public:
+  explicit QueueMarker(Device device) : device_(device) {}
+  virtual ~QueueMarker() = default;
+  // The device of the queue the marker was recorded on.
+  Device device() const { return device_; }
+  // Blocks the calling thread until the marker is complete. Throws BackendError if the driver
+  // reports that a command before it failed.
+  virtual void wait() = 0;
+
+ private:
+  const Device device_;
+};
+
+class DeviceQueue {
+ public:
+  explicit DeviceQueue(MemoryBackend& backend) : backend_(backend) {}
+  virtual ~DeviceQueue() = default;
+  DeviceQueue(const DeviceQueue&) = delete;
+  DeviceQueue& operator=(const DeviceQueue&) = delete;
+
+  MemoryBackend& backend() const { return backend_; }
+  Device device() const { return backend_.device(); }
+
+  void enqueue_write(const Segment& dst, size_t offset, const void* src, size_t n, bool blocking);
+  void enqueue_read(const Segment& src, size_t offset, void* dst, size_t n, bool blocking);
+  // Fills n bytes with a repeated pattern of pattern_size bytes (1, 2, 4, 8, 16, 32, 64 or 128);
+  // n and offset must be multiples of pattern_size.
+  void enqueue_fill(const Segment& dst, size_t offset, const void* pattern, size_t pattern_size,
+                    size_t n);
+  // Same-device copy (segments of this queue's backend); the ranges must not overlap when
+  // src and dst are the same segment.
+  void enqueue_copy(const Segment& src, size_t src_offset, const Segment& dst, size_t dst_offset,
+                    size_t n);
+  // Maps [offset, offset + n) for host access after every earlier command; returns the host
+  // pointer, valid until unmap. `for_write`: the host will write (contents may be read too).
+  void* map(const Segment& segment, size_t offset, size_t n, bool for_write);
+  void unmap(const Segment& segment, void* host);
+
+  // A marker after every command enqueued so far.
+  virtual std::shared_ptr<QueueMarker> record_marker() = 0;
+  // Makes later commands of this queue wait for `marker`: on the device when the marker was
+  // recorded on a queue of the same device, otherwise by waiting for it on the calling thread.
+  virtual void wait_marker(const std::shared_ptr<QueueMarker>& marker) = 0;
+  // Blocks until every enqueued command has completed.
+  virtual void finish() = 0;
+
+ protected:
+  virtual void do_write(void* native, size_t offset, const void* src, size_t n, bool blocking) = 0;
+  virtual void do_read(void* native, size_t offset, void* dst, size_t n, bool blocking) = 0;
+  virtual void do_fill(void* native, size_t offset, const void* pattern, size_t pattern_size,
+                       size_t n) = 0;
+  virtual void do_copy(void* src, size_t src_offset, void* dst, size_t dst_offset, size_t n) = 0;
+  virtual void* do_map(void* native, size_t offset, size_t n, bool for_write) = 0;
+  virtual void do_unmap(void* native, void* host) = 0;
+
+ private:
+  MemoryBackend& backend_;
+};
+
+}  // namespace oclvm
