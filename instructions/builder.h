@@ -1,0 +1,92 @@
+// instructions/builder.h — InstructionsBuilder: builds lists of the closed instruction set.
+//
+// The instruction set (instructions/instructions.h):
+//   AllocateBlob        allocate a blob's storage from its device's allocator (on its stream)
+//   ReleaseTensor       free a blob's storage, on its producer stream, after a soft sync from
+//                       every other stream that used it; the producer queue is finished first
+//   CopyBlob            host->device, device->host, device->device on one device, and across
+//                       devices through host staging; with offsets; bounds-checked on both sides
+//   FillBlob            fill a byte range with a repeated 1/2/4/8-byte pattern
+//   SoftSyncStream      record a marker on one stream, make another stream wait for it
+//   Barrier             run a host callback after everything before it on its stream
+//   AccessBlobByCallback map a blob range for host read or write and call back with the pointer
+//   EmptyCache / ResetStats / QueryStats   allocator control, run by the device's worker
+//
+// The builder checks what it can when building (unknown device, zero size where not allowed,
+// offsets and sizes against blob sizes, pattern sizes) and throws InvalidArgument before anything
+// is submitted; what can only be known when running (out of memory, a released blob) fails at the
+// sync point. Host buffers passed to copies must stay valid until the list's sync point.
+//
+// Thread-safety: a builder is used by one thread; the lists it makes may be submitted from any.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "instructions/instructions.h"  // ResetKind, HostAccess and the instruction classes
+#include "storage/stats.h"
+#include "storage/storage_objects.h"
+#include "vm/instruction.h"
+#include "vm/virtual_machine.h"
+
+namespace oclvm {
+
+class InstructionsBuilder {
+ public:
+  explicit InstructionsBuilder(vm::VirtualMachine& vm = vm::VirtualMachine::instance());
+
+  vm::VirtualMachine& vm() const { return vm_; }
+  // The compute stream of `device` (shorthand for vm().stream(device)).
+  vm::Stream& stream(Device device) const;
+
+  // A new byte blob of `bytes` (> 0) bytes on `stream`'s device, allocated on `stream`, which
+  // becomes its producer stream.
+  std::shared_ptr<BlobObject> allocate_blob(vm::Stream& stream, size_t bytes);
+  // A typed contiguous blob (numel may be 0: then nothing is allocated from the driver).
+  std::shared_ptr<BlobObject> allocate_blob(vm::Stream& stream, std::vector<int64_t> shape,
+                                            DType dtype);
+  // Frees the blob's storage on its producer stream (ReleaseTensor).
+  void release(std::shared_ptr<BlobObject> blob);
+
+  void copy_host_to_device(const void* src, std::shared_ptr<BlobObject> dst, size_t dst_offset,
+                           size_t bytes, vm::Stream* stream = nullptr);
+  void copy_device_to_host(std::shared_ptr<BlobObject> src, size_t src_offset, void* dst,
+                           size_t bytes, vm::Stream* stream = nullptr);
+  // Same device: one device copy. Different devices: staged through host memory.
+  void copy(std::shared_ptr<BlobObject> src, size_t src_offset, std::shared_ptr<BlobObject> dst,
+            size_t dst_offset, size_t bytes, vm::Stream* stream = nullptr);
+  // pattern_size: 1, 2, 4 or 8 bytes of `pattern` (little-endian low bytes); bytes and offset
+  // must be multiples of it.
+  void fill(std::shared_ptr<BlobObject> blob, size_t offset, size_t bytes, uint64_t pattern,
+            size_t pattern_size = 1, vm::Stream* stream = nullptr);
+  void soft_sync(vm::Stream& from, vm::Stream& to);
+  void barrier(vm::Stream& stream, std::function<void()> callback);
+  void access(std::shared_ptr<BlobObject> blob, size_t offset, size_t bytes, HostAccess mode,
+              std::function<void(void* host, size_t bytes)> callback, vm::Stream* stream = nullptr);
+  void empty_cache(Device device);
+  void reset_stats(Device device, ResetKind kind);
+  // Writes the device's statistics to *out when it runs (out must outlive the sync point).
+  void query_stats(Device device, DeviceStats* out);
+
+  // The instructions built so far, in order; the builder starts over empty.
+  vm::InstructionList take();
+  size_t size() const { return list_.size(); }
+
+ private:
+  vm::VirtualMachine& vm_;
+  vm::InstructionList list_;
+};
+
+// The releaser for TensorStorage (storage/storage_objects.h) on the VM: builds a ReleaseTensor
+// for the blob and runs it synchronously (vm::Run), so the memory is back in the allocator and the
+// producer queue is finished when the last front-end owner's destructor returns.
+TensorStorage::Releaser make_vm_releaser(vm::VirtualMachine& vm = vm::VirtualMachine::instance());
+
+// A TensorStorage whose blob is allocated on `device` by an AllocateBlob run through the VM.
+std::shared_ptr<TensorStorage> make_tensor_storage(vm::VirtualMachine& vm, Device device,
+                                                   std::vector<int64_t> shape, DType dtype);
+
+}  // namespace oclvm

@@ -1,0 +1,135 @@
+// vm/instruction.h — the unit of work of the VM: Instruction, its operands, InstructionList.
+//
+// An instruction belongs to one stream and names the blobs it reads and writes (its operands).
+// The VM computes its dependencies from the operands when it is submitted (design/vm.md: a writer
+// waits for every earlier access, a reader for the last writer), dispatches it on the worker of its
+// stream's device after them, and records any exception it throws in its error slot.
+//
+// The instruction set is closed and lives in instructions/ (one small subclass per kind); the VM
+// only sees this interface. Instructions move between lists by a Boost.Intrusive hook: no
+// allocation per move, O(1) unlink.
+//
+// Lifecycle: kPending (built, maybe submitted) -> kDispatched (execute() returned or threw; its
+// device commands are enqueued) -> kDone (the sync point has seen its queue finished). An
+// InstructionList owns its instructions and deletes them when it dies.
+//
+// Thread-safety: an instruction is built by one thread, then owned by the VM: execute() runs on
+// exactly one thread (its device's worker, or a caller holding that worker's execution right).
+#pragma once
+
+#include <boost/intrusive/list.hpp>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "storage/allocator.h"
+#include "storage/storage_objects.h"
+#include "vm/stream.h"
+
+namespace oclvm::vm {
+
+class VirtualMachine;
+struct Batch;
+
+enum class Access : uint8_t { kRead, kWrite };
+
+struct Operand {
+  std::shared_ptr<BlobObject> blob;
+  Access access;
+};
+
+// What execute() may use. Everything here belongs to the executing worker.
+struct ExecutionContext {
+  VirtualMachine& vm;
+  Stream& stream;          // the instruction's stream; its queue takes the commands
+  Allocator& allocator;    // the allocator of the stream's device (confined to this worker)
+  StreamWorker& worker;    // the worker executing (or whose execution right the caller holds)
+
+  // A queue on `device` that only this worker enqueues on: cross-device copies read their source
+  // through it. Created on first use; for the worker's own device, the stream's queue.
+  DeviceQueue& queue_on(Device device) const;
+};
+
+// A wait computed at submission: this instruction runs after `sequence` of `stream`'s worker has
+// been dispatched and the commands that stream had enqueued by then have completed (for another
+// device) or with a device-side soft sync (for another stream of the same device).
+struct StreamWait {
+  Stream* stream;
+  uint64_t sequence;
+};
+
+class Instruction {
+ public:
+  explicit Instruction(Stream& stream) : stream_(&stream) {}
+  virtual ~Instruction() = default;
+  Instruction(const Instruction&) = delete;
+  Instruction& operator=(const Instruction&) = delete;
+
+  // The kind: "AllocateBlob", "ReleaseTensor", "CopyBlob", ...
+  virtual const char* name() const = 0;
+  // Does the work: enqueues commands on context.stream.queue() (and may wait on the host). Runs
+  // after every dependency. Throws on failure (InvalidArgument, OutOfMemoryError, BackendError);
+  // the VM records the error and the caller sees it at its sync point.
+  virtual void execute(ExecutionContext& context) = 0;
+  // Operands and parameters for --trace lines and error messages, e.g. "b0 4096 B".
+  virtual std::string describe() const { return ""; }
+  // True for instructions that may still run after shutdown, on the caller's thread (releases
+  // of objects destroyed during process exit).
+  virtual bool runs_after_shutdown() const { return false; }
+
+  Stream& stream() const { return *stream_; }
+  const std::vector<Operand>& operands() const { return operands_; }
+
+  boost::intrusive::list_member_hook<> list_hook;
+
+ protected:
+  void add_operand(std::shared_ptr<BlobObject> blob, Access access) {
+    operands_.push_back(Operand{std::move(blob), access});
+  }
+
+ private:
+  friend class VirtualMachine;
+  friend class StreamWorker;
+
+  Stream* stream_;
+  std::vector<Operand> operands_;
+  // Set at submission, under the VM's submission lock.
+  uint64_t sequence_ = 0;          // position in the worker's sequence (1-based)
+  std::vector<StreamWait> waits_;  // cross-stream / cross-device dependencies
+  Batch* batch_ = nullptr;         // the submission it belongs to
+};
+
+using IntrusiveInstructionList = boost::intrusive::list<
+    Instruction,
+    boost::intrusive::member_hook<Instruction, boost::intrusive::list_member_hook<>,
+                                  &Instruction::list_hook>,
+    boost::intrusive::constant_time_size<true>>;
+
+// An owning list of instructions, in submission order. Move-only.
+class InstructionList {
+ public:
+  InstructionList() = default;
+  InstructionList(InstructionList&& other) noexcept { list_.swap(other.list_); }
+  InstructionList& operator=(InstructionList&& other) noexcept {
+    clear();
+    list_.swap(other.list_);
+    return *this;
+  }
+  ~InstructionList() { clear(); }
+
+  void push_back(std::unique_ptr<Instruction> instruction) { list_.push_back(*instruction.release()); }
+  size_t size() const { return list_.size(); }
+  bool empty() const { return list_.empty(); }
+  void clear() {
+    list_.clear_and_dispose([](Instruction* i) { delete i; });
+  }
+  IntrusiveInstructionList& items() { return list_; }
+  const IntrusiveInstructionList& items() const { return list_; }
+
+ private:
+  IntrusiveInstructionList list_;
+};
+
+}  // namespace oclvm::vm

@@ -1,0 +1,164 @@
+// vm/stream_worker.cc — the per-device dispatch loop, caller runs, and soft syncs.
+#include "vm/stream_worker.h"
+
+#include <chrono>
+
+#include "storage/device_manager.h"
+#include "storage/errors.h"
+#include "vm/virtual_machine.h"
+
+namespace oclvm::vm {
+
+DeviceQueue& ExecutionContext::queue_on(Device device) const {
+  if (device == stream.device()) return stream.queue();
+  return worker.foreign_queue(device);
+}
+
+StreamWorker::StreamWorker(VirtualMachine& vm, MemoryBackend& backend,
+                           std::unique_ptr<Allocator> allocator)
+    : vm_(vm), backend_(backend), allocator_(std::move(allocator)) {
+  thread_ = std::thread([this] { run(); });
+}
+
+StreamWorker::~StreamWorker() { stop(); }
+
+void StreamWorker::enqueue(IntrusiveInstructionList& instructions) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    OCLVM_DCHECK(!stopping_);
+    pending_.splice(pending_.end(), instructions);
+  }
+  wake_.notify_one();
+}
+
+bool StreamWorker::try_acquire_idle() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (executing_ || stopping_ || !pending_.empty()) return false;
+  executing_ = true;
+  return true;
+}
+
+void StreamWorker::release_execution() {
+  bool work_waiting = false;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    executing_ = false;
+    work_waiting = !pending_.empty() || stopping_;
+  }
+  if (work_waiting) wake_.notify_one();
+}
+
+void StreamWorker::run() {
+  for (;;) {
+    IntrusiveInstructionList batch;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      wake_.wait(lock, [this] { return !executing_ && (!pending_.empty() || stopping_); });
+      if (pending_.empty()) return;  // stopping, and everything before the stop is dispatched
+      batch.swap(pending_);
+      executing_ = true;
+    }
+    while (!batch.empty()) {
+      Instruction& instruction = batch.front();
+      batch.pop_front();
+      dispatch(&instruction);
+    }
+    release_execution();
+  }
+}
+
+void StreamWorker::wait_dispatched(uint64_t sequence) {
+  if (dispatched_.load() >= sequence) return;
+  std::unique_lock<std::mutex> lock(dispatched_mutex_);
+  dispatched_waiters_.fetch_add(1);
+  dispatched_cv_.wait(lock, [&] { return dispatched_.load() >= sequence; });
+  dispatched_waiters_.fetch_sub(1);
+}
+
+namespace {
+
+// The same exception type, its message prefixed with the instruction and its stream.
+std::exception_ptr name_error(const Instruction& instruction, std::exception_ptr error) {
+  std::string prefix = instruction.name();
+  const std::string operands = instruction.describe();
+  if (!operands.empty()) prefix += " (" + operands + ")";
+  prefix += " on " + instruction.stream().name() + ": ";
+  try {
+    std::rethrow_exception(error);
+  } catch (const OutOfMemoryError& e) {
+    return std::make_exception_ptr(OutOfMemoryError(prefix + e.what()));
+  } catch (const InvalidArgument& e) {
+    return std::make_exception_ptr(InvalidArgument(prefix + e.what()));
+  } catch (const BackendError& e) {
+    return std::make_exception_ptr(BackendError(prefix + e.what(), e.code()));
+  } catch (const std::exception& e) {
+    return std::make_exception_ptr(Error(prefix + e.what()));
+  } catch (...) {
+    return std::make_exception_ptr(Error(prefix + "an unknown exception"));
+  }
+}
+
+}  // namespace
+
+// Note [Soft sync]: a wait on another stream of this device becomes a marker recorded on that
+// stream now (it covers every command that stream has enqueued, including the access waited for,
+// because this worker dispatched it earlier) and a device-side wait for it on our stream. A wait
+// on another device's stream first waits until that device's worker has dispatched the access,
+// then waits on the host for a marker recorded on that stream.
+void StreamWorker::dispatch(Instruction* instruction) noexcept {
+  const auto start = std::chrono::steady_clock::now();
+  std::exception_ptr error;
+  try {
+    Stream& stream = instruction->stream();
+    for (const StreamWait& wait : instruction->waits_) {
+      Stream& other = *wait.stream;
+      if (other.device() == stream.device()) {
+        stream.queue().wait_marker(other.queue().record_marker());
+      } else {
+        other.worker().wait_dispatched(wait.sequence);
+        other.queue().record_marker()->wait();
+      }
+    }
+    ExecutionContext context{vm_, stream, *allocator_, *this};
+    instruction->execute(context);
+  } catch (...) {
+    error = name_error(*instruction, std::current_exception());
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const uint64_t sequence = instruction->sequence_;
+  vm_.on_dispatched(*instruction, error, seconds);
+  delete instruction;  // may drop the last reference to a blob: still on the right thread
+
+  if (sequence == 0) return;  // dispatched after shutdown: never waited for
+  dispatched_.store(sequence);
+  if (dispatched_waiters_.load() > 0) {
+    std::lock_guard<std::mutex> lock(dispatched_mutex_);
+    dispatched_cv_.notify_all();
+  }
+}
+
+void StreamWorker::stop() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (stopping_) {
+      if (!thread_.joinable()) return;
+    }
+    stopping_ = true;
+  }
+  wake_.notify_one();
+  if (thread_.joinable()) thread_.join();
+  stopped_ = true;
+}
+
+DeviceQueue& StreamWorker::foreign_queue(Device device) {
+  const auto key = static_cast<uint16_t>((static_cast<unsigned>(device.type) << 15) ^
+                                         static_cast<uint16_t>(device.index));
+  auto it = foreign_queues_.find(key);
+  if (it == foreign_queues_.end()) {
+    it = foreign_queues_.emplace(key, vm_.devices().backend(device).create_queue()).first;
+  }
+  return *it->second;
+}
+
+}  // namespace oclvm::vm

@@ -1,0 +1,97 @@
+// vm/stream_worker.h — one thread per device that dispatches that device's instructions in order.
+//
+// The worker owns its device's allocator: only the worker (or a caller holding its execution
+// right, see below) ever touches it, so the allocator takes no lock. Instructions arrive in
+// submission order (sequence numbers given under the VM's submission lock) and are dispatched in
+// that order: first their waits (soft syncs), then execute().
+//
+// Caller runs (Note [Caller runs]): when the worker has nothing pending and is not executing, a
+// submitting thread may take the worker's execution right and dispatch its own instructions
+// itself, which saves the thread hand-off (microseconds) on the synchronous path. Order and
+// confinement hold: the execution right is one mutex, and nothing of a lower sequence can be
+// pending at that moment.
+//
+// Lifecycle: start (constructor) / enqueue / stop. stop() travels behind every pending
+// instruction, so it drains them in order; then the thread is joined.
+//
+// Thread-safety: enqueue and the counters are thread-safe; allocator() and foreign_queue() only
+// from the thread holding the execution right.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+
+#include "storage/allocator.h"
+#include "storage/backend.h"
+#include "storage/queue.h"
+#include "vm/instruction.h"
+
+namespace oclvm::vm {
+
+class StreamWorker {
+ public:
+  StreamWorker(VirtualMachine& vm, MemoryBackend& backend, std::unique_ptr<Allocator> allocator);
+  ~StreamWorker();  // stop()
+  StreamWorker(const StreamWorker&) = delete;
+  StreamWorker& operator=(const StreamWorker&) = delete;
+
+  Device device() const { return backend_.device(); }
+  MemoryBackend& backend() const { return backend_; }
+
+  // Next sequence number; called under the VM's submission lock.
+  uint64_t take_sequence() { return ++last_sequence_; }
+  // Every instruction with sequence <= dispatched() has been dispatched.
+  uint64_t dispatched() const { return dispatched_.load(std::memory_order_acquire); }
+  // Blocks until dispatched() >= sequence.
+  void wait_dispatched(uint64_t sequence);
+
+  // Appends to the pending list (already in sequence order). Thread-safe.
+  void enqueue(IntrusiveInstructionList& instructions);
+  // Caller runs: when nothing is pending and nobody executes, takes the execution right and
+  // returns true; the caller then dispatches with dispatch() and gives it back with release().
+  bool try_acquire_idle();
+  void release_execution();
+  // Dispatches one instruction (waits, execute, error capture, completion accounting) and
+  // deletes it. Only with the execution right. Never throws.
+  void dispatch(Instruction* instruction) noexcept;
+
+  // Drains every pending instruction and joins the thread. Idempotent.
+  void stop();
+  bool stopped() const { return stopped_; }
+
+  // Only with the execution right.
+  Allocator& allocator() { return *allocator_; }
+  DeviceQueue& foreign_queue(Device device);
+  // Taken by callers that execute after stop() (runs_after_shutdown instructions).
+  std::mutex& execution_mutex() { return execution_mutex_; }
+
+ private:
+  void run();
+
+  VirtualMachine& vm_;
+  MemoryBackend& backend_;
+  const std::unique_ptr<Allocator> allocator_;
+
+  std::mutex mutex_;                       // guards pending_, executing_, stopping_
+  std::condition_variable wake_;
+  IntrusiveInstructionList pending_;       // GUARDED_BY(mutex_)
+  bool executing_ = false;                 // GUARDED_BY(mutex_): someone holds the execution right
+  bool stopping_ = false;                  // GUARDED_BY(mutex_)
+  bool stopped_ = false;                   // written by stop() only
+
+  std::mutex execution_mutex_;             // the execution right after stop()
+  uint64_t last_sequence_ = 0;             // guarded by the VM's submission lock
+  std::atomic<uint64_t> dispatched_{0};
+  std::atomic<size_t> dispatched_waiters_{0};
+  std::mutex dispatched_mutex_;
+  std::condition_variable dispatched_cv_;
+  std::unordered_map<uint16_t, std::unique_ptr<DeviceQueue>> foreign_queues_;  // execution right
+
+  std::thread thread_;
+};
+
+}  // namespace oclvm::vm

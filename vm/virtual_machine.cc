@@ -1,0 +1,292 @@
+// vm/virtual_machine.cc — submission, dependency analysis, sync points, shutdown.
+#include "vm/virtual_machine.h"
+
+#include <cstdlib>
+
+#include "storage/allocator_registry.h"
+#include "storage/errors.h"
+
+namespace oclvm::vm {
+
+// ---------------------------------------------------------------------------------------------
+// Ticket.
+
+void Ticket::wait() {
+  if (batch_ == nullptr) return;
+  Batch& batch = *batch_;
+  if (batch.remaining.load() != 0) {
+    std::unique_lock<std::mutex> lock(batch.mutex);
+    batch.done_cv.wait(lock, [&] { return batch.done; });
+  }
+  if (!finished_) {
+    finished_ = true;
+    // Every instruction is dispatched; finishing the queues makes their device commands complete.
+    for (Stream* stream : batch.streams) {
+      try {
+        stream->queue().finish();
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(batch.mutex);
+        if (!batch.first_error) batch.first_error = std::current_exception();
+      }
+    }
+  }
+  std::exception_ptr error;
+  {
+    std::lock_guard<std::mutex> lock(batch.mutex);
+    error = batch.first_error;
+  }
+  if (error) std::rethrow_exception(error);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Construction and streams.
+
+VirtualMachine::VirtualMachine(DeviceManager& devices, const Options& options,
+                               const VmOptions& vm_options)
+    : devices_(devices), options_(options), vm_options_(vm_options) {
+  for (Device device : devices_.devices()) {
+    MemoryBackend& backend = devices_.backend(device);
+    workers_.push_back(std::make_unique<StreamWorker>(
+        *this, backend, AllocatorRegistry::instance().create(backend, options_)));
+  }
+}
+
+VirtualMachine::~VirtualMachine() { shutdown(); }
+
+VirtualMachine& VirtualMachine::instance() {
+  static VirtualMachine* const vm = [] {
+    auto* created = new VirtualMachine(DeviceManager::instance(), DeviceManager::instance().options());
+    // Drain and join at exit; tensors destroyed later release on their own thread
+    // (runs_after_shutdown). Never deleted, so such releases still find it.
+    std::atexit([] { VirtualMachine::instance().shutdown(); });
+    return created;
+  }();
+  return *vm;
+}
+
+StreamWorker& VirtualMachine::worker(Device device) const {
+  if (!devices_.has(device)) devices_.backend(device);  // throws the "Expected one of" message
+  if (device.type == DeviceType::kCpu) return *workers_.back();
+  return *workers_[static_cast<size_t>(device.index)];
+}
+
+Stream& VirtualMachine::stream(Device device, StreamRole role, int user_index) {
+  if (role != StreamRole::kUser) user_index = 0;
+  if (user_index < 0) {
+    throw InvalidArgument("Expected a user stream index >= 0, but got " +
+                          std::to_string(user_index));
+  }
+  StreamWorker& owner = worker(device);
+  std::lock_guard<std::mutex> lock(streams_mutex_);
+  for (const auto& stream : streams_) {
+    if (stream->device() == device && stream->role() == role &&
+        stream->user_index() == user_index) {
+      return *stream;
+    }
+  }
+  const auto id = static_cast<StreamId>(streams_.size());
+  streams_.push_back(std::make_unique<Stream>(id, role, user_index,
+                                              devices_.backend(device).create_queue(), owner));
+  return *streams_.back();
+}
+
+Stream* VirtualMachine::find_stream(StreamId id) const {
+  std::lock_guard<std::mutex> lock(streams_mutex_);
+  if (id < 0 || static_cast<size_t>(id) >= streams_.size()) return nullptr;
+  return streams_[static_cast<size_t>(id)].get();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Submission.
+
+// Note [Dependence rules]: per blob, the OneFlow rules. A reader waits for the last writer; a
+// writer waits for the last writer and every reader since. Accesses on the instruction's own
+// stream need no wait (the queue is in order, and the worker dispatches in order).
+void VirtualMachine::analyze(Instruction& instruction) {
+  const StreamId self = instruction.stream().id();
+  auto add_wait = [&](const BlobObject::Access& access) {
+    if (access.stream == kNoStream || access.stream == self) return;
+    Stream* other = find_stream(access.stream);  // streams_ may grow concurrently: lock
+    OCLVM_DCHECK(other != nullptr);
+    for (StreamWait& wait : instruction.waits_) {
+      if (wait.stream == other) {
+        if (access.sequence > wait.sequence) wait.sequence = access.sequence;
+        return;
+      }
+    }
+    instruction.waits_.push_back(StreamWait{other, access.sequence});
+  };
+  const BlobObject::Access now{self, instruction.sequence_};
+  for (const Operand& operand : instruction.operands()) {
+    BlobObject::Dependence& dependence = operand.blob->dependence();
+    add_wait(dependence.last_write);
+    if (operand.access == Access::kWrite) {
+      for (const BlobObject::Access& read : dependence.reads) add_wait(read);
+      dependence.last_write = now;
+      dependence.reads.clear();
+    } else {
+      bool found = false;
+      for (BlobObject::Access& read : dependence.reads) {
+        if (read.stream == self) {
+          read.sequence = now.sequence;
+          found = true;
+        }
+      }
+      if (!found) dependence.reads.push_back(now);
+    }
+    operand.blob->set_last_used_stream(self);
+  }
+}
+
+void VirtualMachine::admit(size_t count) {
+  const size_t bound = vm_options_.max_in_flight;
+  size_t current = in_flight_.load();
+  for (;;) {
+    // A list larger than the bound is admitted alone.
+    if (current != 0 && current + count > bound) {
+      std::unique_lock<std::mutex> lock(flight_mutex_);
+      flight_waiters_.fetch_add(1);
+      flight_cv_.wait(lock, [&] {
+        current = in_flight_.load();
+        return current == 0 || current + count <= bound;
+      });
+      flight_waiters_.fetch_sub(1);
+    }
+    if (in_flight_.compare_exchange_weak(current, current + count)) return;
+  }
+}
+
+Ticket VirtualMachine::submit_impl(InstructionList&& list, bool caller_runs) {
+  auto batch = std::make_shared<Batch>();
+  IntrusiveInstructionList& items = list.items();
+  const size_t count = items.size();
+  if (count == 0) {
+    batch->done = true;
+    return Ticket(batch);
+  }
+  batch->remaining.store(count);
+  admit(count);
+
+  StreamWorker* inline_worker = nullptr;
+  {
+    std::unique_lock<std::mutex> lock(submit_mutex_);
+    if (shut_down_.load()) {
+      lock.unlock();
+      for (Instruction& instruction : items) instruction.batch_ = batch.get();
+      run_after_shutdown(items);
+      return Ticket(batch);
+    }
+    StreamWorker* single = nullptr;
+    bool several = false;
+    for (Instruction& instruction : items) {
+      StreamWorker& owner = instruction.stream().worker();
+      instruction.batch_ = batch.get();
+      instruction.sequence_ = owner.take_sequence();
+      analyze(instruction);
+      Stream* stream = &instruction.stream();
+      bool seen = false;
+      for (Stream* s : batch->streams) seen = seen || s == stream;
+      if (!seen) batch->streams.push_back(stream);
+      if (single == nullptr) single = &owner;
+      several = several || single != &owner;
+    }
+    if (!several && caller_runs && single->try_acquire_idle()) {
+      inline_worker = single;
+    } else {
+      // Hand each worker its instructions in order, still under the lock, so that every
+      // worker's pending list stays in sequence order across producers.
+      std::vector<IntrusiveInstructionList> per_worker(workers_.size());
+      std::vector<StreamWorker*> owners(workers_.size(), nullptr);
+      while (!items.empty()) {
+        Instruction& instruction = items.front();
+        items.pop_front();
+        StreamWorker& owner = instruction.stream().worker();
+        size_t index = 0;
+        while (workers_[index].get() != &owner) ++index;
+        owners[index] = &owner;
+        per_worker[index].push_back(instruction);
+      }
+      for (size_t i = 0; i < per_worker.size(); ++i) {
+        if (owners[i] != nullptr) owners[i]->enqueue(per_worker[i]);
+      }
+    }
+  }
+  if (inline_worker != nullptr) {
+    // Note [Caller runs]: nothing of a lower sequence is pending on this worker, and we hold its
+    // execution right, so dispatching here keeps order and confinement.
+    while (!items.empty()) {
+      Instruction& instruction = items.front();
+      items.pop_front();
+      inline_worker->dispatch(&instruction);
+    }
+    inline_worker->release_execution();
+  }
+  return Ticket(batch);
+}
+
+void VirtualMachine::on_dispatched(Instruction& instruction, std::exception_ptr error,
+                                   double seconds) {
+  if (trace_) {
+    const std::string message = error ? [&] {
+      try {
+        std::rethrow_exception(error);
+      } catch (const std::exception& e) {
+        return std::string(e.what());
+      }
+    }() : std::string();
+    trace_(TraceEvent{instruction, instruction.stream(), seconds,
+                      error ? message.c_str() : nullptr});
+  }
+  Batch& batch = *instruction.batch_;
+  if (error) {
+    std::lock_guard<std::mutex> lock(batch.mutex);
+    if (!batch.first_error) batch.first_error = error;
+  }
+  if (batch.remaining.fetch_sub(1) == 1) {
+    std::lock_guard<std::mutex> lock(batch.mutex);
+    batch.done = true;
+    batch.done_cv.notify_all();
+  }
+  in_flight_.fetch_sub(1);
+  if (flight_waiters_.load() > 0) {
+    std::lock_guard<std::mutex> lock(flight_mutex_);
+    flight_cv_.notify_all();
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Shutdown.
+
+void VirtualMachine::shutdown() {
+  {
+    std::lock_guard<std::mutex> lock(submit_mutex_);
+    if (shut_down_.exchange(true)) return;
+  }
+  for (auto& worker : workers_) worker->stop();
+}
+
+void VirtualMachine::run_after_shutdown(IntrusiveInstructionList& items) {
+  while (!items.empty()) {
+    Instruction& instruction = items.front();
+    items.pop_front();
+    StreamWorker& owner = instruction.stream().worker();
+    if (instruction.runs_after_shutdown()) {
+      // The worker thread is gone; callers take turns with the execution right.
+      std::lock_guard<std::mutex> lock(owner.execution_mutex());
+      owner.dispatch(&instruction);
+    } else {
+      on_dispatched(instruction,
+                    std::make_exception_ptr(Error(
+                        std::string("Expected a running VM, but it has been shut down (") +
+                        instruction.name() + " on " + instruction.stream().name() + ")")),
+                    0.0);
+      delete &instruction;
+    }
+  }
+}
+
+void Run(InstructionList&& list) { VirtualMachine::instance().run(std::move(list)); }
+
+Ticket Submit(InstructionList&& list) { return VirtualMachine::instance().submit(std::move(list)); }
+
+}  // namespace oclvm::vm

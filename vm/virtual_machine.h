@@ -1,0 +1,161 @@
+// vm/virtual_machine.h — the VirtualMachine, tickets and vm::Run.
+//
+// The VM owns one StreamWorker per device (each owning that device's allocator, chosen by the
+// AllocatorRegistry from Options) and the streams. Callers build an InstructionList (see
+// instructions/builder.h) and hand it over:
+//
+//   vm::Run(list)      synchronous: returns when every instruction has been dispatched and every
+//                      queue the list touched has finished; rethrows the first error.
+//   vm::Submit(list)   asynchronous: returns a Ticket; Ticket::wait() is the sync point.
+//
+// Submission (Note [Submission]): under one submission lock the VM gives each instruction the
+// next sequence number of its device's worker and computes its waits from its operands' access
+// records (the OneFlow rules; design/vm.md), then hands the instructions to their workers in
+// order — or, on an idle single device, dispatches them on the caller's thread (Note [Caller
+// runs], vm/stream_worker.h).
+//
+// Backpressure: at most VmOptions::max_in_flight submitted-but-undispatched instructions; a
+// producer blocks past it (a list larger than the bound is admitted alone).
+//
+// Errors: a failing instruction records an exception of the same type (InvalidArgument,
+// OutOfMemoryError, BackendError, Error) whose message starts with the instruction, its stream and
+// device: "AllocateBlob on opencl:0/compute: Out of memory on opencl:0: ...". The VM and the other
+// instructions go on; the first error of a submission is rethrown at its sync point.
+//
+// Shutdown: drains every pending instruction and joins the workers. Afterwards an instruction
+// that runs_after_shutdown() (ReleaseTensor) executes on the caller's thread; anything else is an
+// Error ("Expected a running VM, but it has been shut down").
+//
+// Thread-safety: thread-safe; any number of producer threads may submit at once.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "storage/device_manager.h"
+#include "storage/options.h"
+#include "vm/instruction.h"
+#include "vm/stream.h"
+#include "vm/stream_worker.h"
+
+namespace oclvm::vm {
+
+struct TraceEvent {
+  const Instruction& instruction;
+  const Stream& stream;
+  double seconds;           // wall time of waits + execute on the dispatching thread
+  const char* error;        // nullptr when it succeeded
+};
+
+struct VmOptions {
+  // Bound on submitted-but-undispatched instructions (backpressure).
+  size_t max_in_flight = 16384;
+  // Let an idle device's instructions run on the submitting thread (Note [Caller runs]).
+  bool caller_runs = true;
+};
+
+// One submission: what a Ticket waits for. The instructions themselves are owned by the VM from
+// submission on and deleted by the thread that dispatches them, right after dispatch.
+struct Batch {
+  std::atomic<size_t> remaining{0};     // instructions not yet dispatched
+  std::mutex mutex;
+  std::condition_variable done_cv;
+  bool done = false;                    // GUARDED_BY(mutex): remaining reached 0
+  std::exception_ptr first_error;       // GUARDED_BY(mutex)
+  std::vector<Stream*> streams;         // the streams it touched (finished at the sync point);
+                                        // written at submission only
+};
+
+class Ticket {
+ public:
+  Ticket() = default;
+  explicit Ticket(std::shared_ptr<Batch> batch) : batch_(std::move(batch)) {}
+  // Blocks until every instruction is dispatched and every touched queue has finished; rethrows
+  // the first error. Idempotent: a second wait returns at once (rethrowing the same error).
+  void wait();
+  bool valid() const { return batch_ != nullptr; }
+
+ private:
+  std::shared_ptr<Batch> batch_;
+  bool finished_ = false;
+};
+
+class VirtualMachine {
+ public:
+  // Builds one worker per device of `devices` (each with an allocator from the registry).
+  VirtualMachine(DeviceManager& devices, const Options& options, const VmOptions& vm_options = {});
+  ~VirtualMachine();  // shutdown()
+  VirtualMachine(const VirtualMachine&) = delete;
+  VirtualMachine& operator=(const VirtualMachine&) = delete;
+
+  // The process-wide VM over DeviceManager::instance(), created on first use; shut down by an
+  // atexit handler and never destroyed (tensors freed later still find it).
+  static VirtualMachine& instance();
+
+  DeviceManager& devices() const { return devices_; }
+  const Options& options() const { return options_; }
+
+  // The stream (created on first use). Throws InvalidArgument for an unknown device.
+  Stream& stream(Device device, StreamRole role = StreamRole::kCompute, int user_index = 0);
+  // The stream with this id; nullptr when none.
+  Stream* find_stream(StreamId id) const;
+
+  // Asynchronous: hands the instructions to their workers and returns at once (it may block for
+  // backpressure only).
+  Ticket submit(InstructionList&& list) { return submit_impl(std::move(list), false); }
+  // Synchronous: submit + Ticket::wait. On an idle single device the instructions are dispatched
+  // on the calling thread (Note [Caller runs]).
+  void run(InstructionList&& list) {
+    submit_impl(std::move(list), vm_options_.caller_runs).wait();
+  }
+
+  void shutdown();
+  bool is_shut_down() const { return shut_down_.load(std::memory_order_acquire); }
+
+  // Called with every dispatched instruction (for `oclvm run --trace`); set before use.
+  void set_trace(std::function<void(const TraceEvent&)> trace) { trace_ = std::move(trace); }
+
+ private:
+  friend class StreamWorker;
+  StreamWorker& worker(Device device) const;
+  Ticket submit_impl(InstructionList&& list, bool caller_runs);
+  // Dependency analysis of one instruction (under submit_mutex_).
+  void analyze(Instruction& instruction);
+  // Called by workers after each dispatch.
+  void on_dispatched(Instruction& instruction, std::exception_ptr error, double seconds);
+  void run_after_shutdown(IntrusiveInstructionList& list);
+  void admit(size_t count);  // backpressure: blocks while the bound would be passed
+
+  DeviceManager& devices_;
+  const Options options_;
+  const VmOptions vm_options_;
+  std::function<void(const TraceEvent&)> trace_;
+
+  std::vector<std::unique_ptr<StreamWorker>> workers_;  // opencl:0..N-1, then cpu; immutable
+
+  mutable std::mutex streams_mutex_;
+  std::vector<std::unique_ptr<Stream>> streams_;  // GUARDED_BY(streams_mutex_); index == id
+
+  std::mutex submit_mutex_;  // Note [Submission]
+
+  // Backpressure: in_flight_ is atomic so that dispatch costs no lock; producers that must wait
+  // register in flight_waiters_ and sleep on flight_cv_.
+  std::atomic<size_t> in_flight_{0};
+  std::atomic<size_t> flight_waiters_{0};
+  std::mutex flight_mutex_;
+  std::condition_variable flight_cv_;
+
+  std::atomic<bool> shut_down_{false};
+};
+
+// The process-wide VM's Run and Submit.
+void Run(InstructionList&& list);
+Ticket Submit(InstructionList&& list);
+
+}  // namespace oclvm::vm
