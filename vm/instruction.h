@@ -81,6 +81,10 @@ class Instruction {
 
   Stream& stream() const { return *stream_; }
   const std::vector<Operand>& operands() const { return operands_; }
+  // Set at submission: the position in its worker's sequence, and the waits the dependence
+  // analysis found (empty when every earlier access was on the same stream).
+  uint64_t sequence() const { return sequence_; }
+  const std::vector<StreamWait>& waits() const { return waits_; }
 
   boost::intrusive::list_member_hook<> list_hook;
 

@@ -18,10 +18,12 @@ struct ProbeLog {
   std::mutex mutex;
   std::vector<int> ids;
   std::vector<std::thread::id> threads;
-  void add(int id) {
+  std::vector<std::vector<StreamWait>> waits;  // the waits each probe was dispatched with
+  void add(int id, const std::vector<StreamWait>& seen) {
     std::lock_guard<std::mutex> lock(mutex);
     ids.push_back(id);
     threads.push_back(std::this_thread::get_id());
+    waits.push_back(seen);
   }
 };
 
@@ -43,7 +45,7 @@ class Probe : public Instruction {
   std::string describe() const override { return "#" + std::to_string(id_); }
   bool runs_after_shutdown() const override { return after_shutdown_; }
   void execute(ExecutionContext& context) override {
-    if (log_ != nullptr) log_->add(id_);
+    if (log_ != nullptr) log_->add(id_, waits());
     if (body_) body_(context);
   }
 
