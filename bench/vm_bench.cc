@@ -1,2 +1,159 @@
+// bench/vm_bench.cc — what the instruction VM costs over the allocator it drives.
+//
+//   BM_DirectAllocatorPair   CachingAllocator allocate + deallocate called directly (the baseline)
+//   BM_RunRoundTrip          vm::Run(AllocateBlob) then vm::Run(ReleaseTensor) on an idle device:
+//                            the synchronous round trip a PyTorch allocate/free pair costs
+//   BM_RunRoundTripOneList   AllocateBlob + ReleaseTensor in one vm::Run
+//   BM_Batched               lists of 1000 instructions (500 allocate/release pairs) per vm::Run
+//   BM_Producers/threads:N   N producer threads, thread t on device t % 2 (two devices when
+//                            POCL_DEVICES gives two; one otherwise), each running round trips
+//
+// After the run, the ratios the targets are stated in are printed from the medians measured in
+// this same run (machines here are shared and noisy; absolute times drift).
 #include <benchmark/benchmark.h>
-BENCHMARK_MAIN();
+
+#include <cstdio>
+#include <map>
+#include <string>
+
+#include "instructions/builder.h"
+#include "storage/caching_allocator.h"
+#include "storage/device_manager.h"
+#include "vm/virtual_machine.h"
+
+namespace {
+
+using namespace oclvm;
+
+constexpr size_t kBytes = 4096;
+
+vm::VirtualMachine& the_vm() { return vm::VirtualMachine::instance(); }
+
+Device device_for(int index) {
+  const size_t count = DeviceManager::instance().opencl_device_count();
+  return Device{DeviceType::kOpenCL, static_cast<DeviceIndex>(static_cast<size_t>(index) % count)};
+}
+
+void BM_DirectAllocatorPair(benchmark::State& state) {
+  CachingAllocator allocator(DeviceManager::instance().backend(device_for(0)));
+  allocator.deallocate(allocator.allocate(kBytes));  // warm: one segment cached
+  for (auto _ : state) {
+    Allocation a = allocator.allocate(kBytes);
+    benchmark::DoNotOptimize(a.ptr);
+    allocator.deallocate(a);
+  }
+  allocator.empty_cache();
+}
+
+void round_trip(vm::VirtualMachine& vm, vm::Stream& stream) {
+  InstructionsBuilder builder(vm);
+  std::shared_ptr<BlobObject> blob = builder.allocate_blob(stream, kBytes);
+  vm.run(builder.take());
+  builder.release(std::move(blob));
+  vm.run(builder.take());
+}
+
+void BM_RunRoundTrip(benchmark::State& state) {
+  vm::VirtualMachine& vm = the_vm();
+  vm::Stream& stream = vm.stream(device_for(0));
+  round_trip(vm, stream);  // warm the cache
+  for (auto _ : state) round_trip(vm, stream);
+}
+
+void BM_RunRoundTripOneList(benchmark::State& state) {
+  vm::VirtualMachine& vm = the_vm();
+  vm::Stream& stream = vm.stream(device_for(0));
+  for (auto _ : state) {
+    InstructionsBuilder builder(vm);
+    builder.release(builder.allocate_blob(stream, kBytes));
+    vm.run(builder.take());
+  }
+}
+
+void BM_Batched(benchmark::State& state) {
+  vm::VirtualMachine& vm = the_vm();
+  vm::Stream& stream = vm.stream(device_for(0));
+  constexpr int kPairs = 500;
+  for (auto _ : state) {
+    InstructionsBuilder builder(vm);
+    for (int i = 0; i < kPairs; ++i) builder.release(builder.allocate_blob(stream, kBytes));
+    vm.run(builder.take());
+  }
+  state.SetItemsProcessed(state.iterations() * 2 * kPairs);
+}
+
+void BM_Producers(benchmark::State& state) {
+  vm::VirtualMachine& vm = the_vm();
+  vm::Stream& stream = vm.stream(device_for(state.thread_index()));
+  constexpr int kPairs = 50;
+  for (auto _ : state) {
+    InstructionsBuilder builder(vm);
+    for (int i = 0; i < kPairs; ++i) builder.release(builder.allocate_blob(stream, kBytes));
+    vm.run(builder.take());
+  }
+  state.SetItemsProcessed(state.iterations() * 2 * kPairs);
+}
+
+BENCHMARK(BM_DirectAllocatorPair)->Repetitions(5)->ReportAggregatesOnly(true);
+BENCHMARK(BM_RunRoundTrip)->Repetitions(5)->ReportAggregatesOnly(true);
+BENCHMARK(BM_RunRoundTripOneList)->Repetitions(5)->ReportAggregatesOnly(true);
+BENCHMARK(BM_Batched)->Repetitions(5)->ReportAggregatesOnly(true);
+BENCHMARK(BM_Producers)->Threads(1)->Threads(4)->UseRealTime()->Repetitions(5)->ReportAggregatesOnly(true);
+
+// Keeps the medians so the ratios can be printed after the run.
+class RatioReporter : public benchmark::ConsoleReporter {
+ public:
+  void ReportRuns(const std::vector<Run>& runs) override {
+    for (const Run& run : runs) {
+      if (run.aggregate_name != "median") continue;
+      const double seconds_per_iteration = run.GetAdjustedRealTime() * 1e-9;  // default unit ns
+      medians_[run.run_name.str()] = seconds_per_iteration;
+      auto it = run.counters.find("items_per_second");
+      if (it != run.counters.end()) items_per_second_[run.run_name.str()] = it->second.value;
+    }
+    ConsoleReporter::ReportRuns(runs);
+  }
+  void print_ratios() const {
+    // The first run whose name starts with `prefix` and contains `part`.
+    auto find = [&](const std::string& prefix, const std::string& part,
+                    const std::map<std::string, double>& m) {
+      for (const auto& [name, value] : m) {
+        if (name.rfind(prefix, 0) == 0 && name.find(part) != std::string::npos) return value;
+      }
+      return 0.0;
+    };
+    const double direct = find("BM_DirectAllocatorPair", "", medians_);
+    const double trip = find("BM_RunRoundTrip/", "", medians_);
+    const double one_list = find("BM_RunRoundTripOneList", "", medians_);
+    const double batched = find("BM_Batched", "", items_per_second_);
+    const double one = find("BM_Producers", "threads:1", items_per_second_);
+    const double four = find("BM_Producers", "threads:4", items_per_second_);
+    std::printf("\nMeasured in this run (medians):\n");
+    std::printf("  allocator pair, direct:                 %8.1f ns\n", direct * 1e9);
+    std::printf("  vm::Run(alloc) + vm::Run(release):      %8.1f ns  (%.1f x direct; target <= 2000 ns, <= 10 x)\n",
+                trip * 1e9, direct > 0 ? trip / direct : 0.0);
+    std::printf("  one vm::Run of alloc + release:         %8.1f ns  (%.1f x direct)\n",
+                one_list * 1e9, direct > 0 ? one_list / direct : 0.0);
+    std::printf("  batched lists of 1000:                  %8.2f M instructions/s (target >= 5)\n",
+                batched / 1e6);
+    std::printf("  producers: 1 thread %.2f M/s, 4 threads on %zu device(s) %.2f M/s: %.2f x (target >= 1.5)\n",
+                one / 1e6, DeviceManager::instance().opencl_device_count(), four / 1e6,
+                one > 0 ? four / one : 0.0);
+  }
+
+ private:
+  std::map<std::string, double> medians_;
+  std::map<std::string, double> items_per_second_;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  RatioReporter reporter;
+  benchmark::RunSpecifiedBenchmarks(&reporter);
+  reporter.print_ratios();
+  benchmark::Shutdown();
+  return 0;
+}

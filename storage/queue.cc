@@ -12,6 +12,7 @@ void DeviceQueue::enqueue_write(const Segment& dst, size_t offset, const void* s
   backend_.check_range(dst, offset, n, "a write");
   if (n == 0) return;
   do_write(dst.native, offset, src, n, blocking);
+  count_command();
 }
 
 void DeviceQueue::enqueue_read(const Segment& src, size_t offset, void* dst, size_t n,
@@ -19,6 +20,7 @@ void DeviceQueue::enqueue_read(const Segment& src, size_t offset, void* dst, siz
   backend_.check_range(src, offset, n, "a read");
   if (n == 0) return;
   do_read(src.native, offset, dst, n, blocking);
+  count_command();
 }
 
 void DeviceQueue::enqueue_fill(const Segment& dst, size_t offset, const void* pattern,
@@ -35,6 +37,7 @@ void DeviceQueue::enqueue_fill(const Segment& dst, size_t offset, const void* pa
   }
   if (n == 0) return;
   do_fill(dst.native, offset, pattern, pattern_size, n);
+  count_command();
 }
 
 void DeviceQueue::enqueue_copy(const Segment& src, size_t src_offset, const Segment& dst,
@@ -48,17 +51,32 @@ void DeviceQueue::enqueue_copy(const Segment& src, size_t src_offset, const Segm
   }
   if (n == 0) return;
   do_copy(src.native, src_offset, dst.native, dst_offset, n);
+  count_command();
 }
 
 void* DeviceQueue::map(const Segment& segment, size_t offset, size_t n, bool for_write) {
   backend_.check_range(segment, offset, n, "a map");
   if (n == 0) return nullptr;
-  return do_map(segment.native, offset, n, for_write);
+  void* host = do_map(segment.native, offset, n, for_write);
+  count_command();
+  return host;
 }
 
 void DeviceQueue::unmap(const Segment& segment, void* host) {
   if (host == nullptr) return;
   do_unmap(segment.native, host);
+  count_command();
+}
+
+void DeviceQueue::finish() {
+  const uint64_t target = enqueued_.load(std::memory_order_acquire);
+  if (finished_.load(std::memory_order_acquire) >= target) return;
+  do_finish();
+  // Raise finished_ to target (never lower it: another thread may have covered more).
+  uint64_t seen = finished_.load(std::memory_order_relaxed);
+  while (seen < target &&
+         !finished_.compare_exchange_weak(seen, target, std::memory_order_release)) {
+  }
 }
 
 }  // namespace oclvm

@@ -21,6 +21,7 @@
 // thread (OpenCL queues are thread-safe for these; the host queue is stateless).
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -73,8 +74,9 @@ class DeviceQueue {
   // Makes later commands of this queue wait for `marker`: on the device when the marker was
   // recorded on a queue of the same device, otherwise by waiting for it on the calling thread.
   virtual void wait_marker(const std::shared_ptr<QueueMarker>& marker) = 0;
-  // Blocks until every enqueued command has completed.
-  virtual void finish() = 0;
+  // Blocks until every command enqueued before the call has completed. Returns at once, without
+  // a driver call, when a finish that completed already covered all of them (Note [Cheap finish]).
+  void finish();
 
  protected:
   virtual void do_write(void* native, size_t offset, const void* src, size_t n, bool blocking) = 0;
@@ -84,9 +86,18 @@ class DeviceQueue {
   virtual void do_copy(void* src, size_t src_offset, void* dst, size_t dst_offset, size_t n) = 0;
   virtual void* do_map(void* native, size_t offset, size_t n, bool for_write) = 0;
   virtual void do_unmap(void* native, void* host) = 0;
+  virtual void do_finish() = 0;
+  // Counts a command that finish() must wait for; called after it was enqueued.
+  void count_command() { enqueued_.fetch_add(1, std::memory_order_release); }
 
  private:
   MemoryBackend& backend_;
+  // Note [Cheap finish]: commands counted so far, and the count a completed finish covered.
+  // finish() reads enqueued_ first, so a skip is only taken when a finish that started after
+  // every counted command has completed: a release (which finishes before freeing) never skips
+  // past a command still running. Releasing a block whose queue is idle then costs no driver call.
+  std::atomic<uint64_t> enqueued_{0};
+  std::atomic<uint64_t> finished_{0};
 };
 
 }  // namespace oclvm

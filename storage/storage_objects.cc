@@ -28,7 +28,7 @@ std::string describe(const BlobStorage& storage) {
          std::to_string(storage.size()) + " bytes on " + storage.device().str();
 }
 
-std::string shape_string(const std::vector<int64_t>& values) {
+std::string shape_string(std::span<const int64_t> values) {
   std::string text = "[";
   for (size_t i = 0; i < values.size(); ++i) {
     if (i > 0) text += ", ";
@@ -38,7 +38,7 @@ std::string shape_string(const std::vector<int64_t>& values) {
 }
 
 // Product of `shape`; throws InvalidArgument on a negative dimension or int64_t overflow.
-int64_t checked_numel(const std::vector<int64_t>& shape) {
+int64_t checked_numel(std::span<const int64_t> shape) {
   int64_t numel = 1;
   for (int64_t dim : shape) {
     if (dim < 0) {
@@ -53,7 +53,7 @@ int64_t checked_numel(const std::vector<int64_t>& shape) {
   return numel;
 }
 
-int64_t checked_nbytes(int64_t numel, DType dtype, const std::vector<int64_t>& shape) {
+int64_t checked_nbytes(int64_t numel, DType dtype, std::span<const int64_t> shape) {
   int64_t nbytes = 0;
   if (__builtin_mul_overflow(numel, static_cast<int64_t>(dtype_size(dtype)), &nbytes)) {
     throw InvalidArgument("Expected a tensor whose byte count fits in 64 bits, but got shape " +
@@ -110,8 +110,8 @@ const char* dtype_name(DType dtype) {
   return "?";
 }
 
-std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& shape) {
-  std::vector<int64_t> stride(shape.size());
+Dims contiguous_strides(const Dims& shape) {
+  Dims stride(shape.size());
   int64_t step = 1;
   for (size_t i = shape.size(); i-- > 0;) {
     stride[i] = step;
@@ -196,7 +196,7 @@ namespace {
 // One past the farthest byte a layout with at least one element addresses:
 // (storage_offset + sum (shape[i] - 1) * stride[i] + 1) * dtype_size. Sets *overflow when that does
 // not fit in int64_t (such a layout fits no storage anyway).
-int64_t layout_end_bytes(const std::vector<int64_t>& shape, const std::vector<int64_t>& stride,
+int64_t layout_end_bytes(std::span<const int64_t> shape, std::span<const int64_t> stride,
                          DType dtype, int64_t storage_offset, bool* overflow) {
   int64_t last = storage_offset;
   for (size_t i = 0; i < shape.size(); ++i) {
@@ -211,8 +211,8 @@ int64_t layout_end_bytes(const std::vector<int64_t>& shape, const std::vector<in
 }
 
 // Checks the layout contract of BlobObject (see the header) and returns numel.
-int64_t check_layout(const BlobStorage* storage, const std::vector<int64_t>& shape,
-                     const std::vector<int64_t>& stride, DType dtype, int64_t storage_offset) {
+int64_t check_layout(const BlobStorage* storage, std::span<const int64_t> shape,
+                     std::span<const int64_t> stride, DType dtype, int64_t storage_offset) {
   if (storage == nullptr) {
     throw InvalidArgument("Expected a blob storage, but got a null pointer");
   }
@@ -253,29 +253,41 @@ int64_t check_layout(const BlobStorage* storage, const std::vector<int64_t>& sha
 
 }  // namespace
 
-BlobObject::BlobObject(std::shared_ptr<BlobStorage> storage, std::vector<int64_t> shape,
-                       DType dtype, std::vector<int64_t> stride, int64_t storage_offset,
+BlobObject::BlobObject(std::shared_ptr<BlobStorage> storage, const Dims& shape, DType dtype,
+                       const Dims& stride, int64_t storage_offset,
                        StreamId producer_stream)
     : storage_(std::move(storage)),
-      shape_(std::move(shape)),
-      stride_(stride.empty() && !shape_.empty() ? contiguous_strides(shape_) : std::move(stride)),
+      shape_(shape),
+      stride_(stride.empty() && !shape.empty() ? contiguous_strides(shape) : stride),
       dtype_(dtype),
       storage_offset_(storage_offset),
-      numel_(check_layout(storage_.get(), shape_, stride_, dtype_, storage_offset_)),
+      numel_(check_layout(storage_.get(), dims_view(shape_), dims_view(stride_), dtype_,
+                          storage_offset_)),
       producer_stream_(producer_stream) {
   device_ = storage_->device();
   required_bytes_ = storage_->size();
 }
 
-BlobObject::BlobObject(Device device, std::vector<int64_t> shape, DType dtype)
+BlobObject::BlobObject(Device device, size_t bytes)
     : device_(device),
-      shape_(std::move(shape)),
-      stride_(shape_.empty() ? std::vector<int64_t>{} : contiguous_strides(shape_)),
+      shape_{static_cast<int64_t>(bytes)},
+      stride_{1},
+      dtype_(DType::kU8),
+      storage_offset_(0),
+      numel_(checked_numel(dims_view(shape_))),
+      producer_stream_(kNoStream) {
+  required_bytes_ = bytes;
+}
+
+BlobObject::BlobObject(Device device, const Dims& shape, DType dtype)
+    : device_(device),
+      shape_(shape),
+      stride_(contiguous_strides(shape)),
       dtype_(dtype),
       storage_offset_(0),
-      numel_(checked_numel(shape_)),
+      numel_(checked_numel(dims_view(shape_))),
       producer_stream_(kNoStream) {
-  required_bytes_ = static_cast<size_t>(checked_nbytes(numel_, dtype_, shape_));
+  required_bytes_ = static_cast<size_t>(checked_nbytes(numel_, dtype_, dims_view(shape_)));
 }
 
 void BlobObject::attach_storage(std::shared_ptr<BlobStorage> storage) {
@@ -303,7 +315,8 @@ void BlobObject::check_invariants() const {
   OCLVM_DCHECK(numel == numel_);
   if (numel_ == 0 || storage_->released()) return;
   bool overflow = false;
-  const int64_t end_bytes = layout_end_bytes(shape_, stride_, dtype_, storage_offset_, &overflow);
+  const int64_t end_bytes =
+      layout_end_bytes(dims_view(shape_), dims_view(stride_), dtype_, storage_offset_, &overflow);
   OCLVM_DCHECK(!overflow && static_cast<uint64_t>(end_bytes) <= storage_->size());
   storage_->check_invariants();
 }
@@ -359,18 +372,18 @@ TensorStorage::Releaser make_direct_releaser() {
 }
 
 std::shared_ptr<TensorStorage> allocate_tensor_storage(Allocator& allocator,
-                                                       std::vector<int64_t> shape, DType dtype,
+                                                       const Dims& shape, DType dtype,
                                                        TensorStorage::Releaser releaser) {
   if (!releaser) {
     throw InvalidArgument("Expected a releaser for the tensor storage, but got an empty one");
   }
   // Shape checks come before the allocation so that bad input holds nothing.
-  const int64_t nbytes = checked_nbytes(checked_numel(shape), dtype, shape);
+  const int64_t nbytes = checked_nbytes(checked_numel(dims_view(shape)), dtype, dims_view(shape));
   std::shared_ptr<BlobStorage> storage =
       BlobStorage::allocate(allocator, static_cast<size_t>(nbytes));
   std::shared_ptr<BlobObject> blob;
   try {
-    blob = std::make_shared<BlobObject>(storage, std::move(shape), dtype);
+    blob = std::make_shared<BlobObject>(storage, shape, dtype);
     return std::make_shared<TensorStorage>(std::move(blob), std::move(releaser));
   } catch (...) {
     // Only std::bad_alloc can get here; give the memory back by the normal path.

@@ -51,10 +51,13 @@
 // the allocator, which is exactly what the counter exists to flag when it does not hold.
 #pragma once
 
+#include <boost/container/small_vector.hpp>
+
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "storage/allocator.h"
@@ -78,8 +81,13 @@ const char* dtype_name(DType dtype);
 using StreamId = int32_t;
 inline constexpr StreamId kNoStream = -1;  // no stream has produced / used the blob yet
 
+// Sizes or strides of a blob. Up to four dimensions live inline, so making a blob of the usual
+// ranks allocates nothing for them.
+using Dims = boost::container::small_vector<int64_t, 4>;
+inline std::span<const int64_t> dims_view(const Dims& dims) { return {dims.data(), dims.size()}; }
+
 // Row-major strides of a contiguous tensor of `shape`, in elements ({2,3,4} -> {12,4,1}).
-std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& shape);
+Dims contiguous_strides(const Dims& shape);
 
 // ---------------------------------------------------------------------------------------------
 // BlobStorage: the memory of one blob.
@@ -162,18 +170,20 @@ class BlobStorage {
 class BlobObject {
  public:
   // An empty `stride` means contiguous (contiguous_strides(shape)).
-  BlobObject(std::shared_ptr<BlobStorage> storage, std::vector<int64_t> shape, DType dtype,
-             std::vector<int64_t> stride = {}, int64_t storage_offset = 0,
+  BlobObject(std::shared_ptr<BlobStorage> storage, const Dims& shape, DType dtype,
+             const Dims& stride = {}, int64_t storage_offset = 0,
              StreamId producer_stream = kNoStream);
   // A contiguous blob on `device` whose storage does not exist yet: an AllocateBlob instruction
   // attaches it when it runs (attach_storage). Shape checks as above (InvalidArgument).
-  BlobObject(Device device, std::vector<int64_t> shape, DType dtype);
+  BlobObject(Device device, const Dims& shape, DType dtype);
+  // A pending byte blob: shape {bytes}, dtype u8.
+  BlobObject(Device device, size_t bytes);
 
   BlobObject(const BlobObject&) = delete;
   BlobObject& operator=(const BlobObject&) = delete;
 
-  const std::vector<int64_t>& shape() const { return shape_; }
-  const std::vector<int64_t>& stride() const { return stride_; }
+  const Dims& shape() const { return shape_; }
+  const Dims& stride() const { return stride_; }
   DType dtype() const { return dtype_; }
   // Offset of element 0, in elements of dtype() from the start of the storage.
   int64_t storage_offset() const { return storage_offset_; }
@@ -213,7 +223,7 @@ class BlobObject {
   };
   struct Dependence {
     Access last_write;                 // the latest writer, if any (stream == kNoStream: none)
-    std::vector<Access> reads;         // readers since last_write, at most one entry per stream
+    boost::container::small_vector<Access, 2> reads;  // readers since last_write, one per stream
   };
   Dependence& dependence() { return dependence_; }
 
@@ -223,8 +233,8 @@ class BlobObject {
   std::shared_ptr<BlobStorage> storage_;
   Device device_;
   size_t required_bytes_ = 0;
-  const std::vector<int64_t> shape_;
-  const std::vector<int64_t> stride_;
+  const Dims shape_;
+  const Dims stride_;
   const DType dtype_;
   const int64_t storage_offset_;
   const int64_t numel_;
@@ -278,7 +288,7 @@ TensorStorage::Releaser make_direct_releaser();
 // and a TensorStorage with `releaser`. On a throw (bad shape, out of memory) nothing is held and no
 // releaser has run.
 std::shared_ptr<TensorStorage> allocate_tensor_storage(Allocator& allocator,
-                                                       std::vector<int64_t> shape, DType dtype,
+                                                       const Dims& shape, DType dtype,
                                                        TensorStorage::Releaser releaser);
 
 }  // namespace oclvm

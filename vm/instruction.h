@@ -17,6 +17,7 @@
 // exactly one thread (its device's worker, or a caller holding that worker's execution right).
 #pragma once
 
+#include <boost/container/small_vector.hpp>
 #include <boost/intrusive/list.hpp>
 
 #include <cstdint>
@@ -80,7 +81,9 @@ class Instruction {
   virtual bool runs_after_shutdown() const { return false; }
 
   Stream& stream() const { return *stream_; }
-  const std::vector<Operand>& operands() const { return operands_; }
+  // At most two operands live inline (every instruction of the set has two or fewer).
+  using Operands = boost::container::small_vector<Operand, 2>;
+  const Operands& operands() const { return operands_; }
   // Set at submission: the position in its worker's sequence, and the waits the dependence
   // analysis found (empty when every earlier access was on the same stream).
   uint64_t sequence() const { return sequence_; }
@@ -98,7 +101,7 @@ class Instruction {
   friend class StreamWorker;
 
   Stream* stream_;
-  std::vector<Operand> operands_;
+  Operands operands_;
   // Set at submission, under the VM's submission lock.
   uint64_t sequence_ = 0;          // position in the worker's sequence (1-based)
   std::vector<StreamWait> waits_;  // cross-stream / cross-device dependencies

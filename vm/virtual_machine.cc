@@ -43,7 +43,13 @@ void Ticket::wait() {
 
 VirtualMachine::VirtualMachine(DeviceManager& devices, const Options& options,
                                const VmOptions& vm_options)
-    : devices_(devices), options_(options), vm_options_(vm_options) {
+    : devices_(devices),
+      options_(options),
+      vm_options_(vm_options),
+      stream_table_(new std::atomic<Stream*>[kMaxStreams]),
+      compute_streams_(new std::atomic<Stream*>[devices.devices().size()]) {
+  for (size_t i = 0; i < kMaxStreams; ++i) stream_table_[i].store(nullptr);
+  for (size_t i = 0; i < devices.devices().size(); ++i) compute_streams_[i].store(nullptr);
   for (Device device : devices_.devices()) {
     MemoryBackend& backend = devices_.backend(device);
     workers_.push_back(std::make_unique<StreamWorker>(
@@ -64,19 +70,24 @@ VirtualMachine& VirtualMachine::instance() {
   return *vm;
 }
 
-StreamWorker& VirtualMachine::worker(Device device) const {
+size_t VirtualMachine::worker_index(Device device) const {
   if (!devices_.has(device)) devices_.backend(device);  // throws the "Expected one of" message
-  if (device.type == DeviceType::kCpu) return *workers_.back();
-  return *workers_[static_cast<size_t>(device.index)];
+  if (device.type == DeviceType::kCpu) return workers_.size() - 1;
+  return static_cast<size_t>(device.index);
 }
 
+StreamWorker& VirtualMachine::worker(Device device) const { return *workers_[worker_index(device)]; }
+
 Stream& VirtualMachine::stream(Device device, StreamRole role, int user_index) {
+  const size_t index = worker_index(device);
+  if (role == StreamRole::kCompute) {
+    if (Stream* cached = compute_streams_[index].load(std::memory_order_acquire)) return *cached;
+  }
   if (role != StreamRole::kUser) user_index = 0;
   if (user_index < 0) {
     throw InvalidArgument("Expected a user stream index >= 0, but got " +
                           std::to_string(user_index));
   }
-  StreamWorker& owner = worker(device);
   std::lock_guard<std::mutex> lock(streams_mutex_);
   for (const auto& stream : streams_) {
     if (stream->device() == device && stream->role() == role &&
@@ -84,16 +95,23 @@ Stream& VirtualMachine::stream(Device device, StreamRole role, int user_index) {
       return *stream;
     }
   }
+  if (streams_.size() == kMaxStreams) {
+    throw Error("Expected at most " + std::to_string(kMaxStreams) +
+                " streams in one VM, but another was asked for on " + device.str());
+  }
   const auto id = static_cast<StreamId>(streams_.size());
   streams_.push_back(std::make_unique<Stream>(id, role, user_index,
-                                              devices_.backend(device).create_queue(), owner));
-  return *streams_.back();
+                                              devices_.backend(device).create_queue(),
+                                              *workers_[index]));
+  Stream* created = streams_.back().get();
+  stream_table_[static_cast<size_t>(id)].store(created, std::memory_order_release);
+  if (role == StreamRole::kCompute) compute_streams_[index].store(created, std::memory_order_release);
+  return *created;
 }
 
 Stream* VirtualMachine::find_stream(StreamId id) const {
-  std::lock_guard<std::mutex> lock(streams_mutex_);
-  if (id < 0 || static_cast<size_t>(id) >= streams_.size()) return nullptr;
-  return streams_[static_cast<size_t>(id)].get();
+  if (id < 0 || static_cast<size_t>(id) >= kMaxStreams) return nullptr;
+  return stream_table_[static_cast<size_t>(id)].load(std::memory_order_acquire);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -106,7 +124,7 @@ void VirtualMachine::analyze(Instruction& instruction) {
   const StreamId self = instruction.stream().id();
   auto add_wait = [&](const BlobObject::Access& access) {
     if (access.stream == kNoStream || access.stream == self) return;
-    Stream* other = find_stream(access.stream);  // streams_ may grow concurrently: lock
+    Stream* other = find_stream(access.stream);
     OCLVM_DCHECK(other != nullptr);
     for (StreamWait& wait : instruction.waits_) {
       if (wait.stream == other) {

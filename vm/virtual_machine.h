@@ -101,7 +101,8 @@ class VirtualMachine {
   DeviceManager& devices() const { return devices_; }
   const Options& options() const { return options_; }
 
-  // The stream (created on first use). Throws InvalidArgument for an unknown device.
+  // The stream (created on first use). Throws InvalidArgument for an unknown device, and Error
+  // past 4096 streams.
   Stream& stream(Device device, StreamRole role = StreamRole::kCompute, int user_index = 0);
   // The stream with this id; nullptr when none.
   Stream* find_stream(StreamId id) const;
@@ -120,10 +121,12 @@ class VirtualMachine {
 
   // Called with every dispatched instruction (for `oclvm run --trace`); set before use.
   void set_trace(std::function<void(const TraceEvent&)> trace) { trace_ = std::move(trace); }
+  bool tracing() const { return static_cast<bool>(trace_); }
 
  private:
   friend class StreamWorker;
   StreamWorker& worker(Device device) const;
+  size_t worker_index(Device device) const;  // throws InvalidArgument for an unknown device
   Ticket submit_impl(InstructionList&& list, bool caller_runs);
   // Dependency analysis of one instruction (under submit_mutex_).
   void analyze(Instruction& instruction);
@@ -139,8 +142,14 @@ class VirtualMachine {
 
   std::vector<std::unique_ptr<StreamWorker>> workers_;  // opencl:0..N-1, then cpu; immutable
 
+  // Streams: created under streams_mutex_, published in stream_table_ (index == id) so that
+  // find_stream, which the builder and the dependence analysis call per instruction, takes no
+  // lock. compute_streams_ caches each worker's compute stream for stream(device).
+  static constexpr size_t kMaxStreams = 4096;
   mutable std::mutex streams_mutex_;
-  std::vector<std::unique_ptr<Stream>> streams_;  // GUARDED_BY(streams_mutex_); index == id
+  std::vector<std::unique_ptr<Stream>> streams_;  // GUARDED_BY(streams_mutex_)
+  std::unique_ptr<std::atomic<Stream*>[]> stream_table_;
+  std::unique_ptr<std::atomic<Stream*>[]> compute_streams_;  // per worker index
 
   std::mutex submit_mutex_;  // Note [Submission]
 

@@ -44,7 +44,6 @@ class HostQueue final : public DeviceQueue {
   void wait_marker(const std::shared_ptr<QueueMarker>& marker) override {
     if (marker->device() != device()) marker->wait();
   }
-  void finish() override {}
 
  protected:
   void do_write(void* native, size_t offset, const void* src, size_t n, bool) override {
@@ -66,6 +65,7 @@ class HostQueue final : public DeviceQueue {
     return static_cast<char*>(native) + offset;
   }
   void do_unmap(void*, void*) override {}
+  void do_finish() override {}
 };
 
 }  // namespace

@@ -125,9 +125,10 @@ void OpenCLQueue::wait_marker(const std::shared_ptr<QueueMarker>& marker) {
   std::vector<cl::Event> wait_list{event};
   check_cl(queue_.enqueueBarrierWithWaitList(&wait_list, nullptr), "clEnqueueBarrierWithWaitList",
            where_);
+  count_command();  // later finishes must not skip past the wait
 }
 
-void OpenCLQueue::finish() { check_cl(queue_.finish(), "clFinish", where_); }
+void OpenCLQueue::do_finish() { check_cl(queue_.finish(), "clFinish", where_); }
 
 void OpenCLQueue::do_write(void* native, size_t offset, const void* src, size_t n, bool blocking) {
   check_cl(queue_.enqueueWriteBuffer(cl_allocation(native).buffer, blocking ? CL_TRUE : CL_FALSE,

@@ -70,7 +70,6 @@ class OpenCLQueue final : public DeviceQueue {
 
   std::shared_ptr<QueueMarker> record_marker() override;
   void wait_marker(const std::shared_ptr<QueueMarker>& marker) override;
-  void finish() override;
 
  protected:
   void do_write(void* native, size_t offset, const void* src, size_t n, bool blocking) override;
@@ -80,6 +79,7 @@ class OpenCLQueue final : public DeviceQueue {
   void do_copy(void* src, size_t src_offset, void* dst, size_t dst_offset, size_t n) override;
   void* do_map(void* native, size_t offset, size_t n, bool for_write) override;
   void do_unmap(void* native, void* host) override;
+  void do_finish() override;
 
  private:
   const std::string where_;

@@ -307,7 +307,7 @@ TEST_F(StorageObjectsTest, OutOfMemoryHoldsNothingAndRunsNoReleaser) {
 TEST_F(StorageObjectsTest, TensorStorageRejectsNullBlobAndEmptyReleaser) {
   EXPECT_THROW(TensorStorage(nullptr, make_direct_releaser()), InvalidArgument);
   auto blob = std::make_shared<BlobObject>(BlobStorage::allocate(allocator_, 64),
-                                           std::vector<int64_t>{16}, DType::kF32);
+                                           Dims{16}, DType::kF32);
   EXPECT_THROW(TensorStorage(blob, TensorStorage::Releaser()), InvalidArgument);
   EXPECT_FALSE(blob->storage()->released());  // a rejected construction released nothing
   blob->storage()->release();
@@ -343,17 +343,17 @@ TEST(DTypeTest, SizesAndNames) {
 }
 
 TEST(ContiguousStridesTest, RowMajor) {
-  EXPECT_EQ(contiguous_strides({2, 3, 4}), (std::vector<int64_t>{12, 4, 1}));
-  EXPECT_EQ(contiguous_strides({5}), (std::vector<int64_t>{1}));
-  EXPECT_EQ(contiguous_strides({}), (std::vector<int64_t>{}));
-  EXPECT_EQ(contiguous_strides({3, 1, 2}), (std::vector<int64_t>{2, 2, 1}));
+  EXPECT_EQ(contiguous_strides({2, 3, 4}), (Dims{12, 4, 1}));
+  EXPECT_EQ(contiguous_strides({5}), (Dims{1}));
+  EXPECT_EQ(contiguous_strides({}), (Dims{}));
+  EXPECT_EQ(contiguous_strides({3, 1, 2}), (Dims{2, 2, 1}));
 }
 
 TEST_F(StorageObjectsTest, BlobObjectLayoutHelpers) {
   std::shared_ptr<BlobStorage> storage = BlobStorage::allocate(allocator_, 24 * 4);
 
   const BlobObject contiguous(storage, {2, 3, 4}, DType::kF32);
-  EXPECT_EQ(contiguous.stride(), (std::vector<int64_t>{12, 4, 1}));
+  EXPECT_EQ(contiguous.stride(), (Dims{12, 4, 1}));
   EXPECT_EQ(contiguous.numel(), 24);
   EXPECT_EQ(contiguous.nbytes(), 96);
   EXPECT_EQ(contiguous.storage_offset(), 0);
@@ -399,7 +399,7 @@ TEST_F(StorageObjectsTest, BlobObjectLayoutHelpers) {
 
 TEST_F(StorageObjectsTest, BlobObjectStreamsAreSettable) {
   auto blob = std::make_shared<BlobObject>(BlobStorage::allocate(allocator_, 8),
-                                           std::vector<int64_t>{2}, DType::kI32);
+                                           Dims{2}, DType::kI32);
   blob->set_producer_stream(2);
   blob->set_last_used_stream(5);
   EXPECT_EQ(blob->producer_stream(), 2);
@@ -411,7 +411,7 @@ TEST_F(StorageObjectsTest, BlobObjectStreamsAreSettable) {
 
 TEST_F(StorageObjectsTest, BlobObjectRejectsBadLayouts) {
   std::shared_ptr<BlobStorage> storage = BlobStorage::allocate(allocator_, 24 * 4);
-  using Shape = std::vector<int64_t>;
+  using Shape = Dims;
   auto expect_rejected = [&](Shape shape, DType dtype, Shape stride, int64_t offset,
                              const std::string& expected) {
     try {

@@ -27,7 +27,7 @@ class DependenceTest : public ::testing::Test {
     Allocator& allocator = device == kCpu ? host_allocator_ : cl_allocator_;
     auto storage = BlobStorage::allocate(allocator, bytes);
     storages_.push_back(storage);
-    return std::make_shared<BlobObject>(storage, std::vector<int64_t>{static_cast<int64_t>(bytes)},
+    return std::make_shared<BlobObject>(storage, Dims{static_cast<int64_t>(bytes)},
                                         DType::kU8);
   }
   void TearDown() override {
