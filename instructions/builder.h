@@ -17,6 +17,24 @@
 // is submitted; what can only be known when running (out of memory, a released blob) fails at the
 // sync point. Host buffers passed to copies must stay valid until the list's sync point.
 //
+// Details of the checks and choices (all build-time errors are InvalidArgument and add nothing):
+//   - Offsets count from the blob's element 0; ranges are checked against what the blob may
+//     address (blob_capacity_bytes in instructions.h). offset + bytes may not overflow. Zero-byte
+//     copies, fills and accesses are allowed and do nothing (an access calls back with nullptr, 0).
+//   - A stream passed in must belong to this builder's VM and be on the blob's device (for a copy
+//     across devices, on the destination's device). Without one, the compute stream of that
+//     device is used.
+//   - allocate_blob refuses more than the device's largest single allocation
+//     (DeviceProperties::max_alloc_bytes), so SIZE_MAX fails here, not at the sync point.
+//   - copy() within one blob refuses overlapping ranges.
+//   - fill() refuses a pattern wider than pattern_size bytes.
+//   - soft_sync() takes two different streams of one device: the VM orders streams of different
+//     devices itself (host-side waits from the operands), and a marker recorded by one worker on
+//     another worker's stream would not cover that stream's undispatched instructions.
+//   - The checks read only the immutable parts of a BlobObject (device, layout, required_bytes),
+//     never its storage, which a worker may be attaching at that moment. So a released blob, or one
+//     whose AllocateBlob failed, is only detected when the instruction runs.
+//
 // Thread-safety: a builder is used by one thread; the lists it makes may be submitted from any.
 #pragma once
 
@@ -46,7 +64,7 @@ class InstructionsBuilder {
   // becomes its producer stream.
   std::shared_ptr<BlobObject> allocate_blob(vm::Stream& stream, size_t bytes);
   // A typed contiguous blob (numel may be 0: then nothing is allocated from the driver).
-  std::shared_ptr<BlobObject> allocate_blob(vm::Stream& stream, std::vector<int64_t> shape,
+  std::shared_ptr<BlobObject> allocate_blob(vm::Stream& stream, const Dims& shape,
                                             DType dtype);
   // Frees the blob's storage on its producer stream (ReleaseTensor).
   void release(std::shared_ptr<BlobObject> blob);
@@ -87,6 +105,6 @@ TensorStorage::Releaser make_vm_releaser(vm::VirtualMachine& vm = vm::VirtualMac
 
 // A TensorStorage whose blob is allocated on `device` by an AllocateBlob run through the VM.
 std::shared_ptr<TensorStorage> make_tensor_storage(vm::VirtualMachine& vm, Device device,
-                                                   std::vector<int64_t> shape, DType dtype);
+                                                   const Dims& shape, DType dtype);
 
 }  // namespace oclvm

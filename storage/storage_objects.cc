@@ -115,8 +115,10 @@ Dims contiguous_strides(const Dims& shape) {
   int64_t step = 1;
   for (size_t i = shape.size(); i-- > 0;) {
     stride[i] = step;
-    // Dimensions of size 0 or 1 do not scale later strides (PyTorch does the same).
-    if (shape[i] > 1) step *= shape[i];
+    // Dimensions of size 0 or 1 do not scale later strides (PyTorch does the same). A shape whose
+    // strides overflow has no valid element count either: the callers reject it right after, so
+    // the strides only need to stay defined (regression: UBSan saw {2^40, 2^40} overflow here).
+    if (shape[i] > 1 && __builtin_mul_overflow(step, shape[i], &step)) step = INT64_MAX;
   }
   return stride;
 }

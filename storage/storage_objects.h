@@ -222,6 +222,7 @@ class BlobObject {
     uint64_t sequence = 0;
   };
   struct Dependence {
+    const void* owner = nullptr;       // the VM whose stream ids the records use (set on first use)
     Access last_write;                 // the latest writer, if any (stream == kNoStream: none)
     boost::container::small_vector<Access, 2> reads;  // readers since last_write, one per stream
   };

@@ -20,8 +20,10 @@
 #include <boost/container/small_vector.hpp>
 #include <boost/intrusive/list.hpp>
 
+#include <condition_variable>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -53,12 +55,27 @@ struct ExecutionContext {
   DeviceQueue& queue_on(Device device) const;
 };
 
-// A wait computed at submission: this instruction runs after `sequence` of `stream`'s worker has
-// been dispatched and the commands that stream had enqueued by then have completed (for another
-// device) or with a device-side soft sync (for another stream of the same device).
+// Set by a StreamSignal instruction on another device's worker once that stream's commands up to
+// the awaited access have completed; waited for by the dependent instruction's worker.
+class Signal {
+ public:
+  void set();
+  void wait();
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  bool set_ = false;  // GUARDED_BY(mutex_)
+};
+
+// A wait computed at submission. For another stream of the same device: a device-side soft sync
+// (`signal` is null). For a stream of another device: `signal`, set by the StreamSignal
+// instruction the VM placed on that stream right after the awaited access (Note [Cross-device
+// waits], vm/virtual_machine.cc). `sequence` is the awaited access in that stream's worker.
 struct StreamWait {
   Stream* stream;
   uint64_t sequence;
+  std::shared_ptr<Signal> signal;
 };
 
 class Instruction {
@@ -106,6 +123,7 @@ class Instruction {
   uint64_t sequence_ = 0;          // position in the worker's sequence (1-based)
   std::vector<StreamWait> waits_;  // cross-stream / cross-device dependencies
   Batch* batch_ = nullptr;         // the submission it belongs to
+  bool finish_stream_ = false;     // last of its batch on its stream: finish the queue after it
 };
 
 using IntrusiveInstructionList = boost::intrusive::list<

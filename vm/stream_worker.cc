@@ -9,6 +9,12 @@
 
 namespace oclvm::vm {
 
+namespace {
+thread_local int dispatch_depth = 0;  // > 0 inside dispatch() on this thread
+}  // namespace
+
+bool StreamWorker::dispatching_on_this_thread() { return dispatch_depth > 0; }
+
 DeviceQueue& ExecutionContext::queue_on(Device device) const {
   if (device == stream.device()) return stream.queue();
   return worker.foreign_queue(device);
@@ -67,14 +73,6 @@ void StreamWorker::run() {
   }
 }
 
-void StreamWorker::wait_dispatched(uint64_t sequence) {
-  if (dispatched_.load() >= sequence) return;
-  std::unique_lock<std::mutex> lock(dispatched_mutex_);
-  dispatched_waiters_.fetch_add(1);
-  dispatched_cv_.wait(lock, [&] { return dispatched_.load() >= sequence; });
-  dispatched_waiters_.fetch_sub(1);
-}
-
 namespace {
 
 // The same exception type, its message prefixed with the instruction and its stream.
@@ -103,22 +101,21 @@ std::exception_ptr name_error(const Instruction& instruction, std::exception_ptr
 // Note [Soft sync]: a wait on another stream of this device becomes a marker recorded on that
 // stream now (it covers every command that stream has enqueued, including the access waited for,
 // because this worker dispatched it earlier) and a device-side wait for it on our stream. A wait
-// on another device's stream first waits until that device's worker has dispatched the access,
-// then waits on the host for a marker recorded on that stream.
+// on another device's stream waits for the signal its StreamSignal sets (Note [Cross-device
+// waits]). Every queue call here is on a queue of this worker's device.
 void StreamWorker::dispatch(Instruction* instruction) noexcept {
   // Timing costs two clock reads (~40 ns): only when someone traces.
   const bool timed = vm_.tracing();
   const auto start = timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
   std::exception_ptr error;
+  Stream& stream = instruction->stream();
+  ++dispatch_depth;
   try {
-    Stream& stream = instruction->stream();
     for (const StreamWait& wait : instruction->waits_) {
-      Stream& other = *wait.stream;
-      if (other.device() == stream.device()) {
-        stream.queue().wait_marker(other.queue().record_marker());
+      if (wait.signal != nullptr) {
+        wait.signal->wait();
       } else {
-        other.worker().wait_dispatched(wait.sequence);
-        other.queue().record_marker()->wait();
+        stream.queue().wait_marker(wait.stream->queue().record_marker());
       }
     }
     ExecutionContext context{vm_, stream, *allocator_, *this};
@@ -126,18 +123,18 @@ void StreamWorker::dispatch(Instruction* instruction) noexcept {
   } catch (...) {
     error = name_error(*instruction, std::current_exception());
   }
+  --dispatch_depth;
+  if (instruction->finish_stream_) {
+    try {
+      stream.queue().finish();
+    } catch (...) {
+      if (!error) error = name_error(*instruction, std::current_exception());
+    }
+  }
   const double seconds =
       timed ? std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() : 0.0;
-  const uint64_t sequence = instruction->sequence_;
   vm_.on_dispatched(*instruction, error, seconds);
   delete instruction;  // may drop the last reference to a blob: still on the right thread
-
-  if (sequence == 0) return;  // dispatched after shutdown: never waited for
-  dispatched_.store(sequence);
-  if (dispatched_waiters_.load() > 0) {
-    std::lock_guard<std::mutex> lock(dispatched_mutex_);
-    dispatched_cv_.notify_all();
-  }
 }
 
 void StreamWorker::stop() {

@@ -44,10 +44,6 @@ class StreamWorker {
 
   // Next sequence number; called under the VM's submission lock.
   uint64_t take_sequence() { return ++last_sequence_; }
-  // Every instruction with sequence <= dispatched() has been dispatched.
-  uint64_t dispatched() const { return dispatched_.load(std::memory_order_acquire); }
-  // Blocks until dispatched() >= sequence.
-  void wait_dispatched(uint64_t sequence);
 
   // Appends to the pending list (already in sequence order). Thread-safe.
   void enqueue(IntrusiveInstructionList& instructions);
@@ -58,6 +54,9 @@ class StreamWorker {
   // Dispatches one instruction (waits, execute, error capture, completion accounting) and
   // deletes it. Only with the execution right. Never throws.
   void dispatch(Instruction* instruction) noexcept;
+
+  // True on a thread that is inside dispatch() (executing an instruction or its callbacks).
+  static bool dispatching_on_this_thread();
 
   // Drains every pending instruction and joins the thread. Idempotent.
   void stop();
@@ -85,10 +84,6 @@ class StreamWorker {
 
   std::mutex execution_mutex_;             // the execution right after stop()
   uint64_t last_sequence_ = 0;             // guarded by the VM's submission lock
-  std::atomic<uint64_t> dispatched_{0};
-  std::atomic<size_t> dispatched_waiters_{0};
-  std::mutex dispatched_mutex_;
-  std::condition_variable dispatched_cv_;
   std::unordered_map<uint16_t, std::unique_ptr<DeviceQueue>> foreign_queues_;  // execution right
 
   std::thread thread_;

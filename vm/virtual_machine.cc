@@ -1,6 +1,7 @@
 // vm/virtual_machine.cc — submission, dependency analysis, sync points, shutdown.
 #include "vm/virtual_machine.h"
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "storage/allocator_registry.h"
@@ -14,29 +15,53 @@ namespace oclvm::vm {
 void Ticket::wait() {
   if (batch_ == nullptr) return;
   Batch& batch = *batch_;
-  if (batch.remaining.load() != 0) {
-    std::unique_lock<std::mutex> lock(batch.mutex);
-    batch.done_cv.wait(lock, [&] { return batch.done; });
-  }
-  if (!finished_) {
-    finished_ = true;
-    // Every instruction is dispatched; finishing the queues makes their device commands complete.
-    for (Stream* stream : batch.streams) {
-      try {
-        stream->queue().finish();
-      } catch (...) {
-        std::lock_guard<std::mutex> lock(batch.mutex);
-        if (!batch.first_error) batch.first_error = std::current_exception();
-      }
-    }
-  }
-  std::exception_ptr error;
-  {
-    std::lock_guard<std::mutex> lock(batch.mutex);
-    error = batch.first_error;
-  }
-  if (error) std::rethrow_exception(error);
+  std::unique_lock<std::mutex> lock(batch.mutex);
+  batch.done_cv.wait(lock, [&] { return batch.done; });
+  if (batch.first_error) std::rethrow_exception(batch.first_error);
 }
+
+void Signal::set() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    set_ = true;
+  }
+  cv_.notify_all();
+}
+
+void Signal::wait() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  cv_.wait(lock, [this] { return set_; });
+}
+
+namespace {
+
+// Note [Cross-device waits]: an instruction that must wait for an access on a stream of another
+// device gets this instruction placed on that stream, right after the access in that worker's
+// sequence. It finishes the stream's queue on its own worker and then sets the signal the
+// dependent instruction waits for on its worker. So no thread ever enqueues on, records a marker
+// on, or finishes a queue that another worker owns (PoCL's drivers have been seen to deadlock
+// when two threads enqueue on one queue).
+class StreamSignal final : public Instruction {
+ public:
+  StreamSignal(Stream& stream, std::shared_ptr<Signal> signal)
+      : Instruction(stream), signal_(std::move(signal)) {}
+  const char* name() const override { return "StreamSignal"; }
+  bool runs_after_shutdown() const override { return true; }
+  void execute(ExecutionContext& context) override {
+    try {
+      context.stream.queue().finish();
+    } catch (...) {
+      signal_->set();  // the waiter goes on; this error reaches the batch
+      throw;
+    }
+    signal_->set();
+  }
+
+ private:
+  std::shared_ptr<Signal> signal_;
+};
+
+}  // namespace
 
 // ---------------------------------------------------------------------------------------------
 // Construction and streams.
@@ -120,23 +145,32 @@ Stream* VirtualMachine::find_stream(StreamId id) const {
 // Note [Dependence rules]: per blob, the OneFlow rules. A reader waits for the last writer; a
 // writer waits for the last writer and every reader since. Accesses on the instruction's own
 // stream need no wait (the queue is in order, and the worker dispatches in order).
-void VirtualMachine::analyze(Instruction& instruction) {
+void VirtualMachine::analyze(Instruction& instruction, IntrusiveInstructionList& extra) {
   const StreamId self = instruction.stream().id();
+  const Device device = instruction.stream().device();
   auto add_wait = [&](const BlobObject::Access& access) {
     if (access.stream == kNoStream || access.stream == self) return;
     Stream* other = find_stream(access.stream);
     OCLVM_DCHECK(other != nullptr);
     for (StreamWait& wait : instruction.waits_) {
-      if (wait.stream == other) {
-        if (access.sequence > wait.sequence) wait.sequence = access.sequence;
-        return;
-      }
+      // One wait per stream covers every earlier access on it: the marker or the signal is placed
+      // after all of them.
+      if (wait.stream == other) return;
     }
-    instruction.waits_.push_back(StreamWait{other, access.sequence});
+    std::shared_ptr<Signal> signal;
+    if (other->device() != device) {
+      signal = std::make_shared<Signal>();
+      auto* post = new StreamSignal(*other, signal);
+      post->batch_ = instruction.batch_;
+      post->sequence_ = other->worker().take_sequence();
+      extra.push_back(*post);
+    }
+    instruction.waits_.push_back(StreamWait{other, access.sequence, std::move(signal)});
   };
   const BlobObject::Access now{self, instruction.sequence_};
   for (const Operand& operand : instruction.operands()) {
     BlobObject::Dependence& dependence = operand.blob->dependence();
+    dependence.owner = this;
     add_wait(dependence.last_write);
     if (operand.access == Access::kWrite) {
       for (const BlobObject::Access& read : dependence.reads) add_wait(read);
@@ -175,6 +209,12 @@ void VirtualMachine::admit(size_t count) {
 }
 
 Ticket VirtualMachine::submit_impl(InstructionList&& list, bool caller_runs) {
+  if (StreamWorker::dispatching_on_this_thread()) {
+    // Waiting from inside a dispatch would wait for the very worker this thread stands in for.
+    throw Error(
+        "Expected vm::Run and Submit outside instruction callbacks (Barrier, "
+        "AccessBlobByCallback), but got a call from inside one; it would wait for itself");
+  }
   auto batch = std::make_shared<Batch>();
   IntrusiveInstructionList& items = list.items();
   const size_t count = items.size();
@@ -186,6 +226,7 @@ Ticket VirtualMachine::submit_impl(InstructionList&& list, bool caller_runs) {
   admit(count);
 
   StreamWorker* inline_worker = nullptr;
+  IntrusiveInstructionList ordered;  // the list in dispatch order, with StreamSignals added
   {
     std::unique_lock<std::mutex> lock(submit_mutex_);
     if (shut_down_.load()) {
@@ -194,19 +235,51 @@ Ticket VirtualMachine::submit_impl(InstructionList&& list, bool caller_runs) {
       run_after_shutdown(items);
       return Ticket(batch);
     }
+    // A blob keeps the access records of the VM that first used it; another VM's stream ids would
+    // mean nothing here. Checked before anything changes, so a refused list leaves no trace.
+    for (const Instruction& instruction : items) {
+      for (const Operand& operand : instruction.operands()) {
+        const void* owner = operand.blob->dependence().owner;
+        if (owner != nullptr && owner != this) {
+          lock.unlock();
+          in_flight_.fetch_sub(count);
+          wake_producers();
+          throw InvalidArgument(std::string("Expected blobs of this VM in ") + instruction.name() +
+                                " on " + instruction.stream().name() +
+                                ", but got one that another VM has used");
+        }
+      }
+    }
     StreamWorker* single = nullptr;
     bool several = false;
-    for (Instruction& instruction : items) {
+    while (!items.empty()) {
+      Instruction& instruction = items.front();
+      items.pop_front();
       StreamWorker& owner = instruction.stream().worker();
       instruction.batch_ = batch.get();
       instruction.sequence_ = owner.take_sequence();
-      analyze(instruction);
-      Stream* stream = &instruction.stream();
-      bool seen = false;
-      for (Stream* s : batch->streams) seen = seen || s == stream;
-      if (!seen) batch->streams.push_back(stream);
+      IntrusiveInstructionList extra;
+      analyze(instruction, extra);
+      several = several || !extra.empty();
+      ordered.splice(ordered.end(), extra);
+      ordered.push_back(instruction);
       if (single == nullptr) single = &owner;
       several = several || single != &owner;
+    }
+    // The last instruction of the batch on each stream finishes that stream's queue, on the
+    // stream's own worker, so the sync point needs no queue call of its own.
+    std::vector<Stream*> finished;
+    for (auto it = ordered.rbegin(); it != ordered.rend(); ++it) {
+      Stream* stream = &it->stream();
+      if (std::find(finished.begin(), finished.end(), stream) == finished.end()) {
+        finished.push_back(stream);
+        it->finish_stream_ = true;
+      }
+    }
+    const size_t added = ordered.size() - count;
+    if (added > 0) {
+      batch->remaining.fetch_add(added);
+      in_flight_.fetch_add(added);  // admitted without waiting: they unblock their waiters
     }
     if (!several && caller_runs && single->try_acquire_idle()) {
       inline_worker = single;
@@ -215,9 +288,9 @@ Ticket VirtualMachine::submit_impl(InstructionList&& list, bool caller_runs) {
       // worker's pending list stays in sequence order across producers.
       std::vector<IntrusiveInstructionList> per_worker(workers_.size());
       std::vector<StreamWorker*> owners(workers_.size(), nullptr);
-      while (!items.empty()) {
-        Instruction& instruction = items.front();
-        items.pop_front();
+      while (!ordered.empty()) {
+        Instruction& instruction = ordered.front();
+        ordered.pop_front();
         StreamWorker& owner = instruction.stream().worker();
         size_t index = 0;
         while (workers_[index].get() != &owner) ++index;
@@ -232,9 +305,9 @@ Ticket VirtualMachine::submit_impl(InstructionList&& list, bool caller_runs) {
   if (inline_worker != nullptr) {
     // Note [Caller runs]: nothing of a lower sequence is pending on this worker, and we hold its
     // execution right, so dispatching here keeps order and confinement.
-    while (!items.empty()) {
-      Instruction& instruction = items.front();
-      items.pop_front();
+    while (!ordered.empty()) {
+      Instruction& instruction = ordered.front();
+      ordered.pop_front();
       inline_worker->dispatch(&instruction);
     }
     inline_worker->release_execution();
@@ -266,6 +339,10 @@ void VirtualMachine::on_dispatched(Instruction& instruction, std::exception_ptr 
     batch.done_cv.notify_all();
   }
   in_flight_.fetch_sub(1);
+  wake_producers();
+}
+
+void VirtualMachine::wake_producers() {
   if (flight_waiters_.load() > 0) {
     std::lock_guard<std::mutex> lock(flight_mutex_);
     flight_cv_.notify_all();

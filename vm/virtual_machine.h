@@ -68,22 +68,20 @@ struct Batch {
   std::condition_variable done_cv;
   bool done = false;                    // GUARDED_BY(mutex): remaining reached 0
   std::exception_ptr first_error;       // GUARDED_BY(mutex)
-  std::vector<Stream*> streams;         // the streams it touched (finished at the sync point);
-                                        // written at submission only
 };
 
 class Ticket {
  public:
   Ticket() = default;
   explicit Ticket(std::shared_ptr<Batch> batch) : batch_(std::move(batch)) {}
-  // Blocks until every instruction is dispatched and every touched queue has finished; rethrows
-  // the first error. Idempotent: a second wait returns at once (rethrowing the same error).
+  // Blocks until every instruction is dispatched and every queue the batch touched has finished
+  // (the last instruction of the batch on each stream finishes it, on its worker); rethrows the
+  // first error. Idempotent: a second wait returns at once (rethrowing the same error).
   void wait();
   bool valid() const { return batch_ != nullptr; }
 
  private:
   std::shared_ptr<Batch> batch_;
-  bool finished_ = false;
 };
 
 class VirtualMachine {
@@ -128,12 +126,14 @@ class VirtualMachine {
   StreamWorker& worker(Device device) const;
   size_t worker_index(Device device) const;  // throws InvalidArgument for an unknown device
   Ticket submit_impl(InstructionList&& list, bool caller_runs);
-  // Dependency analysis of one instruction (under submit_mutex_).
-  void analyze(Instruction& instruction);
+  // Dependency analysis of one instruction (under submit_mutex_). Cross-device waits add a
+  // StreamSignal instruction to `extra`, to be placed before the instruction.
+  void analyze(Instruction& instruction, IntrusiveInstructionList& extra);
   // Called by workers after each dispatch.
   void on_dispatched(Instruction& instruction, std::exception_ptr error, double seconds);
   void run_after_shutdown(IntrusiveInstructionList& list);
   void admit(size_t count);  // backpressure: blocks while the bound would be passed
+  void wake_producers();     // after in_flight_ went down
 
   DeviceManager& devices_;
   const Options options_;

@@ -235,5 +235,47 @@ TEST_F(VmTest, TraceSeesEveryDispatchWithItsStream) {
   EXPECT_EQ(lines, (std::vector<std::string>{"Probe@cpu/compute failed", "Probe@opencl:0/compute"}));
 }
 
+// Regression: a probe that called vm.run from inside its own dispatch waited for itself forever.
+TEST_F(VmTest, RunFromInsideAnInstructionIsRefusedInsteadOfDeadlocking) {
+  ProbeLog log;
+  std::string inner_error;
+  InstructionList list;
+  list.push_back(probe(vm_.stream(kOpenCL0), &log, 1, [&](ExecutionContext& context) {
+    InstructionList nested;
+    nested.push_back(probe(context.stream, &log, 2));
+    try {
+      context.vm.run(std::move(nested));
+    } catch (const Error& e) {
+      inner_error = e.what();
+    }
+  }));
+  vm_.run(std::move(list));
+  EXPECT_NE(inner_error.find("outside instruction callbacks"), std::string::npos) << inner_error;
+  EXPECT_EQ(log.ids, (std::vector<int>{1}));
+}
+
+// Regression: a blob used through a second VM made the dependence analysis look up a stream id of
+// the first VM (an internal assertion). Now the second VM refuses the list and changes nothing.
+TEST(VmOwnershipTest, ABlobBelongsToTheFirstVmThatUsesIt) {
+  VirtualMachine first(DeviceManager::instance(), Options{});
+  VirtualMachine second(DeviceManager::instance(), Options{});
+  auto blob = std::make_shared<BlobObject>(kCpu, size_t{64});
+  ProbeLog log;
+  InstructionList a;
+  a.push_back(std::make_unique<Probe>(first.stream(kCpu, StreamRole::kUser, 3), &log, 1));
+  static_cast<Probe&>(a.items().back()).writes(blob);
+  first.run(std::move(a));
+
+  InstructionList b;
+  b.push_back(std::make_unique<Probe>(second.stream(kCpu), &log, 2));
+  static_cast<Probe&>(b.items().back()).reads(blob);
+  EXPECT_THROW(second.run(std::move(b)), InvalidArgument);
+  EXPECT_EQ(log.ids, (std::vector<int>{1}));
+
+  InstructionList c;  // the second VM still works
+  c.push_back(probe(second.stream(kCpu), &log, 3));
+  EXPECT_NO_THROW(second.run(std::move(c)));
+}
+
 }  // namespace
 }  // namespace oclvm::vm

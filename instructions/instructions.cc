@@ -1,0 +1,399 @@
+// instructions/instructions.cc — execute() and describe() of the closed instruction set.
+//
+// Every instruction that touches a blob's memory resolves its byte range through
+// resolve_range(), which checks, at execution time, that the storage exists, is live and holds
+// the range; the builder has already checked the range against required_bytes().
+#include "instructions/instructions.h"
+
+#include <algorithm>
+#include <cinttypes>
+#include <cstdio>
+#include <vector>
+
+#include "storage/errors.h"
+#include "vm/virtual_machine.h"
+
+namespace oclvm {
+namespace {
+
+std::string hex(uintptr_t value) {
+  char text[2 + 16 + 1];
+  std::snprintf(text, sizeof(text), "0x%" PRIxPTR, value);
+  return text;
+}
+
+std::string range_text(size_t offset, size_t bytes) {
+  return "[" + std::to_string(offset) + ", " + std::to_string(offset) + " + " +
+         std::to_string(bytes) + ")";
+}
+
+// Where bytes [offset, offset + bytes) of a blob are on the device.
+struct DeviceRange {
+  const Segment* segment = nullptr;  // nullptr only when bytes == 0
+  size_t offset = 0;                 // in the segment
+};
+
+// Resolves a byte range of `blob` (offsets from its element 0) against its storage. `role`
+// names the blob in messages ("copy source", "fill target"). Throws InvalidArgument when the blob
+// has no storage, is released, or the storage does not hold the range.
+DeviceRange resolve_range(const BlobObject& blob, size_t offset, size_t bytes, const char* role) {
+  const std::shared_ptr<BlobStorage>& storage = blob.storage();
+  if (storage == nullptr) {
+    throw InvalidArgument(std::string("Expected a ") + role + " with storage, but got " +
+                          blob_label(blob) +
+                          " that has none (its AllocateBlob failed or has not run)");
+  }
+  if (storage->released()) {
+    throw InvalidArgument(std::string("Expected a live ") + role + ", but got " +
+                          blob_label(blob) + " whose storage (allocation " +
+                          std::to_string(storage->allocation().id) + ") is already released");
+  }
+  const size_t base = blob_base_bytes(blob);
+  const size_t capacity = storage->size() > base ? storage->size() - base : 0;
+  size_t end = 0;
+  if (__builtin_add_overflow(offset, bytes, &end) || end > capacity) {
+    throw InvalidArgument(std::string("Expected a ") + role + " range within the " +
+                          std::to_string(capacity) + " bytes of " + blob_label(blob) +
+                          ", but got " + range_text(offset, bytes));
+  }
+  if (bytes == 0) return DeviceRange{};
+  const Allocation& allocation = storage->allocation();
+  OCLVM_DCHECK(allocation.segment != nullptr);
+  return DeviceRange{allocation.segment, allocation.offset + base + offset};
+}
+
+}  // namespace
+
+size_t blob_base_bytes(const BlobObject& blob) {
+  size_t base = 0;
+  if (__builtin_mul_overflow(static_cast<size_t>(blob.storage_offset()), dtype_size(blob.dtype()),
+                             &base)) {
+    throw InvalidArgument("Expected a storage offset whose byte offset fits in 64 bits, but got " +
+                          std::to_string(blob.storage_offset()) + " elements of " +
+                          dtype_name(blob.dtype()));
+  }
+  return base;
+}
+
+size_t blob_capacity_bytes(const BlobObject& blob) {
+  const size_t base = blob_base_bytes(blob);
+  return blob.required_bytes() > base ? blob.required_bytes() - base : 0;
+}
+
+std::string blob_label(const BlobObject& blob) {
+  std::string text = dtype_name(blob.dtype());
+  text += "[";
+  for (size_t i = 0; i < blob.shape().size(); ++i) {
+    if (i > 0) text += ", ";
+    text += std::to_string(blob.shape()[i]);
+  }
+  return text + "] on " + blob.device().str();
+}
+
+namespace {
+
+// "u8[4096] on opencl:0 at 0x7f...": the label and, once allocated, the device address.
+std::string blob_text(const BlobObject& blob) {
+  std::string text = blob_label(blob);
+  const std::shared_ptr<BlobStorage>& storage = blob.storage();
+  if (storage == nullptr) return text + " (pending)";
+  if (storage->released()) return text + " (released)";
+  return text + " at " + hex(storage->device_address());
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// AllocateBlob
+
+AllocateBlob::AllocateBlob(vm::Stream& stream, std::shared_ptr<BlobObject> blob)
+    : vm::Instruction(stream) {
+  OCLVM_DCHECK(blob != nullptr && blob->device() == stream.device());
+  add_operand(std::move(blob), vm::Access::kWrite);
+}
+
+void AllocateBlob::execute(vm::ExecutionContext& context) {
+  BlobObject& target = *blob();
+  if (target.storage() != nullptr) {
+    throw InvalidArgument("Expected a pending blob, but got " + blob_text(target) +
+                          " that already has storage");
+  }
+  std::shared_ptr<BlobStorage> storage =
+      BlobStorage::allocate(context.allocator, target.required_bytes());
+  try {
+    target.attach_storage(storage);
+  } catch (...) {
+    storage->release();  // nothing may be held after a throw
+    throw;
+  }
+}
+
+std::string AllocateBlob::describe() const {
+  return blob_text(*blob()) + ", " + std::to_string(blob()->required_bytes()) + " B";
+}
+
+// ---------------------------------------------------------------------------------------------
+// ReleaseTensor
+
+ReleaseTensor::ReleaseTensor(vm::Stream& stream, std::shared_ptr<BlobObject> blob)
+    : vm::Instruction(stream) {
+  OCLVM_DCHECK(blob != nullptr);
+  add_operand(std::move(blob), vm::Access::kWrite);
+}
+
+void ReleaseTensor::execute(vm::ExecutionContext& context) {
+  const std::shared_ptr<BlobStorage>& storage = blob()->storage();
+  if (storage == nullptr) return;  // Note [Releasing a blob without storage]
+  if (storage->released()) {
+    throw InvalidArgument("Expected a live blob to release, but got " + blob_label(*blob()) +
+                          " whose storage (allocation " +
+                          std::to_string(storage->allocation().id) + ") is already released");
+  }
+  if (&storage->allocator() != &context.allocator) {
+    throw InvalidArgument("Expected a blob allocated by this VM's allocator of " +
+                          context.stream.device().str() + ", but got " + blob_label(*blob()) +
+                          " from another allocator (a blob of another VM?)");
+  }
+  // Every command that may still use the memory is on this queue or ordered before its end by a
+  // soft sync the VM inserted (DESIGN.md: a release frees on the producer stream).
+  context.stream.queue().finish();
+  storage->release();
+}
+
+std::string ReleaseTensor::describe() const {
+  return blob_text(*blob()) + ", " + std::to_string(blob()->required_bytes()) + " B";
+}
+
+// ---------------------------------------------------------------------------------------------
+// CopyBlob
+
+CopyBlob::CopyBlob(vm::Stream& stream, Kind kind, std::shared_ptr<BlobObject> src,
+                   size_t src_offset, const void* host_src, std::shared_ptr<BlobObject> dst,
+                   size_t dst_offset, void* host_dst, size_t bytes)
+    : vm::Instruction(stream),
+      kind_(kind),
+      src_blob_(std::move(src)),
+      src_offset_(src_offset),
+      host_src_(host_src),
+      dst_blob_(std::move(dst)),
+      dst_offset_(dst_offset),
+      host_dst_(host_dst),
+      bytes_(bytes) {
+  OCLVM_DCHECK((src_blob_ != nullptr) != (kind_ == Kind::kHostToDevice));
+  OCLVM_DCHECK((dst_blob_ != nullptr) != (kind_ == Kind::kDeviceToHost));
+  if (src_blob_ != nullptr) add_operand(src_blob_, vm::Access::kRead);
+  if (dst_blob_ != nullptr) add_operand(dst_blob_, vm::Access::kWrite);
+}
+
+std::unique_ptr<CopyBlob> CopyBlob::host_to_device(vm::Stream& stream, const void* src,
+                                                   std::shared_ptr<BlobObject> dst,
+                                                   size_t dst_offset, size_t bytes) {
+  OCLVM_DCHECK(dst != nullptr && dst->device() == stream.device());
+  return std::unique_ptr<CopyBlob>(new CopyBlob(stream, Kind::kHostToDevice, nullptr, 0, src,
+                                                std::move(dst), dst_offset, nullptr, bytes));
+}
+
+std::unique_ptr<CopyBlob> CopyBlob::device_to_host(vm::Stream& stream,
+                                                   std::shared_ptr<BlobObject> src,
+                                                   size_t src_offset, void* dst, size_t bytes) {
+  OCLVM_DCHECK(src != nullptr && src->device() == stream.device());
+  return std::unique_ptr<CopyBlob>(new CopyBlob(stream, Kind::kDeviceToHost, std::move(src),
+                                                src_offset, nullptr, nullptr, 0, dst, bytes));
+}
+
+std::unique_ptr<CopyBlob> CopyBlob::blob_to_blob(vm::Stream& stream,
+                                                 std::shared_ptr<BlobObject> src,
+                                                 size_t src_offset,
+                                                 std::shared_ptr<BlobObject> dst,
+                                                 size_t dst_offset, size_t bytes) {
+  OCLVM_DCHECK(src != nullptr && dst != nullptr && dst->device() == stream.device());
+  const Kind kind = src->device() == dst->device() ? Kind::kDeviceToDevice : Kind::kCrossDevice;
+  return std::unique_ptr<CopyBlob>(new CopyBlob(stream, kind, std::move(src), src_offset, nullptr,
+                                                std::move(dst), dst_offset, nullptr, bytes));
+}
+
+void CopyBlob::execute(vm::ExecutionContext& context) {
+  DeviceQueue& queue = context.stream.queue();
+  switch (kind_) {
+    case Kind::kHostToDevice: {
+      const DeviceRange dst = resolve_range(*dst_blob_, dst_offset_, bytes_, "copy destination");
+      if (bytes_ == 0) return;
+      queue.enqueue_write(*dst.segment, dst.offset, host_src_, bytes_, /*blocking=*/false);
+      return;
+    }
+    case Kind::kDeviceToHost: {
+      const DeviceRange src = resolve_range(*src_blob_, src_offset_, bytes_, "copy source");
+      if (bytes_ == 0) return;
+      queue.enqueue_read(*src.segment, src.offset, host_dst_, bytes_, /*blocking=*/false);
+      return;
+    }
+    case Kind::kDeviceToDevice: {
+      const DeviceRange src = resolve_range(*src_blob_, src_offset_, bytes_, "copy source");
+      const DeviceRange dst = resolve_range(*dst_blob_, dst_offset_, bytes_, "copy destination");
+      if (bytes_ == 0) return;
+      queue.enqueue_copy(*src.segment, src.offset, *dst.segment, dst.offset, bytes_);
+      return;
+    }
+    case Kind::kCrossDevice:
+      copy_across_devices(context);
+      return;
+  }
+}
+
+void CopyBlob::copy_across_devices(vm::ExecutionContext& context) {
+  const DeviceRange src = resolve_range(*src_blob_, src_offset_, bytes_, "copy source");
+  const DeviceRange dst = resolve_range(*dst_blob_, dst_offset_, bytes_, "copy destination");
+  if (bytes_ == 0) return;
+  // The VM has made this instruction wait until the source's producing commands completed on
+  // its device; the source is read through this worker's own queue of that device, so no other
+  // thread's queue is touched. Both transfers block, so the staging buffer may die here.
+  DeviceQueue& source_queue = context.queue_on(src_blob_->device());
+  DeviceQueue& target_queue = context.stream.queue();
+  std::vector<uint8_t> staging(std::min(bytes_, kStagingChunkBytes));
+  for (size_t done = 0; done < bytes_; done += staging.size()) {
+    const size_t n = std::min(staging.size(), bytes_ - done);
+    source_queue.enqueue_read(*src.segment, src.offset + done, staging.data(), n,
+                              /*blocking=*/true);
+    target_queue.enqueue_write(*dst.segment, dst.offset + done, staging.data(), n,
+                               /*blocking=*/true);
+  }
+}
+
+std::string CopyBlob::describe() const {
+  auto side = [](const std::shared_ptr<BlobObject>& blob, const void* host, size_t offset,
+                 size_t bytes) {
+    if (blob == nullptr) return "host " + hex(reinterpret_cast<uintptr_t>(host));
+    return blob_text(*blob) + " " + range_text(offset, bytes);
+  };
+  static constexpr const char* kKindNames[] = {"host to device", "device to host",
+                                               "device to device", "across devices"};
+  return std::string(kKindNames[static_cast<int>(kind_)]) + ": " +
+         side(src_blob_, host_src_, src_offset_, bytes_) + " -> " +
+         side(dst_blob_, host_dst_, dst_offset_, bytes_) + ", " + std::to_string(bytes_) + " B";
+}
+
+// ---------------------------------------------------------------------------------------------
+// FillBlob
+
+FillBlob::FillBlob(vm::Stream& stream, std::shared_ptr<BlobObject> blob, size_t offset,
+                   size_t bytes, uint64_t pattern, size_t pattern_size)
+    : vm::Instruction(stream),
+      offset_(offset),
+      bytes_(bytes),
+      pattern_(pattern),
+      pattern_size_(pattern_size) {
+  OCLVM_DCHECK(blob != nullptr && blob->device() == stream.device());
+  OCLVM_DCHECK(pattern_size == 1 || pattern_size == 2 || pattern_size == 4 || pattern_size == 8);
+  for (size_t i = 0; i < pattern_bytes_.size(); ++i) {
+    pattern_bytes_[i] = static_cast<uint8_t>(pattern >> (8 * i));
+  }
+  add_operand(std::move(blob), vm::Access::kWrite);
+}
+
+void FillBlob::execute(vm::ExecutionContext& context) {
+  const DeviceRange dst = resolve_range(*operands()[0].blob, offset_, bytes_, "fill target");
+  if (bytes_ == 0) return;
+  context.stream.queue().enqueue_fill(*dst.segment, dst.offset, pattern_bytes_.data(),
+                                      pattern_size_, bytes_);
+}
+
+std::string FillBlob::describe() const {
+  return blob_text(*operands()[0].blob) + " " + range_text(offset_, bytes_) + " with " +
+         std::to_string(pattern_size_) + "-byte pattern " + hex(pattern_);
+}
+
+// ---------------------------------------------------------------------------------------------
+// SoftSyncStream
+
+SoftSyncStream::SoftSyncStream(vm::Stream& from, vm::Stream& to)
+    : vm::Instruction(to), from_(from) {
+  OCLVM_DCHECK(from.device() == to.device());
+}
+
+void SoftSyncStream::execute(vm::ExecutionContext& context) {
+  context.stream.queue().wait_marker(from_.queue().record_marker());
+}
+
+std::string SoftSyncStream::describe() const {
+  return from_.name() + " -> " + stream().name();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Barrier
+
+Barrier::Barrier(vm::Stream& stream, std::function<void()> callback)
+    : vm::Instruction(stream), callback_(std::move(callback)) {
+  OCLVM_DCHECK(static_cast<bool>(callback_));
+}
+
+void Barrier::execute(vm::ExecutionContext& context) {
+  context.stream.queue().finish();
+  callback_();
+}
+
+std::string Barrier::describe() const { return "after " + stream().name(); }
+
+// ---------------------------------------------------------------------------------------------
+// AccessBlobByCallback
+
+AccessBlobByCallback::AccessBlobByCallback(vm::Stream& stream, std::shared_ptr<BlobObject> blob,
+                                           size_t offset, size_t bytes, HostAccess mode,
+                                           Callback callback)
+    : vm::Instruction(stream),
+      offset_(offset),
+      bytes_(bytes),
+      mode_(mode),
+      callback_(std::move(callback)) {
+  OCLVM_DCHECK(blob != nullptr && blob->device() == stream.device());
+  OCLVM_DCHECK(static_cast<bool>(callback_));
+  add_operand(std::move(blob),
+              mode == HostAccess::kWrite ? vm::Access::kWrite : vm::Access::kRead);
+}
+
+void AccessBlobByCallback::execute(vm::ExecutionContext& context) {
+  const DeviceRange range = resolve_range(*operands()[0].blob, offset_, bytes_, "mapped blob");
+  if (bytes_ == 0) {
+    callback_(nullptr, 0);
+    return;
+  }
+  DeviceQueue& queue = context.stream.queue();
+  void* host = queue.map(*range.segment, range.offset, bytes_, mode_ == HostAccess::kWrite);
+  try {
+    callback_(host, bytes_);
+  } catch (...) {
+    queue.unmap(*range.segment, host);
+    throw;
+  }
+  queue.unmap(*range.segment, host);
+}
+
+std::string AccessBlobByCallback::describe() const {
+  return std::string(mode_ == HostAccess::kWrite ? "write " : "read ") +
+         blob_text(*operands()[0].blob) + " " + range_text(offset_, bytes_);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Allocator control
+
+void EmptyCache::execute(vm::ExecutionContext& context) { context.allocator.empty_cache(); }
+
+std::string EmptyCache::describe() const { return stream().device().str(); }
+
+void ResetStats::execute(vm::ExecutionContext& context) {
+  if (kind_ == ResetKind::kPeak) {
+    context.allocator.reset_peak_stats();
+  } else {
+    context.allocator.reset_accumulated_stats();
+  }
+}
+
+std::string ResetStats::describe() const {
+  return std::string(kind_ == ResetKind::kPeak ? "peak" : "accumulated") + " on " +
+         stream().device().str();
+}
+
+void QueryStats::execute(vm::ExecutionContext& context) { *out_ = context.allocator.stats(); }
+
+std::string QueryStats::describe() const { return stream().device().str(); }
+
+}  // namespace oclvm

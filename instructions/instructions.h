@@ -1,0 +1,251 @@
+// instructions/instructions.h — the closed instruction set of the VM.
+//
+// One small final subclass of vm::Instruction per kind; the device is data (the instruction's
+// stream), never a subclass. The VM sees only the vm::Instruction interface; callers normally
+// build these through InstructionsBuilder (instructions/builder.h), which checks arguments first.
+//
+//   AllocateBlob          gives a pending BlobObject its BlobStorage from the stream's allocator.
+//   ReleaseTensor         finishes the stream's queue, then gives the blob's memory back.
+//   CopyBlob              host->device, device->host, device->device (one device) and across
+//                         devices (staged through host memory, on the destination's stream).
+//   FillBlob              fills a byte range with a repeated 1/2/4/8-byte pattern.
+//   SoftSyncStream        makes one stream's queue wait, on the device, for another's commands.
+//   Barrier               finishes its stream's queue, then calls a host callback.
+//   AccessBlobByCallback  maps a byte range for host read or write around a callback.
+//   EmptyCache / ResetStats / QueryStats   allocator control, on the device's worker.
+//
+// Byte ranges. Every offset an instruction takes counts from the blob's element 0, i.e. from byte
+// storage_offset * dtype_size of its storage (0 for byte blobs). The range an instruction may
+// address is that point up to the end of the storage (blob_capacity_bytes). Builders check ranges
+// against BlobObject::required_bytes(), which is all they may read of a blob that another thread
+// may be allocating; execute() checks them again against the storage itself.
+//
+// Operands (what the VM orders accesses by): AllocateBlob, ReleaseTensor, FillBlob write their
+// blob; CopyBlob reads its source and writes its destination; AccessBlobByCallback reads or writes
+// by its mode; the others have none.
+//
+// Errors of execute() are InvalidArgument ("Expected ..., but got ...") for a blob whose storage
+// does not exist (its AllocateBlob failed or has not run) or is already released, and for ranges
+// outside the storage; OutOfMemoryError from the allocator; BackendError from the queues. The VM
+// prefixes them with the instruction's name and stream. See Note [Releasing a blob without
+// storage] for the one exception.
+//
+// Thread-safety: an instruction is built by one thread and then executed by exactly one thread
+// (vm/instruction.h). describe() reads only what the builder set plus the blob's storage pointer;
+// call it from the executing thread or after the sync point.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "storage/stats.h"
+#include "storage/storage_objects.h"
+#include "vm/instruction.h"
+
+namespace oclvm {
+
+enum class ResetKind : uint8_t { kPeak, kAccumulated };
+enum class HostAccess : uint8_t { kRead, kWrite };
+
+// Byte offset of the blob's element 0 in its storage: storage_offset * dtype_size. Throws
+// InvalidArgument when that overflows size_t.
+size_t blob_base_bytes(const BlobObject& blob);
+// Bytes the builder may address in `blob`: required_bytes() minus blob_base_bytes() (0 when the
+// base lies beyond). Reads nothing that an executing AllocateBlob writes.
+size_t blob_capacity_bytes(const BlobObject& blob);
+// "u8[4096] on opencl:0": names a blob in messages without touching its storage.
+std::string blob_label(const BlobObject& blob);
+
+// ---------------------------------------------------------------------------------------------
+
+class AllocateBlob final : public vm::Instruction {
+ public:
+  // `blob` must be pending (no storage) and on the stream's device.
+  AllocateBlob(vm::Stream& stream, std::shared_ptr<BlobObject> blob);
+  const char* name() const override { return "AllocateBlob"; }
+  // Allocates blob->required_bytes() from context.allocator (0 bytes: an empty allocation that
+  // touches no driver) and attaches it. On a throw (OutOfMemoryError, or a blob that already has
+  // storage) the blob keeps no storage and nothing is held.
+  void execute(vm::ExecutionContext& context) override;
+  std::string describe() const override;
+  const std::shared_ptr<BlobObject>& blob() const { return operands()[0].blob; }
+};
+
+// Note [Releasing a blob without storage]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A ReleaseTensor whose blob has no storage is a no-op, not an error. The only way to get there is
+// a blob whose AllocateBlob failed (out of memory, say) or was never submitted: the failure was
+// already reported at that AllocateBlob's sync point, and the releaser of a TensorStorage built
+// around such a blob would otherwise report a second, confusing error from a destructor. There is
+// no memory to free, so nothing leaks. A blob that HAS storage is released exactly once: a second
+// ReleaseTensor is InvalidArgument ("Expected a live blob, but got one already released ...").
+class ReleaseTensor final : public vm::Instruction {
+ public:
+  // `stream` is the blob's producer stream (InstructionsBuilder::release picks it).
+  ReleaseTensor(vm::Stream& stream, std::shared_ptr<BlobObject> blob);
+  const char* name() const override { return "ReleaseTensor"; }
+  // Finishes the stream's queue (so no command still uses the memory; the VM has made the queue
+  // wait for every other stream that used the blob), then releases the storage. See Note
+  // [Releasing a blob without storage]. A storage that context.allocator did not make (a blob
+  // of another VM) is InvalidArgument, and is left alone.
+  void execute(vm::ExecutionContext& context) override;
+  std::string describe() const override;
+  bool runs_after_shutdown() const override { return true; }
+  const std::shared_ptr<BlobObject>& blob() const { return operands()[0].blob; }
+};
+
+// One class for the four copy directions: they share the range checks and the operand rules.
+//
+// Host memory: a host->device copy is a non-blocking write and a device->host copy a non-blocking
+// read, so the host buffer must stay valid (and, for a read, untouched) until the list's sync
+// point — or until a Barrier on the same stream after it. A cross-device copy is synchronous on
+// the destination's worker: it reads the source through that worker's private queue of the
+// source device into a staging buffer (blocking), then writes it to the destination (blocking),
+// in chunks of kStagingChunkBytes.
+class CopyBlob final : public vm::Instruction {
+ public:
+  enum class Kind : uint8_t { kHostToDevice, kDeviceToHost, kDeviceToDevice, kCrossDevice };
+  static constexpr size_t kStagingChunkBytes = size_t{16} << 20;
+
+  // `stream` must be on dst's device.
+  static std::unique_ptr<CopyBlob> host_to_device(vm::Stream& stream, const void* src,
+                                                  std::shared_ptr<BlobObject> dst,
+                                                  size_t dst_offset, size_t bytes);
+  // `stream` must be on src's device.
+  static std::unique_ptr<CopyBlob> device_to_host(vm::Stream& stream,
+                                                  std::shared_ptr<BlobObject> src,
+                                                  size_t src_offset, void* dst, size_t bytes);
+  // kDeviceToDevice when both blobs are on one device (`stream` on it); kCrossDevice otherwise
+  // (`stream` on dst's device).
+  static std::unique_ptr<CopyBlob> blob_to_blob(vm::Stream& stream, std::shared_ptr<BlobObject> src,
+                                                size_t src_offset, std::shared_ptr<BlobObject> dst,
+                                                size_t dst_offset, size_t bytes);
+
+  const char* name() const override { return "CopyBlob"; }
+  void execute(vm::ExecutionContext& context) override;
+  std::string describe() const override;
+
+  Kind kind() const { return kind_; }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  CopyBlob(vm::Stream& stream, Kind kind, std::shared_ptr<BlobObject> src, size_t src_offset,
+           const void* host_src, std::shared_ptr<BlobObject> dst, size_t dst_offset,
+           void* host_dst, size_t bytes);
+  void copy_across_devices(vm::ExecutionContext& context);
+
+  // Immutable after construction. Exactly one of src_blob_ / host_src_ and one of dst_blob_ /
+  // host_dst_ is set, as kind_ says.
+  const Kind kind_;
+  const std::shared_ptr<BlobObject> src_blob_;
+  const size_t src_offset_;
+  const void* const host_src_;
+  const std::shared_ptr<BlobObject> dst_blob_;
+  const size_t dst_offset_;
+  void* const host_dst_;
+  const size_t bytes_;
+};
+
+class FillBlob final : public vm::Instruction {
+ public:
+  // pattern_size is 1, 2, 4 or 8: the low pattern_size bytes of `pattern`, least significant
+  // first, repeated. offset and bytes are multiples of pattern_size (the builder checks).
+  FillBlob(vm::Stream& stream, std::shared_ptr<BlobObject> blob, size_t offset, size_t bytes,
+           uint64_t pattern, size_t pattern_size);
+  const char* name() const override { return "FillBlob"; }
+  void execute(vm::ExecutionContext& context) override;
+  std::string describe() const override;
+
+ private:
+  const size_t offset_;
+  const size_t bytes_;
+  const uint64_t pattern_;
+  const size_t pattern_size_;
+  std::array<uint8_t, 8> pattern_bytes_{};  // pattern_, least significant byte first
+};
+
+// Runs on `to`: records a marker on `from`'s queue and makes `to`'s queue wait for it on the
+// device. Both streams are of one device, so one worker dispatches both in submission order and
+// the marker covers every command `from` was given before this instruction.
+class SoftSyncStream final : public vm::Instruction {
+ public:
+  SoftSyncStream(vm::Stream& from, vm::Stream& to);
+  const char* name() const override { return "SoftSyncStream"; }
+  void execute(vm::ExecutionContext& context) override;
+  std::string describe() const override;
+
+ private:
+  vm::Stream& from_;
+};
+
+class Barrier final : public vm::Instruction {
+ public:
+  Barrier(vm::Stream& stream, std::function<void()> callback);
+  const char* name() const override { return "Barrier"; }
+  // Finishes the stream's queue, then calls the callback on the executing thread. An exception
+  // from the callback is the instruction's error. The callback runs on the device's worker (or a
+  // caller holding its execution right): it must not run lists on the VM nor drop the last owner
+  // of a TensorStorage (whose releaser runs a list), which would wait for that worker itself.
+  void execute(vm::ExecutionContext& context) override;
+  std::string describe() const override;
+
+ private:
+  std::function<void()> callback_;
+};
+
+class AccessBlobByCallback final : public vm::Instruction {
+ public:
+  using Callback = std::function<void(void* host, size_t bytes)>;
+  AccessBlobByCallback(vm::Stream& stream, std::shared_ptr<BlobObject> blob, size_t offset,
+                       size_t bytes, HostAccess mode, Callback callback);
+  const char* name() const override { return "AccessBlobByCallback"; }
+  // Maps the range (blocking, after every earlier command of the stream), calls the callback with
+  // the host pointer and the size, and unmaps — also when the callback throws, whose exception is
+  // then the instruction's error. A 0-byte range calls back with (nullptr, 0). The callback
+  // must not use the VM (see Barrier::execute).
+  void execute(vm::ExecutionContext& context) override;
+  std::string describe() const override;
+
+ private:
+  const size_t offset_;
+  const size_t bytes_;
+  const HostAccess mode_;
+  Callback callback_;
+};
+
+class EmptyCache final : public vm::Instruction {
+ public:
+  explicit EmptyCache(vm::Stream& stream) : vm::Instruction(stream) {}
+  const char* name() const override { return "EmptyCache"; }
+  void execute(vm::ExecutionContext& context) override;
+  std::string describe() const override;
+};
+
+class ResetStats final : public vm::Instruction {
+ public:
+  ResetStats(vm::Stream& stream, ResetKind kind) : vm::Instruction(stream), kind_(kind) {}
+  const char* name() const override { return "ResetStats"; }
+  void execute(vm::ExecutionContext& context) override;
+  std::string describe() const override;
+
+ private:
+  const ResetKind kind_;
+};
+
+class QueryStats final : public vm::Instruction {
+ public:
+  // `out` (not null) receives the allocator's statistics when the instruction runs.
+  QueryStats(vm::Stream& stream, DeviceStats* out) : vm::Instruction(stream), out_(out) {}
+  const char* name() const override { return "QueryStats"; }
+  void execute(vm::ExecutionContext& context) override;
+  std::string describe() const override;
+
+ private:
+  DeviceStats* const out_;
+};
+
+}  // namespace oclvm

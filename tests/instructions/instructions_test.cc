@@ -1,0 +1,780 @@
+// tests/instructions/instructions_test.cc — every instruction end to end on a real VM (PoCL and the
+// host device): contents, statistics, errors at the sync point, ownership and shutdown.
+//
+// Each test gets its own VirtualMachine (fresh allocators, so statistics start at zero and can be
+// asserted exactly; Options{} selects the caching allocator: 512-byte quantum, 2 MiB small
+// segments). TearDown asserts through QueryStats that no bytes are allocated on any device, empties
+// every cache, asserts nothing is reserved, and (LeakCheckedTest) that the backends hold no more
+// segments than at the start; no BlobStorage may have been freed by its destructor fallback.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "instructions/builder.h"
+#include "instructions/instructions.h"
+#include "storage/device_manager.h"
+#include "storage/errors.h"
+#include "tests/storage/test_util.h"
+#include "vm/virtual_machine.h"
+
+#define EXPECT_CONTAINS(text, part) \
+  EXPECT_NE(std::string(text).find(part), std::string::npos) << "in: " << (text)
+
+namespace oclvm {
+namespace {
+
+constexpr size_t kAll = static_cast<size_t>(StatType::kAggregate);
+constexpr Device kOpenCL0{DeviceType::kOpenCL, 0};
+constexpr Device kOpenCL1{DeviceType::kOpenCL, 1};
+constexpr Device kCpu{DeviceType::kCpu, 0};
+constexpr int64_t kSmallSegment = 2 << 20;
+
+std::vector<uint8_t> pattern_bytes(size_t n, uint8_t seed) {
+  std::vector<uint8_t> bytes(n);
+  for (size_t i = 0; i < n; ++i) bytes[i] = static_cast<uint8_t>(seed + i * 13 + (i >> 8));
+  return bytes;
+}
+
+// Runs `f`, expects an exception of type E and returns its message ("" and a failure otherwise).
+template <typename E, typename F>
+std::string message_of(F&& f) {
+  try {
+    f();
+  } catch (const E& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "threw the wrong type: " << e.what();
+    return "";
+  }
+  ADD_FAILURE() << "did not throw";
+  return "";
+}
+
+class VmTest : public testing::LeakCheckedTest {
+ protected:
+  void SetUp() override {
+    LeakCheckedTest::SetUp();
+    destructor_releases_at_start_ = BlobStorage::destructor_releases();
+    failed_releases_at_start_ = TensorStorage::failed_releases();
+    vm_ = std::make_unique<vm::VirtualMachine>(DeviceManager::instance(), vm_options());
+  }
+
+  void TearDown() override {
+    if (!vm_->is_shut_down()) {
+      for (Device device : DeviceManager::instance().devices()) {
+        const DeviceStats before = stats(device);
+        EXPECT_EQ(before.allocated_bytes[kAll].current, 0) << device.str() << "\n"
+                                                           << before.to_string();
+        EXPECT_EQ(before.allocation[kAll].current, 0) << device.str();
+        InstructionsBuilder builder(*vm_);
+        builder.empty_cache(device);
+        vm_->run(builder.take());
+        const DeviceStats after = stats(device);
+        EXPECT_EQ(after.reserved_bytes[kAll].current, 0) << device.str() << "\n"
+                                                         << after.to_string();
+        EXPECT_EQ(after.segment[kAll].current, 0) << device.str();
+      }
+    }
+    vm_.reset();
+    EXPECT_EQ(BlobStorage::destructor_releases(), destructor_releases_at_start_)
+        << "a blob was freed by its destructor instead of a ReleaseTensor";
+    EXPECT_EQ(TensorStorage::failed_releases(), failed_releases_at_start_);
+    LeakCheckedTest::TearDown();
+  }
+
+  virtual Options vm_options() const { return Options{}; }
+
+ public:
+  // Helpers, public for the free check functions below. Each is one synchronous vm::Run.
+  vm::VirtualMachine& vm() { return *vm_; }
+
+  DeviceStats stats(Device device) {
+    InstructionsBuilder builder(*vm_);
+    DeviceStats out;
+    builder.query_stats(device, &out);
+    vm_->run(builder.take());
+    return out;
+  }
+
+  std::shared_ptr<BlobObject> allocate(Device device, size_t bytes) {
+    InstructionsBuilder builder(*vm_);
+    auto blob = builder.allocate_blob(builder.stream(device), bytes);
+    vm_->run(builder.take());
+    return blob;
+  }
+
+  void release(std::shared_ptr<BlobObject> blob) {
+    InstructionsBuilder builder(*vm_);
+    builder.release(std::move(blob));
+    vm_->run(builder.take());
+  }
+
+  void write(const std::shared_ptr<BlobObject>& blob, size_t offset,
+             const std::vector<uint8_t>& data) {
+    InstructionsBuilder builder(*vm_);
+    builder.copy_host_to_device(data.data(), blob, offset, data.size());
+    vm_->run(builder.take());
+  }
+
+  std::vector<uint8_t> read(const std::shared_ptr<BlobObject>& blob, size_t offset, size_t n) {
+    std::vector<uint8_t> out(n, 0xCD);
+    InstructionsBuilder builder(*vm_);
+    builder.copy_device_to_host(blob, offset, out.data(), n);
+    vm_->run(builder.take());
+    return out;
+  }
+
+  std::unique_ptr<vm::VirtualMachine> vm_;
+
+ private:
+  uint64_t destructor_releases_at_start_ = 0;
+  uint64_t failed_releases_at_start_ = 0;
+};
+
+// The same tests on PoCL and on the host device.
+class OnDevice : public VmTest, public ::testing::WithParamInterface<Device> {
+ protected:
+  Device device() const { return GetParam(); }
+};
+
+INSTANTIATE_TEST_SUITE_P(Devices, OnDevice, ::testing::Values(kOpenCL0, kCpu),
+                         [](const auto& info) {
+                           return info.param.type == DeviceType::kCpu ? std::string("cpu")
+                                                                      : std::string("opencl0");
+                         });
+
+// ---------------------------------------------------------------------------------------------
+// AllocateBlob / ReleaseTensor and the statistics.
+
+TEST_P(OnDevice, AllocateAndReleaseMoveStatisticsExactly) {
+  auto blob = allocate(device(), 1000);
+  ASSERT_NE(blob->storage(), nullptr);
+  EXPECT_EQ(blob->storage()->size(), 1000u);
+  EXPECT_EQ(blob->device(), device());
+  EXPECT_NE(blob->storage()->device_address(), 0u);
+  DeviceStats s = stats(device());
+  EXPECT_EQ(s.allocation[kAll].current, 1);
+  EXPECT_EQ(s.allocated_bytes[kAll].current, 1024);  // rounded to the 512-byte quantum
+  EXPECT_EQ(s.requested_bytes[kAll].current, 1000);
+  EXPECT_EQ(s.segment[kAll].current, 1);
+  EXPECT_EQ(s.reserved_bytes[kAll].current, kSmallSegment);
+  EXPECT_EQ(s.num_device_alloc, 1);
+
+  std::weak_ptr<BlobStorage> storage = blob->storage();
+  release(blob);
+  EXPECT_TRUE(blob->storage()->released());
+  s = stats(device());
+  EXPECT_EQ(s.allocation[kAll].current, 0);
+  EXPECT_EQ(s.allocated_bytes[kAll].current, 0);
+  EXPECT_EQ(s.allocated_bytes[kAll].freed, 1024);
+  EXPECT_EQ(s.reserved_bytes[kAll].current, kSmallSegment);  // cached
+  blob.reset();
+  EXPECT_TRUE(storage.expired());
+
+  InstructionsBuilder builder(vm());
+  builder.empty_cache(device());
+  vm().run(builder.take());
+  s = stats(device());
+  EXPECT_EQ(s.reserved_bytes[kAll].current, 0);
+  EXPECT_EQ(s.num_device_free, 1);
+}
+
+TEST_P(OnDevice, ManyBlobsInOneList) {
+  InstructionsBuilder builder(vm());
+  vm::Stream& stream = builder.stream(device());
+  std::vector<std::shared_ptr<BlobObject>> blobs;
+  for (size_t i = 1; i <= 8; ++i) blobs.push_back(builder.allocate_blob(stream, i * 512));
+  vm().run(builder.take());
+  EXPECT_EQ(stats(device()).allocated_bytes[kAll].current, 512 * 36);
+  // Distinct, non-overlapping device ranges.
+  for (size_t i = 0; i < blobs.size(); ++i) {
+    for (size_t j = i + 1; j < blobs.size(); ++j) {
+      const uintptr_t a = blobs[i]->storage()->device_address();
+      const uintptr_t b = blobs[j]->storage()->device_address();
+      EXPECT_TRUE(a + blobs[i]->required_bytes() <= b || b + blobs[j]->required_bytes() <= a);
+    }
+  }
+  for (auto& blob : blobs) builder.release(blob);
+  vm().run(builder.take());
+  EXPECT_EQ(stats(device()).allocated_bytes[kAll].current, 0);
+}
+
+TEST_P(OnDevice, TypedBlobWithNoElementsAllocatesNothing) {
+  InstructionsBuilder builder(vm());
+  auto blob = builder.allocate_blob(builder.stream(device()), {4, 0, 3}, DType::kF32);
+  EXPECT_EQ(blob->required_bytes(), 0u);
+  vm().run(builder.take());
+  ASSERT_NE(blob->storage(), nullptr);
+  EXPECT_EQ(blob->storage()->size(), 0u);
+  EXPECT_EQ(blob->storage()->device_address(), 0u);
+  const DeviceStats s = stats(device());
+  EXPECT_EQ(s.allocation[kAll].allocated, 0);
+  EXPECT_EQ(s.segment[kAll].current, 0);
+  // Zero-byte copies and fills of it are no-ops; its release is an ordinary one.
+  builder.copy_host_to_device(nullptr, blob, 0, 0);
+  builder.fill(blob, 0, 0, 7, 1);
+  builder.release(blob);
+  vm().run(builder.take());
+  EXPECT_TRUE(blob->storage()->released());
+}
+
+TEST_P(OnDevice, TypedBlobAllocatesNumelTimesElementSize) {
+  InstructionsBuilder builder(vm());
+  auto blob = builder.allocate_blob(builder.stream(device()), {3, 5}, DType::kF64);
+  vm().run(builder.take());
+  EXPECT_EQ(blob->storage()->size(), 120u);
+  EXPECT_EQ(stats(device()).requested_bytes[kAll].current, 120);
+  release(blob);
+}
+
+// ---------------------------------------------------------------------------------------------
+// CopyBlob and FillBlob with contents.
+
+TEST_P(OnDevice, HostToDeviceThenDeviceToHostRoundTrip) {
+  constexpr size_t kBytes = 100000;
+  auto blob = allocate(device(), kBytes);
+  const std::vector<uint8_t> data = pattern_bytes(kBytes, 1);
+  write(blob, 0, data);
+  EXPECT_EQ(read(blob, 0, kBytes), data);
+  // Partial ranges at offsets.
+  const std::vector<uint8_t> patch = pattern_bytes(777, 99);
+  write(blob, 5000, patch);
+  EXPECT_EQ(read(blob, 5000, 777), patch);
+  const std::vector<uint8_t> around = read(blob, 4999, 779);
+  EXPECT_EQ(around.front(), data[4999]);
+  EXPECT_EQ(around.back(), data[5777]);
+  release(blob);
+}
+
+TEST_P(OnDevice, HostToDeviceAndBackInOneList) {
+  constexpr size_t kBytes = 1 << 20;
+  const std::vector<uint8_t> data = pattern_bytes(kBytes, 3);
+  std::vector<uint8_t> back(kBytes, 0);
+  InstructionsBuilder builder(vm());
+  auto blob = builder.allocate_blob(builder.stream(device()), kBytes);
+  builder.copy_host_to_device(data.data(), blob, 0, kBytes);
+  builder.copy_device_to_host(blob, 0, back.data(), kBytes);
+  builder.release(blob);
+  vm().run(builder.take());
+  EXPECT_EQ(back, data);
+}
+
+TEST_P(OnDevice, DeviceToDeviceWithOffsets) {
+  auto src = allocate(device(), 8192);
+  auto dst = allocate(device(), 8192);
+  const std::vector<uint8_t> data = pattern_bytes(8192, 7);
+  write(src, 0, data);
+  write(dst, 0, std::vector<uint8_t>(8192, 0));
+  InstructionsBuilder builder(vm());
+  builder.copy(src, 100, dst, 4000, 3000);
+  builder.copy(src, 0, src, 6000, 1000);  // within one blob, disjoint
+  vm().run(builder.take());
+  const std::vector<uint8_t> got = read(dst, 0, 8192);
+  for (size_t i = 0; i < got.size(); ++i) {
+    const uint8_t expected = i >= 4000 && i < 7000 ? data[i - 4000 + 100] : 0;
+    ASSERT_EQ(got[i], expected) << "byte " << i;
+  }
+  const std::vector<uint8_t> got_src = read(src, 0, 8192);
+  for (size_t i = 0; i < got_src.size(); ++i) {
+    const uint8_t expected = i >= 6000 && i < 7000 ? data[i - 6000] : data[i];
+    ASSERT_EQ(got_src[i], expected) << "byte " << i;
+  }
+  release(src);
+  release(dst);
+}
+
+TEST_P(OnDevice, FillWithEveryPatternSize) {
+  struct Case {
+    size_t pattern_size;
+    uint64_t pattern;
+  };
+  for (const Case c : {Case{1, 0xA5}, Case{2, 0xBEEF}, Case{4, 0x01020304},
+                       Case{8, 0x1122334455667788}}) {
+    SCOPED_TRACE("pattern of " + std::to_string(c.pattern_size) + " bytes");
+    auto blob = allocate(device(), 4096);
+    write(blob, 0, std::vector<uint8_t>(4096, 0xEE));
+    InstructionsBuilder builder(vm());
+    const size_t offset = 8 * c.pattern_size;
+    const size_t bytes = 64 * c.pattern_size;
+    builder.fill(blob, offset, bytes, c.pattern, c.pattern_size);
+    vm().run(builder.take());
+    const std::vector<uint8_t> got = read(blob, 0, 4096);
+    for (size_t i = 0; i < got.size(); ++i) {
+      uint8_t expected = 0xEE;
+      if (i >= offset && i < offset + bytes) {
+        const size_t k = (i - offset) % c.pattern_size;  // little-endian: low byte first
+        expected = static_cast<uint8_t>(c.pattern >> (8 * k));
+      }
+      ASSERT_EQ(got[i], expected) << "byte " << i;
+    }
+    release(blob);
+  }
+}
+
+TEST_P(OnDevice, CopiesAcrossStreamsOfOneDeviceAreOrderedByTheirOperands) {
+  // Upload on h2d, fill part on a user stream, download on d2h: the VM orders them from the
+  // operands (soft syncs between the streams), so the download sees both writes.
+  constexpr size_t kBytes = 2 << 20;
+  const std::vector<uint8_t> data = pattern_bytes(kBytes, 11);
+  std::vector<uint8_t> back(kBytes, 0);
+  InstructionsBuilder builder(vm());
+  vm::Stream& h2d = vm().stream(device(), vm::StreamRole::kHostToDevice);
+  vm::Stream& user = vm().stream(device(), vm::StreamRole::kUser, 3);
+  vm::Stream& d2h = vm().stream(device(), vm::StreamRole::kDeviceToHost);
+  auto blob = builder.allocate_blob(builder.stream(device()), kBytes);
+  builder.copy_host_to_device(data.data(), blob, 0, kBytes, &h2d);
+  builder.fill(blob, 1024, 4096, 0x77, 1, &user);
+  builder.copy_device_to_host(blob, 0, back.data(), kBytes, &d2h);
+  builder.release(blob);
+  vm().run(builder.take());
+  for (size_t i = 0; i < kBytes; ++i) {
+    const uint8_t expected = i >= 1024 && i < 1024 + 4096 ? 0x77 : data[i];
+    ASSERT_EQ(back[i], expected) << "byte " << i;
+  }
+}
+
+TEST_P(OnDevice, ExplicitSoftSyncBetweenUserStreams) {
+  constexpr size_t kBytes = 4 << 20;
+  InstructionsBuilder builder(vm());
+  vm::Stream& a = vm().stream(device(), vm::StreamRole::kUser, 0);
+  vm::Stream& b = vm().stream(device(), vm::StreamRole::kUser, 1);
+  auto blob = builder.allocate_blob(a, kBytes);
+  builder.fill(blob, 0, kBytes, 0x5A5A5A5A, 4, &a);
+  builder.soft_sync(a, b);
+  std::vector<uint8_t> back(kBytes, 0);
+  builder.copy_device_to_host(blob, 0, back.data(), kBytes, &b);
+  builder.release(blob);
+  ASSERT_EQ(builder.size(), 5u);
+  vm().run(builder.take());
+  EXPECT_EQ(back, std::vector<uint8_t>(kBytes, 0x5A));
+}
+
+TEST_P(OnDevice, OffsetsCountFromTheElementZeroOfAView) {
+  // A typed view into a byte blob's storage, starting 512 floats (2048 bytes) in.
+  auto base = allocate(device(), 4096);
+  write(base, 0, std::vector<uint8_t>(4096, 0));
+  auto view = std::make_shared<BlobObject>(base->storage(), Dims{256}, DType::kF32,
+                                           Dims{}, 512);
+  EXPECT_EQ(blob_base_bytes(*view), 2048u);
+  EXPECT_EQ(blob_capacity_bytes(*view), 2048u);
+  const std::vector<uint8_t> data = pattern_bytes(1024, 17);
+  InstructionsBuilder builder(vm());
+  builder.copy_host_to_device(data.data(), view, 100, 1024);
+  EXPECT_THROW(builder.copy_host_to_device(data.data(), view, 2000, 100), InvalidArgument);
+  vm().run(builder.take());
+  const std::vector<uint8_t> got = read(base, 0, 4096);
+  for (size_t i = 0; i < got.size(); ++i) {
+    const uint8_t expected = i >= 2148 && i < 2148 + 1024 ? data[i - 2148] : 0;
+    ASSERT_EQ(got[i], expected) << "byte " << i;
+  }
+  EXPECT_EQ(read(view, 100, 1024), data);
+  release(base);  // the view shares the storage: one release frees it
+}
+
+// ---------------------------------------------------------------------------------------------
+// Barrier and AccessBlobByCallback.
+
+TEST_P(OnDevice, BarrierRunsAfterEverythingBeforeItOnItsStream) {
+  constexpr size_t kBytes = 4 << 20;
+  const std::vector<uint8_t> data = pattern_bytes(kBytes, 21);
+  std::vector<uint8_t> back(kBytes, 0);
+  std::vector<uint8_t> seen_by_barrier;
+  std::vector<int> order;
+  InstructionsBuilder builder(vm());
+  vm::Stream& stream = builder.stream(device());
+  auto blob = builder.allocate_blob(stream, kBytes);
+  builder.barrier(stream, [&] { order.push_back(1); });
+  builder.copy_host_to_device(data.data(), blob, 0, kBytes);
+  builder.copy_device_to_host(blob, 0, back.data(), kBytes);  // non-blocking read
+  builder.barrier(stream, [&] {
+    order.push_back(2);
+    seen_by_barrier = back;  // the read has landed: the barrier finished the queue first
+  });
+  builder.release(blob);
+  builder.barrier(stream, [&] { order.push_back(3); });
+  vm().run(builder.take());
+  EXPECT_EQ(order, (std::vector<int>{1, 2, 3}));
+  EXPECT_EQ(seen_by_barrier, data);
+}
+
+TEST_P(OnDevice, AccessForWriteThenForRead) {
+  auto blob = allocate(device(), 4096);
+  write(blob, 0, std::vector<uint8_t>(4096, 0));
+  InstructionsBuilder builder(vm());
+  size_t seen_bytes = 0;
+  builder.access(blob, 512, 1024, HostAccess::kWrite, [&](void* host, size_t bytes) {
+    seen_bytes = bytes;
+    auto* p = static_cast<uint8_t*>(host);
+    for (size_t i = 0; i < bytes; ++i) p[i] = static_cast<uint8_t>(i * 3);
+  });
+  std::vector<uint8_t> mapped_copy;
+  builder.access(blob, 0, 4096, HostAccess::kRead, [&](void* host, size_t bytes) {
+    const auto* p = static_cast<const uint8_t*>(host);
+    mapped_copy.assign(p, p + bytes);
+  });
+  vm().run(builder.take());
+  EXPECT_EQ(seen_bytes, 1024u);
+  std::vector<uint8_t> expected(4096, 0);
+  for (size_t i = 0; i < 1024; ++i) expected[512 + i] = static_cast<uint8_t>(i * 3);
+  EXPECT_EQ(mapped_copy, expected);
+  EXPECT_EQ(read(blob, 0, 4096), expected);
+  release(blob);
+}
+
+TEST_P(OnDevice, ThrowingCallbacksFailTheirRunAndTheBlobStaysUsable) {
+  auto blob = allocate(device(), 4096);
+  const std::vector<uint8_t> data = pattern_bytes(4096, 5);
+  write(blob, 0, data);
+  InstructionsBuilder builder(vm());
+  builder.access(blob, 0, 4096, HostAccess::kWrite, [](void* host, size_t) {
+    static_cast<uint8_t*>(host)[0] = 0xFF;
+    throw std::runtime_error("callback refused");
+  });
+  std::string message = message_of<std::runtime_error>([&] { vm().run(builder.take()); });
+  EXPECT_CONTAINS(message, "callback refused");
+  // The blob was unmapped despite the throw: it can be read and written again.
+  std::vector<uint8_t> expected = data;
+  expected[0] = 0xFF;
+  EXPECT_EQ(read(blob, 0, 4096), expected);
+
+  builder.barrier(builder.stream(device()), [] { throw InvalidArgument("barrier refused"); });
+  message = message_of<InvalidArgument>([&] { vm().run(builder.take()); });
+  EXPECT_CONTAINS(message, "barrier refused");
+  EXPECT_CONTAINS(message, "Barrier");
+  release(blob);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Allocator control.
+
+TEST_P(OnDevice, QueryResetAndEmptyCacheStatisticsAreExact) {
+  auto a = allocate(device(), 4096);
+  auto b = allocate(device(), 8192);
+  release(b);
+  DeviceStats s = stats(device());
+  EXPECT_EQ(s.allocated_bytes[kAll].current, 4096);
+  EXPECT_EQ(s.allocated_bytes[kAll].peak, 12288);
+  EXPECT_EQ(s.allocated_bytes[kAll].allocated, 12288);
+  EXPECT_EQ(s.allocated_bytes[kAll].freed, 8192);
+  EXPECT_EQ(s.allocation[kAll].allocated, 2);
+  EXPECT_EQ(s.num_device_alloc, 1);
+
+  InstructionsBuilder builder(vm());
+  builder.reset_stats(device(), ResetKind::kPeak);
+  vm().run(builder.take());
+  s = stats(device());
+  EXPECT_EQ(s.allocated_bytes[kAll].peak, 4096);
+  EXPECT_EQ(s.allocated_bytes[kAll].allocated, 12288);  // untouched by a peak reset
+
+  builder.reset_stats(device(), ResetKind::kAccumulated);
+  vm().run(builder.take());
+  s = stats(device());
+  EXPECT_EQ(s.allocated_bytes[kAll].current, 4096);
+  EXPECT_EQ(s.allocated_bytes[kAll].allocated, 0);
+  EXPECT_EQ(s.allocated_bytes[kAll].freed, 0);
+  EXPECT_EQ(s.num_device_alloc, 0);
+
+  release(a);
+  builder.empty_cache(device());
+  DeviceStats in_list;
+  builder.query_stats(device(), &in_list);  // ordered after the empty_cache in the same list
+  vm().run(builder.take());
+  EXPECT_EQ(in_list.reserved_bytes[kAll].current, 0);
+  EXPECT_EQ(in_list.segment[kAll].current, 0);
+  EXPECT_EQ(in_list.num_device_free, 1);
+  EXPECT_EQ(in_list.allocated_bytes[kAll].freed, 4096);
+}
+
+TEST_F(VmTest, StatisticsAreKeptPerDevice) {
+  auto on_cl = allocate(kOpenCL0, 4096);
+  auto on_cpu = allocate(kCpu, 1024);
+  EXPECT_EQ(stats(kOpenCL0).allocated_bytes[kAll].current, 4096);
+  EXPECT_EQ(stats(kCpu).allocated_bytes[kAll].current, 1024);
+  release(on_cl);
+  EXPECT_EQ(stats(kOpenCL0).allocated_bytes[kAll].current, 0);
+  EXPECT_EQ(stats(kCpu).allocated_bytes[kAll].current, 1024);
+  release(on_cpu);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Copies across devices.
+
+void check_cross_device_copy(VmTest& test, vm::VirtualMachine& vm, Device from, Device to) {
+  SCOPED_TRACE(from.str() + " -> " + to.str());
+  constexpr size_t kBytes = 3 << 20;
+  auto src = test.allocate(from, kBytes);
+  auto dst = test.allocate(to, kBytes);
+  const std::vector<uint8_t> data = pattern_bytes(kBytes, 31);
+  test.write(src, 0, data);
+  test.write(dst, 0, std::vector<uint8_t>(kBytes, 0));
+  InstructionsBuilder builder(vm);
+  builder.copy(src, 1000, dst, 2000, kBytes - 5000);
+  vm.run(builder.take());
+  const std::vector<uint8_t> got = test.read(dst, 0, kBytes);
+  for (size_t i = 0; i < kBytes; ++i) {
+    const uint8_t expected = i >= 2000 && i < kBytes - 3000 ? data[i - 2000 + 1000] : 0;
+    ASSERT_EQ(got[i], expected) << "byte " << i;
+  }
+  // Produced and consumed in one list: the copy waits for the upload on the other device.
+  std::vector<uint8_t> back(kBytes, 0);
+  const std::vector<uint8_t> data2 = pattern_bytes(kBytes, 77);
+  builder.copy_host_to_device(data2.data(), src, 0, kBytes);
+  builder.copy(src, 0, dst, 0, kBytes);
+  builder.copy_device_to_host(dst, 0, back.data(), kBytes);
+  vm.run(builder.take());
+  EXPECT_EQ(back, data2);
+  test.release(src);
+  test.release(dst);
+}
+
+TEST_F(VmTest, CopyBetweenOpenCLAndCpu) {
+  check_cross_device_copy(*this, vm(), kOpenCL0, kCpu);
+  check_cross_device_copy(*this, vm(), kCpu, kOpenCL0);
+}
+
+TEST_F(VmTest, CopyBetweenTwoOpenCLDevices) {
+  if (testing::opencl_device_count() < 2) {
+    GTEST_SKIP() << "needs two OpenCL devices (POCL_DEVICES=\"pthread pthread\")";
+  }
+  check_cross_device_copy(*this, vm(), kOpenCL0, kOpenCL1);
+  check_cross_device_copy(*this, vm(), kOpenCL1, kOpenCL0);
+}
+
+TEST_F(VmTest, CrossDeviceCopyLargerThanTheStagingChunk) {
+  // Several staging chunks, the last one partial, at unaligned offsets.
+  constexpr size_t kBytes = CopyBlob::kStagingChunkBytes + 4096 + 3;
+  auto src = allocate(kCpu, kBytes + 16);
+  auto dst = allocate(kOpenCL0, kBytes + 16);
+  const std::vector<uint8_t> data = pattern_bytes(kBytes, 41);
+  write(src, 5, data);
+  InstructionsBuilder builder(vm());
+  builder.copy(src, 5, dst, 11, kBytes);
+  vm().run(builder.take());
+  EXPECT_EQ(read(dst, 11, kBytes), data);
+  release(src);
+  release(dst);
+}
+
+TEST_F(VmTest, CrossDeviceCopyRunsOnTheDestinationStream) {
+  // The blobs are only built, never run: a copy's checks need their sizes and devices only.
+  InstructionsBuilder builder(vm());
+  auto src = builder.allocate_blob(builder.stream(kOpenCL0), 4096);
+  auto dst = builder.allocate_blob(builder.stream(kCpu), 4096);
+  vm::InstructionList never_run = builder.take();
+  InstructionsBuilder check(vm());
+  check.copy(src, 0, dst, 0, 4096);
+  vm::InstructionList list = check.take();
+  ASSERT_EQ(list.size(), 1u);
+  const auto& copy = static_cast<const CopyBlob&>(list.items().front());
+  EXPECT_EQ(copy.kind(), CopyBlob::Kind::kCrossDevice);
+  EXPECT_EQ(copy.stream().device(), kCpu);
+  EXPECT_THROW(check.copy(src, 0, dst, 0, 4096, &vm().stream(kOpenCL0)), InvalidArgument);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Errors at the sync point.
+
+class LimitedVmTest : public VmTest {
+ protected:
+  Options vm_options() const override {
+    Options options;
+    options.memory_limit = 4 << 20;
+    return options;
+  }
+};
+
+TEST_F(LimitedVmTest, OutOfMemorySurfacesAtItsRunAndTheVmKeepsWorking) {
+  auto small = allocate(kOpenCL0, 4096);
+  const DeviceStats before = stats(kOpenCL0);
+
+  InstructionsBuilder builder(vm());
+  auto huge = builder.allocate_blob(builder.stream(kOpenCL0), 8 << 20);
+  const std::string message = message_of<OutOfMemoryError>([&] { vm().run(builder.take()); });
+  EXPECT_CONTAINS(message, "AllocateBlob");
+  EXPECT_CONTAINS(message, "opencl:0");
+  EXPECT_EQ(huge->storage(), nullptr);
+
+  const DeviceStats after = stats(kOpenCL0);
+  EXPECT_EQ(after.num_ooms, 1);
+  EXPECT_EQ(after.allocated_bytes[kAll].current, before.allocated_bytes[kAll].current);
+  EXPECT_EQ(after.reserved_bytes[kAll].current, before.reserved_bytes[kAll].current);
+
+  // The VM goes on: more work on the same device succeeds.
+  auto more = allocate(kOpenCL0, 1 << 20);
+  const std::vector<uint8_t> data = pattern_bytes(1 << 20, 8);
+  write(more, 0, data);
+  EXPECT_EQ(read(more, 0, data.size()), data);
+  // The failed blob has no storage: releasing it is a no-op (Note [Releasing a blob without
+  // storage]); using it is an error naming the problem.
+  release(huge);
+  std::vector<uint8_t> sink(16);
+  builder.copy_device_to_host(huge, 0, sink.data(), 16);
+  const std::string use = message_of<InvalidArgument>([&] { vm().run(builder.take()); });
+  EXPECT_CONTAINS(use, "CopyBlob");
+  EXPECT_CONTAINS(use, "has none");
+  release(more);
+  release(small);
+  EXPECT_EQ(stats(kOpenCL0).num_ooms, 1);
+}
+
+TEST_F(LimitedVmTest, FailedInstructionDoesNotStopTheRestOfItsList) {
+  InstructionsBuilder builder(vm());
+  vm::Stream& stream = builder.stream(kOpenCL0);
+  auto ok = builder.allocate_blob(stream, 4096);
+  auto huge = builder.allocate_blob(stream, 64 << 20);
+  builder.fill(ok, 0, 4096, 0x42, 1);
+  EXPECT_THROW(vm().run(builder.take()), OutOfMemoryError);
+  EXPECT_EQ(read(ok, 0, 4096), std::vector<uint8_t>(4096, 0x42));
+  builder.release(ok);
+  builder.release(huge);
+  vm().run(builder.take());
+}
+
+TEST_F(LimitedVmTest, TensorStorageWhoseAllocationFailsHoldsNothing) {
+  EXPECT_THROW(make_tensor_storage(vm(), kOpenCL0, {8 << 20}, DType::kF32), OutOfMemoryError);
+  const DeviceStats s = stats(kOpenCL0);
+  EXPECT_EQ(s.num_ooms, 1);
+  EXPECT_EQ(s.allocated_bytes[kAll].current, 0);
+}
+
+TEST_F(VmTest, UseOfAReleasedBlobFailsAtTheSyncPointAndChangesNothing) {
+  auto blob = allocate(kOpenCL0, 4096);
+  release(blob);
+  const std::string before = stats(kOpenCL0).to_string();
+  std::vector<uint8_t> data(4096, 1);
+
+  InstructionsBuilder builder(vm());
+  builder.copy_host_to_device(data.data(), blob, 0, 4096);
+  std::string message = message_of<InvalidArgument>([&] { vm().run(builder.take()); });
+  EXPECT_CONTAINS(message, "CopyBlob");
+  EXPECT_CONTAINS(message, "opencl:0");
+  EXPECT_CONTAINS(message, "already released");
+
+  builder.fill(blob, 0, 4096, 0, 1);
+  message = message_of<InvalidArgument>([&] { vm().run(builder.take()); });
+  EXPECT_CONTAINS(message, "FillBlob");
+  EXPECT_CONTAINS(message, "already released");
+
+  builder.access(blob, 0, 16, HostAccess::kRead, [](void*, size_t) {});
+  message = message_of<InvalidArgument>([&] { vm().run(builder.take()); });
+  EXPECT_CONTAINS(message, "AccessBlobByCallback");
+
+  EXPECT_EQ(stats(kOpenCL0).to_string(), before);
+}
+
+TEST_F(VmTest, DoubleReleaseFailsAtTheSyncPointAndChangesNothing) {
+  auto blob = allocate(kOpenCL0, 4096);
+  release(blob);
+  const std::string before = stats(kOpenCL0).to_string();
+  const std::string message = message_of<InvalidArgument>([&] { release(blob); });
+  EXPECT_CONTAINS(message, "ReleaseTensor");
+  EXPECT_CONTAINS(message, "opencl:0");
+  EXPECT_CONTAINS(message, "already released");
+  EXPECT_EQ(stats(kOpenCL0).to_string(), before);
+
+  // Both releases in one list: the first frees, the second fails.
+  auto other = allocate(kCpu, 512);
+  InstructionsBuilder builder(vm());
+  builder.release(other);
+  builder.release(other);
+  EXPECT_THROW(vm().run(builder.take()), InvalidArgument);
+  EXPECT_EQ(stats(kCpu).allocated_bytes[kAll].current, 0);
+}
+
+TEST_F(VmTest, AllocatingTheSameBlobTwiceFails) {
+  InstructionsBuilder builder(vm());
+  vm::Stream& stream = builder.stream(kOpenCL0);
+  auto blob = builder.allocate_blob(stream, 4096);
+  vm().run(builder.take());
+  const std::string before = stats(kOpenCL0).to_string();
+  vm::InstructionList list;
+  list.push_back(std::make_unique<AllocateBlob>(stream, blob));
+  const std::string message = message_of<InvalidArgument>([&] { vm().run(std::move(list)); });
+  EXPECT_CONTAINS(message, "AllocateBlob");
+  EXPECT_CONTAINS(message, "already has storage");
+  EXPECT_EQ(stats(kOpenCL0).to_string(), before);
+  release(blob);
+}
+
+TEST_F(VmTest, ReleasingABlobThroughAnotherVmFailsAndLeavesItAlone) {
+  auto blob = allocate(kOpenCL0, 4096);
+  {
+    vm::VirtualMachine other(DeviceManager::instance(), Options{});
+    InstructionsBuilder builder(other);
+    builder.stream(kOpenCL0);  // stream ids of both VMs then name opencl:0/compute first
+    builder.release(blob);
+    const std::string message = message_of<InvalidArgument>([&] { other.run(builder.take()); });
+    EXPECT_CONTAINS(message, "ReleaseTensor");
+    EXPECT_CONTAINS(message, "another VM");
+  }
+  EXPECT_FALSE(blob->storage()->released());
+  EXPECT_EQ(stats(kOpenCL0).allocated_bytes[kAll].current, 4096);
+  release(blob);
+}
+
+TEST_F(VmTest, NonReleaseWorkAfterShutdownIsAnError) {
+  vm().shutdown();
+  DeviceStats out;
+  EXPECT_THROW(
+      {
+        InstructionsBuilder builder(vm());
+        builder.query_stats(kOpenCL0, &out);
+        vm().run(builder.take());
+      },
+      Error);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Ownership: TensorStorage -> releaser -> ReleaseTensor.
+
+TEST_F(VmTest, DroppingTheLastTensorStorageRunsReleaseTensor) {
+  std::shared_ptr<TensorStorage> tensor = make_tensor_storage(vm(), kOpenCL0, {16, 16}, DType::kF32);
+  ASSERT_NE(tensor, nullptr);
+  std::weak_ptr<BlobObject> blob = tensor->blob();
+  std::weak_ptr<BlobStorage> storage = tensor->blob()->storage();
+  ASSERT_FALSE(storage.expired());
+  const Dims& shape = tensor->blob()->shape();
+  EXPECT_EQ(std::vector<int64_t>(shape.begin(), shape.end()), (std::vector<int64_t>{16, 16}));
+  EXPECT_EQ(stats(kOpenCL0).allocated_bytes[kAll].current, 1024);
+
+  std::shared_ptr<TensorStorage> view = tensor;  // a view shares the storage
+  tensor.reset();
+  EXPECT_EQ(stats(kOpenCL0).allocated_bytes[kAll].current, 1024);
+  EXPECT_FALSE(blob.expired());
+  view.reset();  // the releaser runs a ReleaseTensor synchronously
+  EXPECT_EQ(stats(kOpenCL0).allocated_bytes[kAll].current, 0);
+  EXPECT_TRUE(blob.expired());
+  EXPECT_TRUE(storage.expired());
+}
+
+TEST_F(VmTest, TensorStorageUsedByInstructionsIsReleasedAfterThem) {
+  auto tensor = make_tensor_storage(vm(), kCpu, {1024}, DType::kU8);
+  const std::vector<uint8_t> data = pattern_bytes(1024, 2);
+  std::vector<uint8_t> back(1024, 0);
+  InstructionsBuilder builder(vm());
+  builder.copy_host_to_device(data.data(), tensor->blob(), 0, 1024);
+  builder.copy_device_to_host(tensor->blob(), 0, back.data(), 1024);
+  vm().run(builder.take());
+  EXPECT_EQ(back, data);
+  std::weak_ptr<BlobStorage> storage = tensor->blob()->storage();
+  tensor.reset();
+  EXPECT_TRUE(storage.expired());
+  EXPECT_EQ(stats(kCpu).allocated_bytes[kAll].current, 0);
+}
+
+TEST_F(VmTest, TensorStorageDroppedAfterShutdownIsReleasedOnTheCallersThread) {
+  auto tensor = make_tensor_storage(vm(), kOpenCL0, {4096}, DType::kU8);
+  std::weak_ptr<BlobStorage> storage = tensor->blob()->storage();
+  vm().shutdown();
+  tensor.reset();  // ReleaseTensor runs after shutdown, here
+  EXPECT_TRUE(storage.expired());
+  // TearDown checks that it was a real release (no destructor fallback, no failed releaser).
+}
+
+}  // namespace
+}  // namespace oclvm
