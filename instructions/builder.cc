@@ -80,7 +80,7 @@ std::shared_ptr<BlobObject> InstructionsBuilder::allocate_blob(vm::Stream& strea
         "is the empty blob)");
   }
   check_allocation_size(vm_, stream.device(), bytes);
-  auto blob = std::make_shared<BlobObject>(stream.device(), bytes);
+  auto blob = std::allocate_shared<BlobObject>(pool::PoolAllocator<BlobObject>(), stream.device(), bytes);
   blob->set_producer_stream(stream.id());
   list_.push_back(std::make_unique<AllocateBlob>(stream, blob));
   return blob;
@@ -91,7 +91,8 @@ std::shared_ptr<BlobObject> InstructionsBuilder::allocate_blob(vm::Stream& strea
                                                                DType dtype) {
   check_own_stream(vm_, stream);
   // The constructor checks the shape (InvalidArgument on negative sizes and overflow).
-  auto blob = std::make_shared<BlobObject>(stream.device(), shape, dtype);
+  auto blob =
+      std::allocate_shared<BlobObject>(pool::PoolAllocator<BlobObject>(), stream.device(), shape, dtype);
   check_allocation_size(vm_, stream.device(), blob->required_bytes());
   blob->set_producer_stream(stream.id());
   list_.push_back(std::make_unique<AllocateBlob>(stream, blob));

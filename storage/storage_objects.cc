@@ -2,6 +2,8 @@
 // releasing destructor. See the Notes in storage/storage_objects.h.
 #include "storage/storage_objects.h"
 
+#include "storage/small_object_pool.h"
+
 #include <cstdio>
 #include <exception>
 #include <utility>
@@ -129,7 +131,8 @@ Dims contiguous_strides(const Dims& shape) {
 std::shared_ptr<BlobStorage> BlobStorage::allocate(Allocator& allocator, size_t bytes) {
   const Allocation allocation = allocator.allocate(bytes);
   try {
-    return std::make_shared<BlobStorage>(allocator, allocation);
+    return std::allocate_shared<BlobStorage>(pool::PoolAllocator<BlobStorage>(), allocator,
+                                             allocation);
   } catch (...) {
     allocator.deallocate(allocation);
     throw;

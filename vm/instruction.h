@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "storage/allocator.h"
+#include "storage/small_object_pool.h"
 #include "storage/storage_objects.h"
 #include "vm/stream.h"
 
@@ -82,6 +83,13 @@ class Instruction {
  public:
   explicit Instruction(Stream& stream) : stream_(&stream) {}
   virtual ~Instruction() = default;
+  // Instructions are made and deleted at instruction rate, often on different threads: their
+  // memory comes from the small-object pool (storage/small_object_pool.h). The sized delete gets
+  // the dynamic size through the virtual destructor.
+  static void* operator new(size_t bytes) { return pool::allocate(bytes); }
+  static void operator delete(void* pointer, size_t bytes) noexcept {
+    pool::deallocate(pointer, bytes);
+  }
   Instruction(const Instruction&) = delete;
   Instruction& operator=(const Instruction&) = delete;
 

@@ -48,12 +48,17 @@ class StreamWorker {
   // Appends to the pending list (already in sequence order). Thread-safe.
   void enqueue(IntrusiveInstructionList& instructions);
   // Caller runs: when nothing is pending and nobody executes, takes the execution right and
-  // returns true; the caller then dispatches with dispatch() and gives it back with release().
+  // returns true; the caller then dispatches with dispatch() and gives it back with
+  // release_execution(), which first dispatches up to kMaxCombined instructions that other
+  // producers queued meanwhile (combining), then wakes the worker thread if work is left.
   bool try_acquire_idle();
   void release_execution();
+  static constexpr size_t kMaxCombined = 4096;
   // Dispatches one instruction (waits, execute, error capture, completion accounting) and
   // deletes it. Only with the execution right. Never throws.
-  void dispatch(Instruction* instruction) noexcept;
+  // `settle`: count it in its batch and the in-flight bound now (false: the caller does, for a
+  // whole list it dispatches inline).
+  void dispatch(Instruction* instruction, bool settle = true) noexcept;
 
   // True on a thread that is inside dispatch() (executing an instruction or its callbacks).
   static bool dispatching_on_this_thread();

@@ -15,9 +15,16 @@ namespace oclvm::vm {
 void Ticket::wait() {
   if (batch_ == nullptr) return;
   Batch& batch = *batch_;
-  std::unique_lock<std::mutex> lock(batch.mutex);
-  batch.done_cv.wait(lock, [&] { return batch.done; });
-  if (batch.first_error) std::rethrow_exception(batch.first_error);
+  if (batch.remaining.load() != 0) {
+    std::unique_lock<std::mutex> lock(batch.mutex);
+    batch.waiters.fetch_add(1);
+    batch.done_cv.wait(lock, [&] { return batch.remaining.load() == 0; });
+    batch.waiters.fetch_sub(1);
+  }
+  if (batch.failed.load()) {
+    std::lock_guard<std::mutex> lock(batch.mutex);
+    std::rethrow_exception(batch.first_error);
+  }
 }
 
 void Signal::set() {
@@ -215,13 +222,10 @@ Ticket VirtualMachine::submit_impl(InstructionList&& list, bool caller_runs) {
         "Expected vm::Run and Submit outside instruction callbacks (Barrier, "
         "AccessBlobByCallback), but got a call from inside one; it would wait for itself");
   }
-  auto batch = std::make_shared<Batch>();
+  auto batch = std::allocate_shared<Batch>(pool::PoolAllocator<Batch>());
   IntrusiveInstructionList& items = list.items();
   const size_t count = items.size();
-  if (count == 0) {
-    batch->done = true;
-    return Ticket(batch);
-  }
+  if (count == 0) return Ticket(batch);
   batch->remaining.store(count);
   admit(count);
 
@@ -252,6 +256,18 @@ Ticket VirtualMachine::submit_impl(InstructionList&& list, bool caller_runs) {
     }
     StreamWorker* single = nullptr;
     bool several = false;
+    // The last instruction of the batch on each stream finishes that stream's queue, on the
+    // stream's own worker, so the sync point needs no queue call of its own.
+    boost::container::small_vector<Instruction*, 4> last_on_stream;
+    auto note_last = [&](Instruction& instruction) {
+      for (Instruction*& last : last_on_stream) {
+        if (&last->stream() == &instruction.stream()) {
+          last = &instruction;
+          return;
+        }
+      }
+      last_on_stream.push_back(&instruction);
+    };
     while (!items.empty()) {
       Instruction& instruction = items.front();
       items.pop_front();
@@ -260,22 +276,17 @@ Ticket VirtualMachine::submit_impl(InstructionList&& list, bool caller_runs) {
       instruction.sequence_ = owner.take_sequence();
       IntrusiveInstructionList extra;
       analyze(instruction, extra);
-      several = several || !extra.empty();
-      ordered.splice(ordered.end(), extra);
+      if (!extra.empty()) {
+        several = true;
+        for (Instruction& signal : extra) note_last(signal);
+        ordered.splice(ordered.end(), extra);
+      }
+      note_last(instruction);
       ordered.push_back(instruction);
       if (single == nullptr) single = &owner;
       several = several || single != &owner;
     }
-    // The last instruction of the batch on each stream finishes that stream's queue, on the
-    // stream's own worker, so the sync point needs no queue call of its own.
-    std::vector<Stream*> finished;
-    for (auto it = ordered.rbegin(); it != ordered.rend(); ++it) {
-      Stream* stream = &it->stream();
-      if (std::find(finished.begin(), finished.end(), stream) == finished.end()) {
-        finished.push_back(stream);
-        it->finish_stream_ = true;
-      }
-    }
+    for (Instruction* last : last_on_stream) last->finish_stream_ = true;
     const size_t added = ordered.size() - count;
     if (added > 0) {
       batch->remaining.fetch_add(added);
@@ -305,18 +316,21 @@ Ticket VirtualMachine::submit_impl(InstructionList&& list, bool caller_runs) {
   if (inline_worker != nullptr) {
     // Note [Caller runs]: nothing of a lower sequence is pending on this worker, and we hold its
     // execution right, so dispatching here keeps order and confinement.
+    // The batch is settled once at the end: nobody else waits for its instructions one by one.
+    const size_t dispatched = ordered.size();
     while (!ordered.empty()) {
       Instruction& instruction = ordered.front();
       ordered.pop_front();
-      inline_worker->dispatch(&instruction);
+      inline_worker->dispatch(&instruction, /*settle=*/false);
     }
+    settle(*batch, dispatched);
     inline_worker->release_execution();
   }
   return Ticket(batch);
 }
 
 void VirtualMachine::on_dispatched(Instruction& instruction, std::exception_ptr error,
-                                   double seconds) {
+                                   double seconds, bool settle_now) {
   if (trace_) {
     const std::string message = error ? [&] {
       try {
@@ -331,14 +345,21 @@ void VirtualMachine::on_dispatched(Instruction& instruction, std::exception_ptr 
   Batch& batch = *instruction.batch_;
   if (error) {
     std::lock_guard<std::mutex> lock(batch.mutex);
-    if (!batch.first_error) batch.first_error = error;
+    if (!batch.first_error) {
+      batch.first_error = error;
+      batch.failed.store(true);
+    }
   }
-  if (batch.remaining.fetch_sub(1) == 1) {
+  if (settle_now) settle(batch, 1);
+}
+
+void VirtualMachine::settle(Batch& batch, size_t dispatched) {
+  // The last one wakes the waiters, if any (a caller that ran its own list inline has none).
+  if (batch.remaining.fetch_sub(dispatched) == dispatched && batch.waiters.load() > 0) {
     std::lock_guard<std::mutex> lock(batch.mutex);
-    batch.done = true;
     batch.done_cv.notify_all();
   }
-  in_flight_.fetch_sub(1);
+  in_flight_.fetch_sub(dispatched);
   wake_producers();
 }
 
@@ -371,10 +392,10 @@ void VirtualMachine::run_after_shutdown(IntrusiveInstructionList& items) {
       owner.dispatch(&instruction);
     } else {
       on_dispatched(instruction,
-                    std::make_exception_ptr(Error(
-                        std::string("Expected a running VM, but it has been shut down (") +
-                        instruction.name() + " on " + instruction.stream().name() + ")")),
-                    0.0);
+                    std::make_exception_ptr(
+                        Error(std::string("Expected a running VM, but it has been shut down (") +
+                              instruction.name() + " on " + instruction.stream().name() + ")")),
+                    0.0, /*settle_now=*/true);
       delete &instruction;
     }
   }

@@ -63,10 +63,11 @@ struct VmOptions {
 // One submission: what a Ticket waits for. The instructions themselves are owned by the VM from
 // submission on and deleted by the thread that dispatches them, right after dispatch.
 struct Batch {
-  std::atomic<size_t> remaining{0};     // instructions not yet dispatched
+  std::atomic<size_t> remaining{0};     // instructions not yet dispatched; 0: done
+  std::atomic<bool> failed{false};      // first_error is set
+  std::atomic<size_t> waiters{0};       // threads sleeping in Ticket::wait
   std::mutex mutex;
   std::condition_variable done_cv;
-  bool done = false;                    // GUARDED_BY(mutex): remaining reached 0
   std::exception_ptr first_error;       // GUARDED_BY(mutex)
 };
 
@@ -130,7 +131,11 @@ class VirtualMachine {
   // StreamSignal instruction to `extra`, to be placed before the instruction.
   void analyze(Instruction& instruction, IntrusiveInstructionList& extra);
   // Called by workers after each dispatch.
-  void on_dispatched(Instruction& instruction, std::exception_ptr error, double seconds);
+  // Called by the dispatching thread after each dispatch. With settle_now == false the caller
+  // settles the batch itself later (caller runs: once for the whole list).
+  void on_dispatched(Instruction& instruction, std::exception_ptr error, double seconds,
+                     bool settle_now);
+  void settle(Batch& batch, size_t dispatched);
   void run_after_shutdown(IntrusiveInstructionList& list);
   void admit(size_t count);  // backpressure: blocks while the bound would be passed
   void wake_producers();     // after in_flight_ went down
