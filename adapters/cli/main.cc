@@ -1,14 +1,17 @@
 // adapters/cli/main.cc — the `oclvm` command.
 //
+//   oclvm run FILE... [--trace]
 //   oclvm replay FILE [--allocator NAME] [--device DEVICE] [--limit BYTES] [--repeat N] [--json]
 //   oclvm devices
 //   oclvm help | --help | -h
 //
 // Exit status (the promise scripts and ctest rely on):
-//   0  success
-//   1  a runtime error (a driver failure, an allocation the device can never hold, ...)
+//   0  success (for `run`: every expectation of every script held)
+//   1  a runtime error (a driver failure, an allocation the device can never hold, ...); for
+//      `run`: at least one expectation failed
 //   2  bad usage (unknown command or flag, missing or malformed value, unknown device or
-//      allocator, malformed environment) or a malformed trace (`FILE:LINE: error: ...`)
+//      allocator, malformed environment), a malformed trace (`FILE:LINE: error: ...`) or a
+//      malformed script (`FILE:LINE:COL: error: ...`, and nothing was run)
 //   3  the replay ran, its report was printed, and at least one allocation ran out of memory
 //
 // Reports go to stdout, diagnostics to stderr. main() catches everything: no exception leaves it.
@@ -25,6 +28,7 @@
 #include <vector>
 
 #include "adapters/cli/replay.h"
+#include "adapters/cli/run_command.h"
 #include "adapters/cli/trace.h"
 #include "storage/allocator_registry.h"
 #include "storage/device_manager.h"
@@ -43,6 +47,10 @@ constexpr const char* kUsage =
     "usage: oclvm <command> [options]\n"
     "\n"
     "commands:\n"
+    "  run FILE... [--trace]    parse instruction scripts (all of them first; a malformed one\n"
+    "                           runs nothing), run each on a fresh VM and check its\n"
+    "                           expectations (the language: design/scripts.md)\n"
+    "      --trace              print every dispatched instruction with its stream and duration\n"
     "  replay FILE [options]    replay an allocation trace (oclvm-trace v1) through a real\n"
     "                           allocator on a real device and report its memory overhead\n"
     "      --allocator NAME     caching | buddy | system\n"
@@ -55,7 +63,8 @@ constexpr const char* kUsage =
     "  devices                  list the OpenCL platform and every device\n"
     "  help, --help, -h         print this text\n"
     "\n"
-    "exit status: 0 ok, 1 runtime error, 2 bad usage or malformed trace,\n"
+    "exit status: 0 ok, 1 runtime error or failed expectation,\n"
+    "             2 bad usage, malformed trace or malformed script,\n"
     "             3 the replay ran out of memory (the report is printed first)\n";
 
 // Bad command-line or environment input. Reported with the usage text, exit status 2.
@@ -208,6 +217,16 @@ int run_devices(const std::vector<std::string_view>& args) {
   return kExitOk;
 }
 
+int run_run(const std::vector<std::string_view>& args) {
+  RunArguments parsed;
+  try {
+    parsed = parse_run_arguments(args);
+  } catch (const InvalidArgument& e) {
+    throw UsageError(e.what());
+  }
+  return run_scripts(parsed, stdout, stderr);
+}
+
 int run(int argc, char** argv) {
   std::vector<std::string_view> args(argv + (argc > 0 ? 1 : 0), argv + argc);
   if (args.empty() || args[0] == "help" || args[0] == "--help" || args[0] == "-h") {
@@ -222,9 +241,10 @@ int run(int argc, char** argv) {
       return kExitOk;
     }
   }
+  if (command == "run") return run_run(rest);
   if (command == "replay") return run_replay(rest);
   if (command == "devices") return run_devices(rest);
-  throw UsageError("Expected a command (replay, devices, help), but got '" + std::string(command) + "'");
+  throw UsageError("Expected a command (run, replay, devices, help), but got '" + std::string(command) + "'");
 }
 
 }  // namespace

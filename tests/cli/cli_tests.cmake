@@ -133,7 +133,7 @@ oclvm_cli_test(replay.missing_file_exits_2 2
   STDERR "no_such.trace: error: expected a readable trace file, but opening it failed .No such file or directory.")
 oclvm_cli_test(usage.unknown_command 2
   ARGS frobnicate
-  STDERR "oclvm: error: Expected a command .replay, devices, help., but got 'frobnicate'" "usage: oclvm")
+  STDERR "oclvm: error: Expected a command .run, replay, devices, help., but got 'frobnicate'" "usage: oclvm")
 oclvm_cli_test(usage.unknown_flag 2
   ARGS replay ${OCLVM_CLI_DATA}/small.trace --fast
   STDERR "but got '--fast'" "usage: oclvm")
