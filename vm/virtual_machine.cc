@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <thread>
 
 #include "storage/allocator_registry.h"
 #include "storage/errors.h"
@@ -15,16 +16,12 @@ namespace oclvm::vm {
 void Ticket::wait() {
   if (batch_ == nullptr) return;
   Batch& batch = *batch_;
-  if (batch.remaining.load() != 0) {
-    std::unique_lock<std::mutex> lock(batch.mutex);
-    batch.waiters.fetch_add(1);
-    batch.done_cv.wait(lock, [&] { return batch.remaining.load() == 0; });
-    batch.waiters.fetch_sub(1);
-  }
-  if (batch.failed.load()) {
-    std::lock_guard<std::mutex> lock(batch.mutex);
-    std::rethrow_exception(batch.first_error);
-  }
+  // Another thread dispatching this batch (a worker, or a caller combining it) usually finishes
+  // within microseconds: yield a few times before sleeping. See Note [Batch lifetime].
+  for (int i = 0; i < 64 && batch.remaining.load() != 0; ++i) std::this_thread::yield();
+  std::unique_lock<std::mutex> lock(batch.mutex);
+  batch.done_cv.wait(lock, [&] { return batch.done; });
+  if (batch.first_error) std::rethrow_exception(batch.first_error);
 }
 
 void Signal::set() {
@@ -225,7 +222,10 @@ Ticket VirtualMachine::submit_impl(InstructionList&& list, bool caller_runs) {
   auto batch = std::allocate_shared<Batch>(pool::PoolAllocator<Batch>());
   IntrusiveInstructionList& items = list.items();
   const size_t count = items.size();
-  if (count == 0) return Ticket(batch);
+  if (count == 0) {
+    batch->done = true;
+    return Ticket(batch);
+  }
   batch->remaining.store(count);
   admit(count);
 
@@ -345,18 +345,17 @@ void VirtualMachine::on_dispatched(Instruction& instruction, std::exception_ptr 
   Batch& batch = *instruction.batch_;
   if (error) {
     std::lock_guard<std::mutex> lock(batch.mutex);
-    if (!batch.first_error) {
-      batch.first_error = error;
-      batch.failed.store(true);
-    }
+    if (!batch.first_error) batch.first_error = error;
   }
   if (settle_now) settle(batch, 1);
 }
 
 void VirtualMachine::settle(Batch& batch, size_t dispatched) {
-  // The last one wakes the waiters, if any (a caller that ran its own list inline has none).
-  if (batch.remaining.fetch_sub(dispatched) == dispatched && batch.waiters.load() > 0) {
+  // The last one marks the batch done; the batch must not be touched after the unlock (Note
+  // [Batch lifetime]).
+  if (batch.remaining.fetch_sub(dispatched) == dispatched) {
     std::lock_guard<std::mutex> lock(batch.mutex);
+    batch.done = true;
     batch.done_cv.notify_all();
   }
   in_flight_.fetch_sub(dispatched);

@@ -62,12 +62,17 @@ struct VmOptions {
 
 // One submission: what a Ticket waits for. The instructions themselves are owned by the VM from
 // submission on and deleted by the thread that dispatches them, right after dispatch.
+//
+// Note [Batch lifetime]: the Batch lives as long as its Ticket. The thread that settles the last
+// instruction sets `done` and notifies under `mutex`, and Ticket::wait returns only after seeing
+// `done` under `mutex`, so the settling thread has let go of the batch before the ticket can free
+// it. (A lock-free "remaining == 0" exit let a ticket free the batch while the settler was still
+// about to notify: a use-after-free seen as a pthread assertion in the producer benchmark.)
 struct Batch {
-  std::atomic<size_t> remaining{0};     // instructions not yet dispatched; 0: done
-  std::atomic<bool> failed{false};      // first_error is set
-  std::atomic<size_t> waiters{0};       // threads sleeping in Ticket::wait
+  std::atomic<size_t> remaining{0};     // instructions not yet dispatched
   std::mutex mutex;
   std::condition_variable done_cv;
+  bool done = false;                    // GUARDED_BY(mutex): remaining reached 0
   std::exception_ptr first_error;       // GUARDED_BY(mutex)
 };
 
