@@ -12,9 +12,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cstring>
+#include <string>
 #include <tuple>
-#include <type_traits>
 #include <vector>
 
 #include "storage/address_space.h"
@@ -25,41 +24,7 @@
 namespace oclvm {
 namespace {
 
-using testing::host_backend;
-using testing::opencl_backend;
-
-static_assert(std::has_unique_object_representations_v<DeviceStats>);
-bool same_stats(const DeviceStats& a, const DeviceStats& b) {
-  return std::memcmp(&a, &b, sizeof a) == 0;
-}
-
-// Byte k of the pattern written into block `index`.
-uint8_t pattern(size_t index, size_t k) { return static_cast<uint8_t>(index * 131 + k * 7 + 1); }
-
-void write_pattern(MemoryBackend& backend, const Allocation& a, size_t index) {
-  std::vector<uint8_t> data(a.size);
-  for (size_t k = 0; k < data.size(); ++k) data[k] = pattern(index, k);
-  backend.write(*a.segment, a.offset, data.data(), data.size());
-}
-
-void expect_pattern(MemoryBackend& backend, const Allocation& a, size_t index) {
-  std::vector<uint8_t> back(a.size);
-  backend.read(*a.segment, a.offset, back.data(), back.size());
-  for (size_t k = 0; k < back.size(); ++k) {
-    ASSERT_EQ(back[k], pattern(index, k))
-        << "block " << index << " (" << a.size << " bytes), byte " << k;
-  }
-}
-
-// Asserts that no two [ptr, ptr + allocated_size) ranges overlap.
-void expect_disjoint(const std::vector<std::pair<uintptr_t, uintptr_t>>& unsorted) {
-  auto ranges = unsorted;
-  std::sort(ranges.begin(), ranges.end());
-  for (size_t i = 1; i < ranges.size(); ++i) {
-    EXPECT_LE(ranges[i - 1].second, ranges[i].first)
-        << "ranges " << i - 1 << " and " << i << " overlap";
-  }
-}
+using namespace oclvm::testing;
 
 using ContractParam = std::tuple<std::string, DeviceType>;
 
@@ -103,7 +68,7 @@ TEST_P(AllocatorContractTest, OddSizesAreAlignedDisjointResolvableAndHoldTheirDa
       1, 3, 7, 99, 511, 513, 1001, 4095, 65537, (size_t{1} << 20) + 1, (size_t{3} << 20) + 7};
   for (size_t i = 0; i < 40; ++i) sizes.push_back(1 + 97 * i);  // many small blocks share segments
   std::vector<Allocation> blocks;
-  std::vector<std::pair<uintptr_t, uintptr_t>> ranges;
+  std::vector<AddressRange> ranges;
   uint64_t last_id = 0;
   for (size_t n : sizes) {
     Allocation a = allocator->allocate(n);
@@ -135,7 +100,6 @@ TEST_P(AllocatorContractTest, OddSizesAreAlignedDisjointResolvableAndHoldTheirDa
   for (size_t i = 0; i < blocks.size(); ++i) expect_pattern(backend(), blocks[i], i);
 
   const DeviceStats s = allocator->stats();
-  constexpr size_t kAll = static_cast<size_t>(StatType::kAggregate);
   int64_t requested = 0;
   for (size_t n : sizes) requested += static_cast<int64_t>(n);
   EXPECT_EQ(s.allocation[kAll].current, static_cast<int64_t>(sizes.size()));
@@ -212,7 +176,7 @@ TEST_P(AllocatorContractTest, TwoDevicesHaveDisjointRangesAndIndependentStatisti
 
   std::vector<Allocation> on_first;
   std::vector<Allocation> on_second;
-  std::vector<std::pair<uintptr_t, uintptr_t>> ranges;
+  std::vector<AddressRange> ranges;
   for (size_t n : {1, 1000, 70000, 3 << 20}) {
     on_first.push_back(a0->allocate(n));
     const DeviceStats first_stats = a0->stats();
@@ -222,10 +186,7 @@ TEST_P(AllocatorContractTest, TwoDevicesHaveDisjointRangesAndIndependentStatisti
   }
   for (const auto& [allocator, list] :
        {std::pair{a0.get(), &on_first}, std::pair{a1.get(), &on_second}}) {
-    for (const Allocation& a : *list) {
-      const auto address = reinterpret_cast<uintptr_t>(a.ptr);
-      ranges.emplace_back(address, address + allocator->allocated_size(a));
-    }
+    for (const Allocation& a : *list) ranges.push_back(address_range(*allocator, a));
   }
   expect_disjoint(ranges);
   for (const Allocation& a : on_first) EXPECT_EQ(a.segment->backend, &first);
@@ -243,7 +204,6 @@ TEST_P(AllocatorContractTest, TwoDevicesHaveDisjointRangesAndIndependentStatisti
   EXPECT_THROW(a1->deallocate(on_first[0]), InvalidArgument);
   EXPECT_TRUE(same_stats(second_stats, a1->stats()));
 
-  constexpr size_t kAll = static_cast<size_t>(StatType::kAggregate);
   EXPECT_EQ(a0->stats().requested_bytes[kAll].current, 1 + 1000 + 70000 + (3 << 20));
   EXPECT_EQ(a1->stats().requested_bytes[kAll].current, 2 + 1001 + 70001 + (3 << 20) + 1);
   for (const Allocation& a : on_second) a1->deallocate(a);

@@ -14,16 +14,9 @@
 namespace oclvm {
 namespace {
 
-using testing::host_backend;
 using testing::opencl_backend;
 
-class BackendTest : public testing::LeakCheckedTest,
-                    public ::testing::WithParamInterface<DeviceType> {
- protected:
-  MemoryBackend& backend() {
-    return GetParam() == DeviceType::kCpu ? host_backend() : opencl_backend(0);
-  }
-};
+class BackendTest : public testing::DeviceTypeTest {};
 
 TEST_P(BackendTest, SegmentRoundTripsData) {
   MemoryBackend& b = backend();
@@ -114,9 +107,7 @@ TEST_P(BackendTest, PropertiesAreFilledIn) {
 
 INSTANTIATE_TEST_SUITE_P(Devices, BackendTest,
                          ::testing::Values(DeviceType::kOpenCL, DeviceType::kCpu),
-                         [](const auto& info) {
-                           return info.param == DeviceType::kCpu ? "cpu" : "opencl";
-                         });
+                         testing::device_type_name);
 
 TEST(DeviceManagerTest, ListsOpenClDevicesThenCpu) {
   DeviceManager& m = DeviceManager::instance();

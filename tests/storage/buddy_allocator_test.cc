@@ -8,13 +8,10 @@
 
 #include <algorithm>
 #include <bit>
-#include <cstring>
-#include <type_traits>
 #include <vector>
 
 #include "storage/address_space.h"
 #include "storage/errors.h"
-#include "storage/queue.h"
 #include "storage/options.h"
 #include "storage/system_allocator.h"
 #include "tests/storage/test_util.h"
@@ -22,79 +19,7 @@
 namespace oclvm {
 namespace {
 
-using testing::host_backend;
-using testing::opencl_backend;
-
-constexpr size_t kAll = static_cast<size_t>(StatType::kAggregate);
-constexpr size_t kSmall = static_cast<size_t>(StatType::kSmallPool);
-constexpr size_t kLarge = static_cast<size_t>(StatType::kLargePool);
-constexpr size_t kKiB = 1024;
-constexpr size_t kMiB = 1024 * 1024;
-
-static_assert(std::has_unique_object_representations_v<DeviceStats>);
-bool same_stats(const DeviceStats& a, const DeviceStats& b) {
-  return std::memcmp(&a, &b, sizeof a) == 0;
-}
-
-void expect_stat(const Stat& s, int64_t current, int64_t peak, int64_t allocated, int64_t freed,
-                 const char* what) {
-  EXPECT_EQ(s.current, current) << what;
-  EXPECT_EQ(s.peak, peak) << what;
-  EXPECT_EQ(s.allocated, allocated) << what;
-  EXPECT_EQ(s.freed, freed) << what;
-}
-
-// A device of fixed capacity in host memory whose driver refuses (OutOfMemoryError) a segment that
-// does not fit: what PoCL never does, so the ladder's retry after a refusal can be tested.
-class SmallDeviceBackend final : public MemoryBackend {
- public:
-  explicit SmallDeviceBackend(size_t capacity)
-      : MemoryBackend(Device{DeviceType::kCpu, 0}, properties_for(capacity)), capacity_(capacity) {}
-  size_t live_bytes() const { return live_bytes_; }
-
- protected:
-  void* do_create(size_t bytes) override {
-    if (bytes > capacity_ - live_bytes_) {
-      throw OutOfMemoryError("small device refuses " + std::to_string(bytes) + " bytes");
-    }
-    live_bytes_ += bytes;
-    return new std::byte[bytes]();
-  }
-  std::unique_ptr<DeviceQueue> create_queue() override {
-    throw Error("this test backend has no command queues");
-  }
-  bool do_release(void* native, size_t bytes) noexcept override {
-    live_bytes_ -= bytes;
-    delete[] static_cast<std::byte*>(native);
-    return true;
-  }
-  void do_write(void* native, size_t offset, const void* src, size_t n) override {
-    std::memcpy(static_cast<std::byte*>(native) + offset, src, n);
-  }
-  void do_read(void* native, size_t offset, void* dst, size_t n) override {
-    std::memcpy(dst, static_cast<std::byte*>(native) + offset, n);
-  }
-  void do_fill(void* native, size_t offset, uint8_t value, size_t n) override {
-    std::memset(static_cast<std::byte*>(native) + offset, value, n);
-  }
-  void do_copy(void* src, size_t src_offset, void* dst, size_t dst_offset, size_t n) override {
-    std::memmove(static_cast<std::byte*>(dst) + dst_offset,
-                 static_cast<std::byte*>(src) + src_offset, n);
-  }
-
- private:
-  static DeviceProperties properties_for(size_t capacity) {
-    DeviceProperties p;
-    p.name = "small test device";
-    p.platform = "test";
-    p.global_mem_bytes = capacity;
-    p.max_alloc_bytes = capacity;
-    p.base_addr_align_bytes = 128;
-    return p;
-  }
-  const size_t capacity_;
-  size_t live_bytes_ = 0;
-};
+using namespace oclvm::testing;
 
 BuddyAllocatorOptions small_arenas(uint64_t memory_limit = 0) {
   BuddyAllocatorOptions options;
@@ -113,13 +38,7 @@ std::vector<std::pair<size_t, size_t>> free_offsets(const BuddyAllocator& alloca
 
 using Blocks = std::vector<std::pair<size_t, size_t>>;
 
-class BuddyAllocatorTest : public testing::LeakCheckedTest,
-                           public ::testing::WithParamInterface<DeviceType> {
- protected:
-  MemoryBackend& backend() {
-    return GetParam() == DeviceType::kCpu ? host_backend() : opencl_backend(0);
-  }
-};
+class BuddyAllocatorTest : public testing::DeviceTypeTest {};
 
 TEST_P(BuddyAllocatorTest, OptionsAreCheckedAtConstruction) {
   auto with = [](size_t min_block, size_t arena_bytes) {
@@ -410,25 +329,18 @@ TEST_P(BuddyAllocatorTest, DataLandsAndNeighboursDoNotOverlap) {
     blocks.push_back(a);
   }
   allocator.check_invariants();
+  // Every byte of every (rounded) block holds its own pattern.
+  auto pattern = [](size_t i, size_t k) { return static_cast<uint8_t>(i * 37 + k); };
   for (size_t i = 0; i < blocks.size(); ++i) {
-    std::vector<uint8_t> data(allocator.allocated_size(blocks[i]));
-    for (size_t k = 0; k < data.size(); ++k) data[k] = static_cast<uint8_t>(i * 37 + k);
-    backend().write(*blocks[i].segment, blocks[i].offset, data.data(), data.size());
+    write_pattern(backend(), blocks[i], i, allocator.allocated_size(blocks[i]), pattern);
   }
   for (size_t i = 0; i < blocks.size(); ++i) {
-    std::vector<uint8_t> back(allocator.allocated_size(blocks[i]));
-    backend().read(*blocks[i].segment, blocks[i].offset, back.data(), back.size());
-    for (size_t k = 0; k < back.size(); ++k) {
-      ASSERT_EQ(back[k], static_cast<uint8_t>(i * 37 + k)) << "block " << i << " byte " << k;
-    }
+    ASSERT_NO_FATAL_FAILURE(
+        expect_pattern(backend(), blocks[i], i, allocator.allocated_size(blocks[i]), pattern));
   }
-  std::vector<std::pair<uintptr_t, uintptr_t>> ranges;
-  for (const Allocation& a : blocks) {
-    const auto start = reinterpret_cast<uintptr_t>(a.ptr);
-    ranges.emplace_back(start, start + allocator.allocated_size(a));
-  }
-  std::sort(ranges.begin(), ranges.end());
-  for (size_t i = 1; i < ranges.size(); ++i) EXPECT_LE(ranges[i - 1].second, ranges[i].first);
+  std::vector<AddressRange> ranges;
+  for (const Allocation& a : blocks) ranges.push_back(address_range(allocator, a));
+  expect_disjoint(ranges);
   for (const Allocation& a : blocks) allocator.deallocate(a);
   testing::expect_nothing_live(allocator);
 }
@@ -594,16 +506,13 @@ TEST_P(BuddyAllocatorTest, DestructorGivesBackEveryArena) {
 
 INSTANTIATE_TEST_SUITE_P(Devices, BuddyAllocatorTest,
                          ::testing::Values(DeviceType::kOpenCL, DeviceType::kCpu),
-                         [](const ::testing::TestParamInfo<DeviceType>& info) {
-                           return info.param == DeviceType::kCpu ? std::string("cpu")
-                                                                 : std::string("opencl");
-                         });
+                         testing::device_type_name);
 
 // The ladder after a driver refusal: give back the cached arenas, try once more.
 class BuddyAllocatorRefusalTest : public testing::LeakCheckedTest {};
 
 TEST_F(BuddyAllocatorRefusalTest, RefusalEmptiesTheCacheAndRetriesOnce) {
-  SmallDeviceBackend device(8 * kKiB);
+  testing::FaultInjectionBackend device({.capacity = 8 * kKiB});
   {
     BuddyAllocator allocator(device, small_arenas());
     Allocation a = allocator.allocate(4096);

@@ -1,5 +1,5 @@
 // tests/storage/caching_allocator_test.cc — CachingAllocator on opencl:0 (PoCL), on the host
-// device, and on a scripted backend that refuses memory on demand.
+// device, and on a FaultInjectionBackend (test_util.h) whose driver refuses memory on demand.
 //
 // Every test checks exact statistics and calls check_invariants() after each step; fixtures
 // derive from LeakCheckedTest (no segment or address range may outlive a test) and end with
@@ -11,67 +11,21 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
+#include <cstdio>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "storage/errors.h"
-#include "storage/queue.h"
 #include "tests/storage/test_util.h"
 
 namespace oclvm {
 namespace {
 
-constexpr size_t kAll = static_cast<size_t>(StatType::kAggregate);
-constexpr size_t kSmall = static_cast<size_t>(StatType::kSmallPool);
-constexpr size_t kLarge = static_cast<size_t>(StatType::kLargePool);
-constexpr size_t kKiB = 1024;
-constexpr size_t kMiB = 1024 * 1024;
+using namespace oclvm::testing;
 
 size_t round_up(size_t n, size_t q) { return (n + q - 1) / q * q; }
 int64_t i64(size_t n) { return static_cast<int64_t>(n); }
-
-bool same_stat(const Stat& a, const Stat& b) {
-  return a.current == b.current && a.peak == b.peak && a.allocated == b.allocated &&
-         a.freed == b.freed;
-}
-
-bool same_array(const StatArray& a, const StatArray& b) {
-  for (size_t i = 0; i < kNumStatTypes; ++i) {
-    if (!same_stat(a[i], b[i])) return false;
-  }
-  return true;
-}
-
-// Every field of DeviceStats, so that "changes nothing" is checked byte for byte.
-bool same_stats(const DeviceStats& a, const DeviceStats& b) {
-  return same_array(a.allocation, b.allocation) && same_array(a.segment, b.segment) &&
-         same_array(a.active, b.active) && same_array(a.inactive_split, b.inactive_split) &&
-         same_array(a.allocated_bytes, b.allocated_bytes) &&
-         same_array(a.reserved_bytes, b.reserved_bytes) &&
-         same_array(a.active_bytes, b.active_bytes) &&
-         same_array(a.inactive_split_bytes, b.inactive_split_bytes) &&
-         same_array(a.requested_bytes, b.requested_bytes) &&
-         a.num_alloc_retries == b.num_alloc_retries && a.num_ooms == b.num_ooms &&
-         a.num_sync_all_streams == b.num_sync_all_streams &&
-         a.num_device_alloc == b.num_device_alloc && a.num_device_free == b.num_device_free &&
-         same_array(a.oversize_allocations, b.oversize_allocations) &&
-         same_array(a.oversize_segments, b.oversize_segments) &&
-         a.max_split_size == b.max_split_size;
-}
-
-#define EXPECT_SAME_STATS(before, after)                                         \
-  EXPECT_TRUE(same_stats(before, after)) << "before:\n"                          \
-                                         << (before).to_string() << "after:\n" \
-                                         << (after).to_string()
-
-void expect_stat(const Stat& s, int64_t current, int64_t peak, int64_t allocated, int64_t freed) {
-  EXPECT_EQ(s.current, current);
-  EXPECT_EQ(s.peak, peak);
-  EXPECT_EQ(s.allocated, allocated);
-  EXPECT_EQ(s.freed, freed);
-}
 
 // Runs `fn`, expects InvalidArgument whose message contains every string of `needles`.
 template <typename Fn>
@@ -94,40 +48,8 @@ std::string hex(const void* ptr) {
   return text;
 }
 
-// A backend with no memory behind its segments, whose driver refuses the next `refusals`
-// segment creations with OutOfMemoryError, and whose largest allocation is configurable. For the
-// out-of-memory paths PoCL cannot produce (it never refuses memory).
-class ScriptedBackend final : public MemoryBackend {
- public:
-  explicit ScriptedBackend(uint64_t max_alloc_bytes = 64 * kMiB)
-      : MemoryBackend(Device{DeviceType::kOpenCL, 99},
-                      DeviceProperties{"scripted", "test", "1", 1ull << 30, max_alloc_bytes,
-                                       128}) {}
-
-  int refusals = 0;
-  int creates = 0;
-
- protected:
-  void* do_create(size_t) override {
-    if (refusals > 0) {
-      --refusals;
-      throw OutOfMemoryError("scripted driver refusal");
-    }
-    ++creates;
-    return &token_;
-  }
-  std::unique_ptr<DeviceQueue> create_queue() override {
-    throw Error("this test backend has no command queues");
-  }
-  bool do_release(void*, size_t) noexcept override { return true; }
-  void do_write(void*, size_t, const void*, size_t) override {}
-  void do_read(void*, size_t, void*, size_t) override {}
-  void do_fill(void*, size_t, uint8_t, size_t) override {}
-  void do_copy(void*, size_t, void*, size_t, size_t) override {}
-
- private:
-  char token_ = 0;
-};
+// opencl:99, the device of the FaultInjectionBackends below ("opencl:99" in their messages).
+constexpr Device kScriptedDevice{DeviceType::kOpenCL, 99};
 
 class CachingAllocatorTest : public testing::LeakCheckedTest {
  protected:
@@ -148,7 +70,7 @@ TEST_F(CachingAllocatorTest, ZeroBytesGivesAnEmptyHandleAndTouchesNothing) {
   EXPECT_EQ(a.id, 0u);
   EXPECT_EQ(allocator.allocated_size(a), 0u);
   allocator.deallocate(a);
-  EXPECT_SAME_STATS(before, allocator.stats());
+  EXPECT_TRUE(same_stats(before, allocator.stats()));
   EXPECT_EQ(allocator.segment_count(), 0u);
   EXPECT_EQ(allocator.name(), "caching");
   EXPECT_EQ(allocator.memory_limit(), 0u);
@@ -425,7 +347,8 @@ TEST_F(CachingAllocatorTest, LargeSegmentIsRoundedToLargeSegmentRound) {
 }
 
 TEST_F(CachingAllocatorTest, LargeSegmentIsCappedByTheDevicesLargestAllocation) {
-  ScriptedBackend backend(3 * kMiB + 512);
+  testing::FaultInjectionBackend backend(
+      {.device = kScriptedDevice, .max_alloc_bytes = 3 * kMiB + 512});
   CachingAllocator allocator(backend);
   Allocation a = allocator.allocate(3 * kMiB + 1);  // 4 MiB by the rounding rule, capped
   EXPECT_EQ(a.segment->size, 3 * kMiB + 512);
@@ -664,7 +587,7 @@ TEST_F(CachingAllocatorTest, OutOfMemoryUnderALimitChangesOnlyNumOoms) {
   allocator.check_invariants();
   DeviceStats expected = before;
   expected.num_ooms = 1;
-  EXPECT_SAME_STATS(expected, allocator.stats());
+  EXPECT_TRUE(same_stats(expected, allocator.stats()));
 
   // Freeing the small block makes 2 MiB cached, but the 6 MiB segment is still live: the limit
   // cannot be met even with an empty cache, so nothing is released and only num_ooms moves.
@@ -673,7 +596,7 @@ TEST_F(CachingAllocatorTest, OutOfMemoryUnderALimitChangesOnlyNumOoms) {
   EXPECT_THROW(allocator.allocate(3 * kMiB), OutOfMemoryError);
   expected = cached;
   expected.num_ooms = 2;
-  EXPECT_SAME_STATS(expected, allocator.stats());
+  EXPECT_TRUE(same_stats(expected, allocator.stats()));
   allocator.check_invariants();
 
   // Still works: a small request is served from the cached small segment.
@@ -710,11 +633,11 @@ TEST_F(CachingAllocatorTest, LimitRetryReleasesCachedSegmentsAndSucceeds) {
 }
 
 TEST_F(CachingAllocatorTest, DriverRefusalEmptiesTheCacheAndRetriesOnce) {
-  ScriptedBackend backend;
+  testing::FaultInjectionBackend backend({.device = kScriptedDevice, .max_alloc_bytes = 64 * kMiB});
   CachingAllocator allocator(backend);
 
   // Nothing cached: the refusal becomes OutOfMemoryError at once, no retry, nothing else changes.
-  backend.refusals = 1;
+  backend.refuse_next(1);
   DeviceStats before = allocator.stats();
   try {
     allocator.allocate(4 * kMiB);
@@ -728,12 +651,12 @@ TEST_F(CachingAllocatorTest, DriverRefusalEmptiesTheCacheAndRetriesOnce) {
   }
   DeviceStats expected = before;
   expected.num_ooms = 1;
-  EXPECT_SAME_STATS(expected, allocator.stats());
+  EXPECT_TRUE(same_stats(expected, allocator.stats()));
   allocator.check_invariants();
 
   // A cached small segment: one refusal, then the retry after empty_cache succeeds.
   allocator.deallocate(allocator.allocate(100));
-  backend.refusals = 1;
+  backend.refuse_next(1);
   Allocation a = allocator.allocate(4 * kMiB);
   allocator.check_invariants();
   DeviceStats s = allocator.stats();
@@ -744,14 +667,14 @@ TEST_F(CachingAllocatorTest, DriverRefusalEmptiesTheCacheAndRetriesOnce) {
 
   // Refused twice: the cache is given back, the retry fails too, OutOfMemoryError.
   allocator.deallocate(allocator.allocate(100));
-  backend.refusals = 2;
+  backend.refuse_next(2);
   EXPECT_THROW(allocator.allocate(8 * kMiB), OutOfMemoryError);
   allocator.check_invariants();
   s = allocator.stats();
   EXPECT_EQ(s.num_alloc_retries, 2);
   EXPECT_EQ(s.num_ooms, 2);
   EXPECT_EQ(s.segment[kAll].current, 1);  // only the live 4 MiB one
-  EXPECT_EQ(backend.refusals, 0);
+  EXPECT_EQ(backend.refusals_left(), 0);
 
   allocator.deallocate(a);
   testing::expect_nothing_live(allocator);
@@ -767,7 +690,7 @@ TEST_F(CachingAllocatorTest, BadSizesAreInvalidArgumentsAndChangeNothing) {
   const DeviceStats before = allocator.stats();
   for (size_t bad : {SIZE_MAX, SIZE_MAX - 100, static_cast<size_t>(max_alloc) + 1}) {
     expect_invalid_argument([&] { allocator.allocate(bad); }, {"opencl:0", std::to_string(bad)});
-    EXPECT_SAME_STATS(before, allocator.stats());
+    EXPECT_TRUE(same_stats(before, allocator.stats()));
     allocator.check_invariants();
   }
   EXPECT_EQ(allocator.stats().num_ooms, 0);
@@ -791,7 +714,7 @@ TEST_F(CachingAllocatorTest, BadHandlesAreInvalidArgumentsAndChangeNothing) {
     SCOPED_TRACE(what);
     expect_invalid_argument([&] { allocator.deallocate(handle); }, {"opencl:0", hex(handle.ptr)});
     expect_invalid_argument([&] { (void)allocator.allocated_size(handle); }, {hex(handle.ptr)});
-    EXPECT_SAME_STATS(before, allocator.stats());
+    EXPECT_TRUE(same_stats(before, allocator.stats()));
     allocator.check_invariants();
   };
   rejects(dead, "double free");
@@ -812,7 +735,7 @@ TEST_F(CachingAllocatorTest, BadHandlesAreInvalidArgumentsAndChangeNothing) {
   forged = a;
   forged.segment = foreign.segment;
   rejects(forged, "wrong segment");
-  EXPECT_SAME_STATS(other_before, other.stats());
+  EXPECT_TRUE(same_stats(other_before, other.stats()));
 
   // The genuine handles still work.
   allocator.deallocate(a);

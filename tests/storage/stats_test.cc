@@ -10,20 +10,12 @@
 #include <vector>
 
 #include "storage/stats.h"
+#include "tests/storage/test_util.h"
 
 namespace oclvm {
 namespace {
 
-constexpr size_t kAll = static_cast<size_t>(StatType::kAggregate);
-constexpr size_t kSmall = static_cast<size_t>(StatType::kSmallPool);
-constexpr size_t kLarge = static_cast<size_t>(StatType::kLargePool);
-
-void expect_stat(const Stat& s, int64_t current, int64_t peak, int64_t allocated, int64_t freed) {
-  EXPECT_EQ(s.current, current);
-  EXPECT_EQ(s.peak, peak);
-  EXPECT_EQ(s.allocated, allocated);
-  EXPECT_EQ(s.freed, freed);
-}
+using namespace oclvm::testing;
 
 // Every array of DeviceStats, for checks that must hold for all of them.
 std::vector<const StatArray*> all_arrays(const DeviceStats& s) {

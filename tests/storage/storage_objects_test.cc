@@ -26,10 +26,7 @@
 namespace oclvm {
 namespace {
 
-using testing::host_backend;
-using testing::opencl_backend;
-
-constexpr size_t kAll = static_cast<size_t>(StatType::kAggregate);
+using namespace oclvm::testing;
 
 class StorageObjectsTest : public testing::LeakCheckedTest {
  protected:

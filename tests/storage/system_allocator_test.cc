@@ -6,98 +6,19 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cstring>
-#include <type_traits>
 #include <vector>
 
 #include "storage/address_space.h"
 #include "storage/errors.h"
-#include "storage/queue.h"
 #include "storage/options.h"
 #include "tests/storage/test_util.h"
 
 namespace oclvm {
 namespace {
 
-using testing::host_backend;
-using testing::opencl_backend;
+using namespace oclvm::testing;
 
-constexpr size_t kAll = static_cast<size_t>(StatType::kAggregate);
-constexpr size_t kSmall = static_cast<size_t>(StatType::kSmallPool);
-constexpr size_t kLarge = static_cast<size_t>(StatType::kLargePool);
-
-static_assert(std::has_unique_object_representations_v<DeviceStats>);
-bool same_stats(const DeviceStats& a, const DeviceStats& b) {
-  return std::memcmp(&a, &b, sizeof a) == 0;
-}
-
-void expect_stat(const Stat& s, int64_t current, int64_t peak, int64_t allocated, int64_t freed,
-                 const char* what) {
-  EXPECT_EQ(s.current, current) << what;
-  EXPECT_EQ(s.peak, peak) << what;
-  EXPECT_EQ(s.allocated, allocated) << what;
-  EXPECT_EQ(s.freed, freed) << what;
-}
-
-// A device of fixed capacity in host memory whose driver refuses (OutOfMemoryError) a segment that
-// does not fit: what PoCL never does, so the allocator's handling of a refusal can be tested.
-class SmallDeviceBackend final : public MemoryBackend {
- public:
-  explicit SmallDeviceBackend(size_t capacity)
-      : MemoryBackend(Device{DeviceType::kCpu, 0}, properties_for(capacity)), capacity_(capacity) {}
-  size_t live_bytes() const { return live_bytes_; }
-
- protected:
-  void* do_create(size_t bytes) override {
-    if (bytes > capacity_ - live_bytes_) {
-      throw OutOfMemoryError("small device refuses " + std::to_string(bytes) + " bytes");
-    }
-    live_bytes_ += bytes;
-    return new std::byte[bytes]();
-  }
-  std::unique_ptr<DeviceQueue> create_queue() override {
-    throw Error("this test backend has no command queues");
-  }
-  bool do_release(void* native, size_t bytes) noexcept override {
-    live_bytes_ -= bytes;
-    delete[] static_cast<std::byte*>(native);
-    return true;
-  }
-  void do_write(void* native, size_t offset, const void* src, size_t n) override {
-    std::memcpy(static_cast<std::byte*>(native) + offset, src, n);
-  }
-  void do_read(void* native, size_t offset, void* dst, size_t n) override {
-    std::memcpy(dst, static_cast<std::byte*>(native) + offset, n);
-  }
-  void do_fill(void* native, size_t offset, uint8_t value, size_t n) override {
-    std::memset(static_cast<std::byte*>(native) + offset, value, n);
-  }
-  void do_copy(void* src, size_t src_offset, void* dst, size_t dst_offset, size_t n) override {
-    std::memmove(static_cast<std::byte*>(dst) + dst_offset,
-                 static_cast<std::byte*>(src) + src_offset, n);
-  }
-
- private:
-  static DeviceProperties properties_for(size_t capacity) {
-    DeviceProperties p;
-    p.name = "small test device";
-    p.platform = "test";
-    p.global_mem_bytes = capacity;
-    p.max_alloc_bytes = capacity;
-    p.base_addr_align_bytes = 128;
-    return p;
-  }
-  const size_t capacity_;
-  size_t live_bytes_ = 0;
-};
-
-class SystemAllocatorTest : public testing::LeakCheckedTest,
-                            public ::testing::WithParamInterface<DeviceType> {
- protected:
-  MemoryBackend& backend() {
-    return GetParam() == DeviceType::kCpu ? host_backend() : opencl_backend(0);
-  }
-};
+class SystemAllocatorTest : public testing::DeviceTypeTest {};
 
 TEST_P(SystemAllocatorTest, ZeroBytesGivesAnEmptyHandleAndTouchesNothing) {
   SystemAllocator allocator(backend());
@@ -212,26 +133,17 @@ TEST_P(SystemAllocatorTest, OddSizesAreAlignedDisjointAndHoldTheirData) {
   }
   EXPECT_EQ(backend().live_segments(), segments + sizes.size());
   // Fill every block with its own pattern, then read every one back.
+  auto pattern = [](size_t i, size_t k) { return static_cast<uint8_t>(i * 31 + k); };
   for (size_t i = 0; i < blocks.size(); ++i) {
-    std::vector<uint8_t> data(blocks[i].size);
-    for (size_t k = 0; k < data.size(); ++k) data[k] = static_cast<uint8_t>(i * 31 + k);
-    backend().write(*blocks[i].segment, blocks[i].offset, data.data(), data.size());
+    write_pattern(backend(), blocks[i], i, blocks[i].size, pattern);
   }
   for (size_t i = 0; i < blocks.size(); ++i) {
-    std::vector<uint8_t> back(blocks[i].size);
-    backend().read(*blocks[i].segment, blocks[i].offset, back.data(), back.size());
-    for (size_t k = 0; k < back.size(); ++k) {
-      ASSERT_EQ(back[k], static_cast<uint8_t>(i * 31 + k)) << "block " << i << " byte " << k;
-    }
+    ASSERT_NO_FATAL_FAILURE(expect_pattern(backend(), blocks[i], i, blocks[i].size, pattern));
   }
   // Address ranges never overlap.
-  std::vector<std::pair<uintptr_t, uintptr_t>> ranges;
-  for (const Allocation& a : blocks) {
-    const auto start = reinterpret_cast<uintptr_t>(a.ptr);
-    ranges.emplace_back(start, start + allocator.allocated_size(a));
-  }
-  std::sort(ranges.begin(), ranges.end());
-  for (size_t i = 1; i < ranges.size(); ++i) EXPECT_LE(ranges[i - 1].second, ranges[i].first);
+  std::vector<AddressRange> ranges;
+  for (const Allocation& a : blocks) ranges.push_back(address_range(allocator, a));
+  expect_disjoint(ranges);
 
   for (const Allocation& a : blocks) allocator.deallocate(a);
   EXPECT_EQ(backend().live_segments(), segments);  // released at once, nothing cached
@@ -374,16 +286,13 @@ TEST_P(SystemAllocatorTest, DestructorGivesBackSegmentsOfLiveAllocations) {
 
 INSTANTIATE_TEST_SUITE_P(Devices, SystemAllocatorTest,
                          ::testing::Values(DeviceType::kOpenCL, DeviceType::kCpu),
-                         [](const ::testing::TestParamInfo<DeviceType>& info) {
-                           return info.param == DeviceType::kCpu ? std::string("cpu")
-                                                                 : std::string("opencl");
-                         });
+                         testing::device_type_name);
 
 // A driver that refuses memory is counted like the limit: one num_ooms, nothing held.
 class SystemAllocatorRefusalTest : public testing::LeakCheckedTest {};
 
 TEST_F(SystemAllocatorRefusalTest, DriverRefusalIsCountedAsOutOfMemory) {
-  SmallDeviceBackend device(8192);
+  testing::FaultInjectionBackend device({.capacity = 8192});
   {
     SystemAllocator allocator(device);
     Allocation a = allocator.allocate(6000);  // 6144 of 8192

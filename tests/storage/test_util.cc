@@ -1,7 +1,16 @@
-// tests/storage/test_util.cc — shared fixtures for the storage tests.
+// tests/storage/test_util.cc — shared fixtures and helpers for the storage tests (test_util.h).
 #include "tests/storage/test_util.h"
 
+#include <algorithm>
+#include <cstddef>
+#include <cstring>
+#include <iterator>
+#include <sstream>
+#include <type_traits>
+
 #include "storage/address_space.h"
+#include "storage/errors.h"
+#include "storage/queue.h"
 
 namespace oclvm::testing {
 
@@ -13,8 +22,11 @@ MemoryBackend& host_backend() { return DeviceManager::instance().backend(Device{
 
 size_t opencl_device_count() { return DeviceManager::instance().opencl_device_count(); }
 
+MemoryBackend& backend_of(DeviceType type) {
+  return type == DeviceType::kCpu ? host_backend() : opencl_backend(0);
+}
+
 void expect_nothing_live(Allocator& allocator) {
-  constexpr size_t kAll = 0;
   DeviceStats s = allocator.stats();
   EXPECT_EQ(s.allocation[kAll].current, 0) << allocator.name() << "\n" << s.to_string();
   EXPECT_EQ(s.allocated_bytes[kAll].current, 0) << allocator.name() << "\n" << s.to_string();
@@ -40,6 +52,209 @@ void LeakCheckedTest::TearDown() {
         << "segments leaked on " << devices[i].str();
   }
   EXPECT_EQ(AddressSpace::instance().live_ranges(), ranges_at_start_) << "address ranges leaked";
+}
+
+std::string device_type_name(const ::testing::TestParamInfo<DeviceType>& info) {
+  return info.param == DeviceType::kCpu ? "cpu" : "opencl";
+}
+
+// ---------------------------------------------------------------------------------------------
+// Statistics.
+
+namespace {
+
+// Every field of DeviceStats by name. The static_asserts below fail when a field is added, so that
+// the table (and with it the failure messages of same_stats) cannot silently fall behind.
+struct StatArrayField {
+  const char* name;
+  StatArray DeviceStats::*member;
+};
+struct CounterField {
+  const char* name;
+  int64_t DeviceStats::*member;
+};
+
+constexpr StatArrayField kStatArrayFields[] = {
+    {"allocation", &DeviceStats::allocation},
+    {"segment", &DeviceStats::segment},
+    {"active", &DeviceStats::active},
+    {"inactive_split", &DeviceStats::inactive_split},
+    {"allocated_bytes", &DeviceStats::allocated_bytes},
+    {"reserved_bytes", &DeviceStats::reserved_bytes},
+    {"active_bytes", &DeviceStats::active_bytes},
+    {"inactive_split_bytes", &DeviceStats::inactive_split_bytes},
+    {"requested_bytes", &DeviceStats::requested_bytes},
+    {"oversize_allocations", &DeviceStats::oversize_allocations},
+    {"oversize_segments", &DeviceStats::oversize_segments},
+};
+constexpr CounterField kCounterFields[] = {
+    {"num_alloc_retries", &DeviceStats::num_alloc_retries},
+    {"num_ooms", &DeviceStats::num_ooms},
+    {"num_sync_all_streams", &DeviceStats::num_sync_all_streams},
+    {"num_device_alloc", &DeviceStats::num_device_alloc},
+    {"num_device_free", &DeviceStats::num_device_free},
+    {"max_split_size", &DeviceStats::max_split_size},
+};
+constexpr const char* kStatTypeNames[kNumStatTypes] = {"aggregate", "small_pool", "large_pool"};
+
+// No padding, so equal bytes are equal fields; and the tables above name every field.
+static_assert(std::has_unique_object_representations_v<DeviceStats>);
+static_assert(sizeof(DeviceStats) == std::size(kStatArrayFields) * sizeof(StatArray) +
+                                         std::size(kCounterFields) * sizeof(int64_t));
+
+}  // namespace
+
+bool stats_equal(const DeviceStats& a, const DeviceStats& b) {
+  return std::memcmp(&a, &b, sizeof a) == 0;
+}
+
+::testing::AssertionResult same_stats(const DeviceStats& a, const DeviceStats& b) {
+  if (stats_equal(a, b)) return ::testing::AssertionSuccess();
+  std::ostringstream diff;
+  diff << "DeviceStats differ (first vs second):";
+  auto field = [&](const std::string& name, int64_t x, int64_t y) {
+    if (x != y) diff << "\n  " << name << ": " << x << " vs " << y;
+  };
+  for (const StatArrayField& f : kStatArrayFields) {
+    for (size_t i = 0; i < kNumStatTypes; ++i) {
+      const std::string name = std::string(f.name) + "[" + kStatTypeNames[i] + "].";
+      const Stat& x = (a.*f.member)[i];
+      const Stat& y = (b.*f.member)[i];
+      field(name + "current", x.current, y.current);
+      field(name + "peak", x.peak, y.peak);
+      field(name + "allocated", x.allocated, y.allocated);
+      field(name + "freed", x.freed, y.freed);
+    }
+  }
+  for (const CounterField& f : kCounterFields) field(f.name, a.*f.member, b.*f.member);
+  return ::testing::AssertionFailure() << diff.str();
+}
+
+void expect_stat(const Stat& s, int64_t current, int64_t peak, int64_t allocated, int64_t freed,
+                 const char* what) {
+  EXPECT_EQ(s.current, current) << what;
+  EXPECT_EQ(s.peak, peak) << what;
+  EXPECT_EQ(s.allocated, allocated) << what;
+  EXPECT_EQ(s.freed, freed) << what;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Blocks: address ranges and data patterns.
+
+AddressRange address_range(const Allocator& allocator, const Allocation& a) {
+  const auto start = reinterpret_cast<uintptr_t>(a.ptr);
+  return {start, start + allocator.allocated_size(a)};
+}
+
+void expect_disjoint(std::vector<AddressRange> ranges) {
+  std::sort(ranges.begin(), ranges.end());
+  for (size_t i = 1; i < ranges.size(); ++i) {
+    EXPECT_LE(ranges[i - 1].second, ranges[i].first)
+        << "ranges " << i - 1 << " and " << i << " overlap";
+  }
+}
+
+uint8_t default_pattern(size_t index, size_t k) {
+  return static_cast<uint8_t>(index * 131 + k * 7 + 1);
+}
+
+void write_pattern(MemoryBackend& backend, const Allocation& a, size_t index, size_t bytes,
+                   BytePattern pattern) {
+  std::vector<uint8_t> data(bytes);
+  for (size_t k = 0; k < data.size(); ++k) data[k] = pattern(index, k);
+  backend.write(*a.segment, a.offset, data.data(), data.size());
+}
+
+void write_pattern(MemoryBackend& backend, const Allocation& a, size_t index) {
+  write_pattern(backend, a, index, a.size, default_pattern);
+}
+
+void expect_pattern(MemoryBackend& backend, const Allocation& a, size_t index, size_t bytes,
+                    BytePattern pattern) {
+  std::vector<uint8_t> back(bytes);
+  backend.read(*a.segment, a.offset, back.data(), back.size());
+  for (size_t k = 0; k < back.size(); ++k) {
+    ASSERT_EQ(back[k], pattern(index, k))
+        << "block " << index << " (" << bytes << " bytes), byte " << k;
+  }
+}
+
+void expect_pattern(MemoryBackend& backend, const Allocation& a, size_t index) {
+  expect_pattern(backend, a, index, a.size, default_pattern);
+}
+
+// ---------------------------------------------------------------------------------------------
+// FaultInjectionBackend.
+
+namespace {
+
+DeviceProperties fault_injection_properties(const FaultInjectionConfig& config) {
+  DeviceProperties p;
+  p.name = "fault injection test device";
+  p.platform = "test";
+  p.version = "1";
+  p.global_mem_bytes = config.capacity;
+  p.max_alloc_bytes = config.max_alloc_bytes == 0 ? config.capacity : config.max_alloc_bytes;
+  p.base_addr_align_bytes = 128;
+  return p;
+}
+
+std::byte* bytes_of(void* native) { return static_cast<std::byte*>(native); }
+
+}  // namespace
+
+FaultInjectionBackend::FaultInjectionBackend(const FaultInjectionConfig& config)
+    : MemoryBackend(config.device, fault_injection_properties(config)),
+      capacity_(config.capacity) {}
+
+void FaultInjectionBackend::refuse_next(int count) {
+  if (count < 0) {
+    throw InvalidArgument("Expected a refusal count >= 0, but got " + std::to_string(count));
+  }
+  refusals_left_ += count;
+}
+
+std::unique_ptr<DeviceQueue> FaultInjectionBackend::create_queue() {
+  throw Error("this test backend has no command queues");
+}
+
+void* FaultInjectionBackend::do_create(size_t bytes) {
+  if (refusals_left_ > 0) {
+    --refusals_left_;
+    throw OutOfMemoryError("scripted driver refusal of " + std::to_string(bytes) + " bytes");
+  }
+  if (bytes > capacity_ - live_bytes_) {
+    throw OutOfMemoryError("small device refuses " + std::to_string(bytes) + " bytes (" +
+                           std::to_string(live_bytes_) + " of " + std::to_string(capacity_) +
+                           " bytes live)");
+  }
+  void* native = new std::byte[bytes]();
+  live_bytes_ += bytes;
+  return native;
+}
+
+bool FaultInjectionBackend::do_release(void* native, size_t bytes) noexcept {
+  OCLVM_DCHECK(bytes <= live_bytes_);
+  live_bytes_ -= bytes;
+  delete[] bytes_of(native);
+  return true;
+}
+
+void FaultInjectionBackend::do_write(void* native, size_t offset, const void* src, size_t n) {
+  std::memcpy(bytes_of(native) + offset, src, n);
+}
+
+void FaultInjectionBackend::do_read(void* native, size_t offset, void* dst, size_t n) {
+  std::memcpy(dst, bytes_of(native) + offset, n);
+}
+
+void FaultInjectionBackend::do_fill(void* native, size_t offset, uint8_t value, size_t n) {
+  std::memset(bytes_of(native) + offset, value, n);
+}
+
+void FaultInjectionBackend::do_copy(void* src, size_t src_offset, void* dst, size_t dst_offset,
+                                    size_t n) {
+  std::memmove(bytes_of(dst) + dst_offset, bytes_of(src) + src_offset, n);
 }
 
 }  // namespace oclvm::testing

@@ -5,8 +5,7 @@
 
 #include <gtest/gtest.h>
 
-#include <cstring>
-#include <type_traits>
+#include <string>
 
 #include "storage/buddy_allocator.h"
 #include "storage/errors.h"
@@ -17,14 +16,7 @@
 namespace oclvm {
 namespace {
 
-using testing::opencl_backend;
-
-constexpr size_t kAll = static_cast<size_t>(StatType::kAggregate);
-
-static_assert(std::has_unique_object_representations_v<DeviceStats>);
-bool same_stats(const DeviceStats& a, const DeviceStats& b) {
-  return std::memcmp(&a, &b, sizeof a) == 0;
-}
+using namespace oclvm::testing;
 
 size_t count_of(const std::string& text, const std::string& what) {
   size_t count = 0;
