@@ -22,6 +22,7 @@
 
 #include <condition_variable>
 #include <cstdint>
+#include <exception>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -132,6 +133,8 @@ class Instruction {
   std::vector<StreamWait> waits_;  // cross-stream / cross-device dependencies
   Batch* batch_ = nullptr;         // the submission it belongs to
   bool finish_stream_ = false;     // last of its batch on its stream: finish the queue after it
+  std::exception_ptr pre_error_;   // submission failed for it (bad_alloc in analysis): dispatch
+                                   // reports this instead of waiting and executing
 };
 
 using IntrusiveInstructionList = boost::intrusive::list<

@@ -2,6 +2,7 @@
 #include "vm/stream_worker.h"
 
 #include <chrono>
+#include <cstdio>
 
 #include "storage/device_manager.h"
 #include "storage/errors.h"
@@ -10,10 +11,16 @@
 namespace oclvm::vm {
 
 namespace {
-thread_local int dispatch_depth = 0;  // > 0 inside dispatch() on this thread
+// > 0 while this thread holds an execution right (see holds_execution_right_on_this_thread).
+thread_local int execution_depth = 0;
+
+struct ExecutionScope {
+  ExecutionScope() { ++execution_depth; }
+  ~ExecutionScope() { --execution_depth; }
+};
 }  // namespace
 
-bool StreamWorker::dispatching_on_this_thread() { return dispatch_depth > 0; }
+bool StreamWorker::holds_execution_right_on_this_thread() { return execution_depth > 0; }
 
 DeviceQueue& ExecutionContext::queue_on(Device device) const {
   if (device == stream.device()) return stream.queue();
@@ -28,19 +35,22 @@ StreamWorker::StreamWorker(VirtualMachine& vm, MemoryBackend& backend,
 
 StreamWorker::~StreamWorker() { stop(); }
 
-void StreamWorker::enqueue(IntrusiveInstructionList& instructions) {
+bool StreamWorker::enqueue(IntrusiveInstructionList& instructions) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    OCLVM_DCHECK(!stopping_);
+    if (exited_) return false;
+    // While stopping, the thread still drains whatever is appended before it exits.
     pending_.splice(pending_.end(), instructions);
   }
   wake_.notify_one();
+  return true;
 }
 
 bool StreamWorker::try_acquire_idle() {
   std::lock_guard<std::mutex> lock(mutex_);
   if (executing_ || stopping_ || !pending_.empty()) return false;
   executing_ = true;
+  ++execution_depth;  // until release_execution()
   return true;
 }
 
@@ -55,6 +65,7 @@ void StreamWorker::release_execution() {
       std::lock_guard<std::mutex> lock(mutex_);
       if (pending_.empty() || stopping_ || combined >= kMaxCombined) {
         executing_ = false;
+        --execution_depth;
         if (pending_.empty() && !stopping_) return;
         break;
       }
@@ -71,12 +82,16 @@ void StreamWorker::release_execution() {
 }
 
 void StreamWorker::run() {
+  ExecutionScope scope;  // this thread only ever dispatches
   for (;;) {
     IntrusiveInstructionList batch;
     {
       std::unique_lock<std::mutex> lock(mutex_);
       wake_.wait(lock, [this] { return !executing_ && (!pending_.empty() || stopping_); });
-      if (pending_.empty()) return;  // stopping, and everything before the stop is dispatched
+      if (pending_.empty()) {  // stopping, and everything before the stop is dispatched
+        exited_ = true;
+        return;
+      }
       batch.swap(pending_);
       executing_ = true;
     }
@@ -124,10 +139,10 @@ void StreamWorker::dispatch(Instruction* instruction, bool settle) noexcept {
   // Timing costs two clock reads (~40 ns): only when someone traces.
   const bool timed = vm_.tracing();
   const auto start = timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
-  std::exception_ptr error;
+  ExecutionScope scope;  // also covers callers dispatching after shutdown
+  std::exception_ptr error = instruction->pre_error_;
   Stream& stream = instruction->stream();
-  ++dispatch_depth;
-  try {
+  if (!error) try {
     for (const StreamWait& wait : instruction->waits_) {
       if (wait.signal != nullptr) {
         wait.signal->wait();
@@ -140,7 +155,6 @@ void StreamWorker::dispatch(Instruction* instruction, bool settle) noexcept {
   } catch (...) {
     error = name_error(*instruction, std::current_exception());
   }
-  --dispatch_depth;
   if (instruction->finish_stream_) {
     try {
       stream.queue().finish();
@@ -150,8 +164,15 @@ void StreamWorker::dispatch(Instruction* instruction, bool settle) noexcept {
   }
   const double seconds =
       timed ? std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() : 0.0;
-  vm_.on_dispatched(*instruction, error, seconds, settle);
-  delete instruction;  // may drop the last reference to a blob: still on the right thread
+  try {
+    vm_.on_dispatched(*instruction, error, seconds, settle);
+  } catch (...) {
+    // Only a throwing trace callback or bad_alloc gets here; dispatch must not throw.
+    std::fprintf(stderr, "oclvm: could not record the outcome of %s\n", instruction->name());
+  }
+  // May drop the last reference to a blob or tensor; a release that causes goes out detached
+  // (make_vm_releaser), since this thread holds the execution right.
+  delete instruction;
 }
 
 void StreamWorker::stop() {
@@ -164,7 +185,6 @@ void StreamWorker::stop() {
   }
   wake_.notify_one();
   if (thread_.joinable()) thread_.join();
-  stopped_ = true;
 }
 
 DeviceQueue& StreamWorker::foreign_queue(Device device) {

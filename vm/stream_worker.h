@@ -45,8 +45,9 @@ class StreamWorker {
   // Next sequence number; called under the VM's submission lock.
   uint64_t take_sequence() { return ++last_sequence_; }
 
-  // Appends to the pending list (already in sequence order). Thread-safe.
-  void enqueue(IntrusiveInstructionList& instructions);
+  // Appends to the pending list (already in sequence order). Thread-safe. Returns false, taking
+  // nothing, when the worker thread has already drained and exited after stop().
+  bool enqueue(IntrusiveInstructionList& instructions);
   // Caller runs: when nothing is pending and nobody executes, takes the execution right and
   // returns true; the caller then dispatches with dispatch() and gives it back with
   // release_execution(), which first dispatches up to kMaxCombined instructions that other
@@ -60,12 +61,13 @@ class StreamWorker {
   // whole list it dispatches inline).
   void dispatch(Instruction* instruction, bool settle = true) noexcept;
 
-  // True on a thread that is inside dispatch() (executing an instruction or its callbacks).
-  static bool dispatching_on_this_thread();
+  // True on a thread that holds some worker's execution right: a worker thread dispatching, or a
+  // caller running a list inline (including callbacks and the deletion of instructions). Such a
+  // thread must not wait for the VM: it may be the thread the wait is for.
+  static bool holds_execution_right_on_this_thread();
 
   // Drains every pending instruction and joins the thread. Idempotent.
   void stop();
-  bool stopped() const { return stopped_; }
 
   // Only with the execution right.
   Allocator& allocator() { return *allocator_; }
@@ -85,7 +87,7 @@ class StreamWorker {
   IntrusiveInstructionList pending_;       // GUARDED_BY(mutex_)
   bool executing_ = false;                 // GUARDED_BY(mutex_): someone holds the execution right
   bool stopping_ = false;                  // GUARDED_BY(mutex_)
-  bool stopped_ = false;                   // written by stop() only
+  bool exited_ = false;                    // GUARDED_BY(mutex_): the thread drained and returned
 
   std::mutex execution_mutex_;             // the execution right after stop()
   uint64_t last_sequence_ = 0;             // guarded by the VM's submission lock

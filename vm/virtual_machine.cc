@@ -2,6 +2,7 @@
 #include "vm/virtual_machine.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <thread>
 
@@ -16,6 +17,11 @@ namespace oclvm::vm {
 void Ticket::wait() {
   if (batch_ == nullptr) return;
   Batch& batch = *batch_;
+  if (batch.remaining.load() != 0 && StreamWorker::holds_execution_right_on_this_thread()) {
+    throw Error(
+        "Expected Ticket::wait outside instruction callbacks, but got a call from a thread that "
+        "dispatches instructions; it could be waiting for itself");
+  }
   // Another thread dispatching this batch (a worker, or a caller combining it) usually finishes
   // within microseconds: yield a few times before sleeping. See Note [Batch lifetime].
   for (int i = 0; i < 64 && batch.remaining.load() != 0; ++i) std::this_thread::yield();
@@ -213,7 +219,7 @@ void VirtualMachine::admit(size_t count) {
 }
 
 Ticket VirtualMachine::submit_impl(InstructionList&& list, bool caller_runs) {
-  if (StreamWorker::dispatching_on_this_thread()) {
+  if (StreamWorker::holds_execution_right_on_this_thread()) {
     // Waiting from inside a dispatch would wait for the very worker this thread stands in for.
     throw Error(
         "Expected vm::Run and Submit outside instruction callbacks (Barrier, "
@@ -227,7 +233,32 @@ Ticket VirtualMachine::submit_impl(InstructionList&& list, bool caller_runs) {
     return Ticket(batch);
   }
   batch->remaining.store(count);
+  batch->self = batch;
   admit(count);
+  return Ticket(enqueue_batch(batch, items, caller_runs));
+}
+
+void VirtualMachine::submit_detached(InstructionList&& list) {
+  IntrusiveInstructionList& items = list.items();
+  const size_t count = items.size();
+  if (count == 0) return;
+  auto batch = std::allocate_shared<Batch>(pool::PoolAllocator<Batch>());
+  batch->remaining.store(count);
+  batch->self = batch;
+  batch->detached = true;
+  in_flight_.fetch_add(count);  // never blocks: the caller may be the thread that would unblock it
+  enqueue_batch(batch, items, /*caller_runs=*/false);
+}
+
+std::shared_ptr<Batch> VirtualMachine::enqueue_batch(const std::shared_ptr<Batch>& batch,
+                                                     IntrusiveInstructionList& items,
+                                                     bool caller_runs) {
+  const size_t count = items.size();
+  // Allocated before the lock, so that nothing under it but the analysis can throw.
+  std::vector<IntrusiveInstructionList> per_worker(workers_.size());
+  std::vector<StreamWorker*> owners(workers_.size(), nullptr);
+  std::vector<Instruction*> last_on_stream;
+  last_on_stream.reserve(count);
 
   StreamWorker* inline_worker = nullptr;
   IntrusiveInstructionList ordered;  // the list in dispatch order, with StreamSignals added
@@ -236,8 +267,21 @@ Ticket VirtualMachine::submit_impl(InstructionList&& list, bool caller_runs) {
     if (shut_down_.load()) {
       lock.unlock();
       for (Instruction& instruction : items) instruction.batch_ = batch.get();
-      run_after_shutdown(items);
-      return Ticket(batch);
+      if (batch->detached) {
+        // Maybe a worker releasing during its own drain: hand each instruction to its worker
+        // while it still drains, else run it here (after the drain, callers take turns).
+        while (!items.empty()) {
+          Instruction& instruction = items.front();
+          items.pop_front();
+          IntrusiveInstructionList one;
+          one.push_back(instruction);
+          if (!instruction.stream().worker().enqueue(one)) run_after_shutdown(one);
+        }
+      } else {
+        wait_drained();  // never overtake work still pending (this is not a worker thread)
+        run_after_shutdown(items);
+      }
+      return batch;
     }
     // A blob keeps the access records of the VM that first used it; another VM's stream ids would
     // mean nothing here. Checked before anything changes, so a refused list leaves no trace.
@@ -258,7 +302,6 @@ Ticket VirtualMachine::submit_impl(InstructionList&& list, bool caller_runs) {
     bool several = false;
     // The last instruction of the batch on each stream finishes that stream's queue, on the
     // stream's own worker, so the sync point needs no queue call of its own.
-    boost::container::small_vector<Instruction*, 4> last_on_stream;
     auto note_last = [&](Instruction& instruction) {
       for (Instruction*& last : last_on_stream) {
         if (&last->stream() == &instruction.stream()) {
@@ -275,7 +318,13 @@ Ticket VirtualMachine::submit_impl(InstructionList&& list, bool caller_runs) {
       instruction.batch_ = batch.get();
       instruction.sequence_ = owner.take_sequence();
       IntrusiveInstructionList extra;
-      analyze(instruction, extra);
+      try {
+        analyze(instruction, extra);
+      } catch (...) {
+        // Out of memory in the analysis: the instruction still takes its place (records may
+        // already name its sequence) but reports the error instead of running.
+        instruction.pre_error_ = std::current_exception();
+      }
       if (!extra.empty()) {
         several = true;
         for (Instruction& signal : extra) note_last(signal);
@@ -297,8 +346,6 @@ Ticket VirtualMachine::submit_impl(InstructionList&& list, bool caller_runs) {
     } else {
       // Hand each worker its instructions in order, still under the lock, so that every
       // worker's pending list stays in sequence order across producers.
-      std::vector<IntrusiveInstructionList> per_worker(workers_.size());
-      std::vector<StreamWorker*> owners(workers_.size(), nullptr);
       while (!ordered.empty()) {
         Instruction& instruction = ordered.front();
         ordered.pop_front();
@@ -326,7 +373,7 @@ Ticket VirtualMachine::submit_impl(InstructionList&& list, bool caller_runs) {
     settle(*batch, dispatched);
     inline_worker->release_execution();
   }
-  return Ticket(batch);
+  return batch;
 }
 
 void VirtualMachine::on_dispatched(Instruction& instruction, std::exception_ptr error,
@@ -354,9 +401,20 @@ void VirtualMachine::settle(Batch& batch, size_t dispatched) {
   // The last one marks the batch done; the batch must not be touched after the unlock (Note
   // [Batch lifetime]).
   if (batch.remaining.fetch_sub(dispatched) == dispatched) {
-    std::lock_guard<std::mutex> lock(batch.mutex);
-    batch.done = true;
-    batch.done_cv.notify_all();
+    std::shared_ptr<Batch> last_reference;  // dies after the unlock, maybe freeing the batch
+    {
+      std::lock_guard<std::mutex> lock(batch.mutex);
+      batch.done = true;
+      last_reference = std::move(batch.self);
+      if (batch.detached && batch.first_error) {
+        try {
+          std::rethrow_exception(batch.first_error);
+        } catch (const std::exception& e) {
+          std::fprintf(stderr, "oclvm: a detached release failed: %s\n", e.what());
+        }
+      }
+      batch.done_cv.notify_all();
+    }
   }
   in_flight_.fetch_sub(dispatched);
   wake_producers();
@@ -375,9 +433,22 @@ void VirtualMachine::wake_producers() {
 void VirtualMachine::shutdown() {
   {
     std::lock_guard<std::mutex> lock(submit_mutex_);
-    if (shut_down_.exchange(true)) return;
+    if (shut_down_.exchange(true)) {
+      if (!StreamWorker::holds_execution_right_on_this_thread()) wait_drained();
+      return;
+    }
   }
   for (auto& worker : workers_) worker->stop();
+  {
+    std::lock_guard<std::mutex> lock(drain_mutex_);
+    drained_ = true;
+  }
+  drain_cv_.notify_all();
+}
+
+void VirtualMachine::wait_drained() {
+  std::unique_lock<std::mutex> lock(drain_mutex_);
+  drain_cv_.wait(lock, [this] { return drained_; });
 }
 
 void VirtualMachine::run_after_shutdown(IntrusiveInstructionList& items) {

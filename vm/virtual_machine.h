@@ -68,12 +68,18 @@ struct VmOptions {
 // `done` under `mutex`, so the settling thread has let go of the batch before the ticket can free
 // it. (A lock-free "remaining == 0" exit let a ticket free the batch while the settler was still
 // about to notify: a use-after-free seen as a pthread assertion in the producer benchmark.)
+//
+// The VM co-owns every batch it has instructions of (`self`, dropped by the last settler), so a
+// Ticket that is dropped before wait() — or a detached submission with no ticket at all — never
+// leaves workers writing into freed memory.
 struct Batch {
   std::atomic<size_t> remaining{0};     // instructions not yet dispatched
   std::mutex mutex;
   std::condition_variable done_cv;
   bool done = false;                    // GUARDED_BY(mutex): remaining reached 0
   std::exception_ptr first_error;       // GUARDED_BY(mutex)
+  std::shared_ptr<Batch> self;          // GUARDED_BY(mutex): the VM's reference until done
+  bool detached = false;                // no ticket: errors are reported on stderr
 };
 
 class Ticket {
@@ -112,8 +118,12 @@ class VirtualMachine {
   Stream* find_stream(StreamId id) const;
 
   // Asynchronous: hands the instructions to their workers and returns at once (it may block for
-  // backpressure only).
-  Ticket submit(InstructionList&& list) { return submit_impl(std::move(list), false); }
+  // backpressure only). Dropping the ticket is safe; the error, if any, is then lost.
+  [[nodiscard]] Ticket submit(InstructionList&& list) { return submit_impl(std::move(list), false); }
+  // For releases from destructors that may run while this thread holds a device's execution
+  // right (an instruction dropped the last tensor reference): never waits, never blocks for
+  // backpressure, never dispatches inline. Errors are printed on stderr.
+  void submit_detached(InstructionList&& list);
   // Synchronous: submit + Ticket::wait. On an idle single device the instructions are dispatched
   // on the calling thread (Note [Caller runs]).
   void run(InstructionList&& list) {
@@ -132,16 +142,19 @@ class VirtualMachine {
   StreamWorker& worker(Device device) const;
   size_t worker_index(Device device) const;  // throws InvalidArgument for an unknown device
   Ticket submit_impl(InstructionList&& list, bool caller_runs);
+  // Sequences, analysis and hand-off of a batch whose count is already admitted.
+  std::shared_ptr<Batch> enqueue_batch(const std::shared_ptr<Batch>& batch,
+                                       IntrusiveInstructionList& items, bool caller_runs);
   // Dependency analysis of one instruction (under submit_mutex_). Cross-device waits add a
   // StreamSignal instruction to `extra`, to be placed before the instruction.
   void analyze(Instruction& instruction, IntrusiveInstructionList& extra);
-  // Called by workers after each dispatch.
   // Called by the dispatching thread after each dispatch. With settle_now == false the caller
   // settles the batch itself later (caller runs: once for the whole list).
   void on_dispatched(Instruction& instruction, std::exception_ptr error, double seconds,
                      bool settle_now);
   void settle(Batch& batch, size_t dispatched);
   void run_after_shutdown(IntrusiveInstructionList& list);
+  void wait_drained();       // until shutdown() has joined every worker
   void admit(size_t count);  // backpressure: blocks while the bound would be passed
   void wake_producers();     // after in_flight_ went down
 
@@ -171,10 +184,13 @@ class VirtualMachine {
   std::condition_variable flight_cv_;
 
   std::atomic<bool> shut_down_{false};
+  std::mutex drain_mutex_;
+  std::condition_variable drain_cv_;
+  bool drained_ = false;  // GUARDED_BY(drain_mutex_): every worker stopped and joined
 };
 
 // The process-wide VM's Run and Submit.
 void Run(InstructionList&& list);
-Ticket Submit(InstructionList&& list);
+[[nodiscard]] Ticket Submit(InstructionList&& list);
 
 }  // namespace oclvm::vm
