@@ -16,9 +16,10 @@
 // Host memory lifetime: a non-blocking write or read uses `src` / `dst` until the command
 // completes; the caller keeps it alive until a marker after it, or finish(), has been waited on.
 //
-// Thread-safety: enqueue_* and map/unmap are confined to one thread at a time (the stream
-// worker of the device). record_marker(), finish() and QueueMarker::wait() may be called from any
-// thread (OpenCL queues are thread-safe for these; the host queue is stateless).
+// Thread-safety: confined to one thread at a time — the holder of its device's execution right
+// (vm/stream_worker.h). The OpenCL API allows calls on one queue from several threads, but PoCL's
+// drivers have deadlocked when a marker was recorded on a queue while another thread enqueued on
+// it, so oclvm never does that. QueueMarker::wait() may be called from any thread.
 #pragma once
 
 #include <atomic>

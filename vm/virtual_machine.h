@@ -22,9 +22,10 @@
 // device: "AllocateBlob on opencl:0/compute: Out of memory on opencl:0: ...". The VM and the other
 // instructions go on; the first error of a submission is rethrown at its sync point.
 //
-// Shutdown: drains every pending instruction and joins the workers. Afterwards an instruction
-// that runs_after_shutdown() (ReleaseTensor) executes on the caller's thread; anything else is an
-// Error ("Expected a running VM, but it has been shut down").
+// Shutdown: drains every pending instruction and joins the workers. Afterwards (a late caller
+// first waits for that drain) an instruction that runs_after_shutdown() (ReleaseTensor) executes
+// on the caller's thread; anything else is an Error ("Expected a running VM, but it has been shut
+// down").
 //
 // Thread-safety: thread-safe; any number of producer threads may submit at once.
 #pragma once
