@@ -2,7 +2,9 @@
 # Installs what oclvm needs on a fresh Debian machine; idempotent and quick when already done.
 #   - Debian packages: PoCL (the default OpenCL device), the ICD loader and headers, OpenCL-CLHPP,
 #     Boost (Intrusive), GoogleTest, Google Benchmark, clinfo, cmake.
-#   - .venv/ with torch==2.13.0 (the CPU build kept on this machine), pytest and numpy.
+#   - .venv/ with torch==2.13.0 (the CPU build kept on this machine), pytest, numpy and
+#     scikit-build-core (the build backend of the oclvm Python package, built without isolation
+#     against the venv's torch).
 # A stamp file per step records success so a second run costs milliseconds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,11 +28,11 @@ fi
 
 # Python environment. torch is pinned to the CPU build that lies on this machine's disk; pip is
 # told the exact version so it can never resolve a newer (CUDA) build.
-venv_stamp="$stamp_dir/venv-torch-2.13.0"
+venv_stamp="$stamp_dir/venv-torch-2.13.0-skbuild"
 if [ ! -f "$venv_stamp" ] || [ ! -x .venv/bin/python ]; then
-  echo "setup: creating .venv with torch==2.13.0, pytest, numpy"
+  echo "setup: creating .venv with torch==2.13.0, pytest, numpy, scikit-build-core"
   python3 -m venv .venv
-  .venv/bin/pip install -q "torch==2.13.0" pytest numpy
+  .venv/bin/pip install -q "torch==2.13.0" pytest numpy "scikit-build-core>=0.9"
   .venv/bin/python -c "import torch; assert torch.__version__.startswith('2.13.0'), torch.__version__"
   touch "$venv_stamp"
 fi

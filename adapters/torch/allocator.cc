@@ -1,0 +1,236 @@
+// adapters/torch/allocator.cc — CLDeviceAllocator: torch's PrivateUse1 allocator on oclvm's VM.
+//
+// Note [Block registry]
+// ~~~~~~~~~~~~~~~~~~~~~
+// c10::Allocator::copy_data receives bare addresses, and ATen hands operators storages whose
+// DataPtr context we made. For the first, the allocator keeps an ordered map from each live
+// block's start address to its TensorStorage (one mutex; insert at allocate, erase in the
+// deleter), so an interior address finds its block with one upper_bound. The alternative,
+// AddressSpace::resolve to (segment, offset), names a segment, not a BlobObject, and instructions
+// take blobs; a caching allocator puts many blocks in one segment, so the registry is what maps an
+// address to the blob. Operators use the DataPtr context directly (blob_of) and never the map.
+#include "adapters/torch/allocator.h"
+
+#include <c10/core/Allocator.h>
+#include <c10/core/DeviceGuard.h>
+#include <c10/util/Exception.h>
+
+#include <iterator>
+#include <string>
+
+#include "storage/device_manager.h"
+#include "vm/virtual_machine.h"
+
+namespace oclvm::torch_adapter {
+namespace {
+
+thread_local c10::DeviceIndex t_current_device = 0;
+
+using C10Stats = c10::CachingDeviceAllocator::DeviceStats;
+using C10StatArray = c10::CachingAllocator::StatArray;
+
+void copy_stat(const Stat& from, c10::CachingAllocator::Stat& to) {
+  to.current = from.current;
+  to.peak = from.peak;
+  to.allocated = from.allocated;
+  to.freed = from.freed;
+}
+
+void copy_array(const StatArray& from, C10StatArray& to) {
+  for (size_t i = 0; i < kNumStatTypes; ++i) copy_stat(from[i], to[i]);
+}
+
+DeviceStats query_stats(c10::DeviceIndex index) {
+  check_device_index(index);
+  return translate_errors([&] {
+    DeviceStats stats;
+    InstructionsBuilder builder;
+    builder.query_stats(to_oclvm(index), &stats);
+    vm::Run(builder.take());
+    return stats;
+  });
+}
+
+c10::DeviceIndex resolve_index(c10::DeviceIndex index) {
+  return index < 0 ? current_device() : index;
+}
+
+}  // namespace
+
+c10::DeviceIndex current_device() { return t_current_device; }
+
+void set_current_device(c10::DeviceIndex index) {
+  check_device_index(index);
+  t_current_device = index;
+}
+
+c10::DeviceIndex device_count() noexcept {
+  static const c10::DeviceIndex count = [] {
+    try {
+      return static_cast<c10::DeviceIndex>(DeviceManager::instance().opencl_device_count());
+    } catch (const std::exception&) {
+      return c10::DeviceIndex{0};
+    }
+  }();
+  return count;
+}
+
+void check_device_index(c10::DeviceIndex index) {
+  TORCH_CHECK_INDEX(index >= 0 && index < device_count(), "Expected an opencl device index in [0, ",
+                    static_cast<int>(device_count()), "), but got ", static_cast<int>(index));
+}
+
+CLDeviceAllocator& CLDeviceAllocator::instance() {
+  static CLDeviceAllocator* allocator = new CLDeviceAllocator();  // never destroyed
+  return *allocator;
+}
+
+c10::DataPtr CLDeviceAllocator::allocate(size_t bytes) {
+  const c10::DeviceIndex index = current_device();
+  const c10::Device device(c10::DeviceType::PrivateUse1, index);
+  if (bytes == 0) return c10::DataPtr(nullptr, nullptr, &delete_handle, device);
+  check_device_index(index);
+  TensorStorage* storage = translate_errors([&] {
+    vm::VirtualMachine& vm = vm::VirtualMachine::instance();
+    InstructionsBuilder builder(vm);
+    std::shared_ptr<BlobObject> blob = builder.allocate_blob(builder.stream(to_oclvm(index)), bytes);
+    vm.run(builder.take());  // on a throw the blob has no storage and dies here
+    try {
+      return new TensorStorage(blob, make_vm_releaser(vm));  // owns the release from here on
+    } catch (...) {
+      // Only std::bad_alloc gets here: give the block back through the VM before rethrowing.
+      builder.release(std::move(blob));
+      vm.run(builder.take());
+      throw;
+    }
+  });
+  void* address = storage->blob()->storage()->allocation().ptr;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    blocks_[reinterpret_cast<uintptr_t>(address)] = storage;
+  }
+  return c10::DataPtr(address, storage, &delete_handle, device);
+}
+
+void CLDeviceAllocator::delete_handle(void* context) {
+  if (context == nullptr) return;  // an empty DataPtr
+  auto* storage = static_cast<TensorStorage*>(context);
+  const uintptr_t address = storage->blob()->storage()->device_address();
+  {
+    CLDeviceAllocator& self = instance();
+    std::lock_guard<std::mutex> lock(self.mutex_);
+    self.blocks_.erase(address);
+  }
+  delete storage;  // ~TensorStorage runs ReleaseTensor synchronously (make_vm_releaser)
+}
+
+BlobRef CLDeviceAllocator::find(const void* address) const {
+  const auto key = reinterpret_cast<uintptr_t>(address);
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = blocks_.upper_bound(key);
+  TORCH_CHECK(it != blocks_.begin(), "Expected an address inside a live opencl block, but got ",
+              address);
+  --it;
+  const std::shared_ptr<BlobObject>& blob = it->second->blob();
+  const size_t offset = key - it->first;
+  TORCH_CHECK(offset < blob->storage()->size(),
+              "Expected an address inside a live opencl block, but got ", address);
+  return BlobRef{blob, offset};
+}
+
+size_t CLDeviceAllocator::live_blocks() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return blocks_.size();
+}
+
+void CLDeviceAllocator::copy_data(void* dest, const void* src, std::size_t count) const {
+  if (count == 0) return;
+  const BlobRef to = find(dest);
+  const BlobRef from = find(src);
+  translate_errors([&] {
+    InstructionsBuilder builder;
+    builder.copy(from.blob, from.offset, to.blob, to.offset, count);
+    vm::Run(builder.take());
+  });
+}
+
+void CLDeviceAllocator::emptyCache(c10::MempoolId_t /*mempool_id: no private pools*/) {
+  translate_errors([&] {
+    InstructionsBuilder builder;
+    for (c10::DeviceIndex i = 0; i < device_count(); ++i) builder.empty_cache(to_oclvm(i));
+    vm::Run(builder.take());
+  });
+}
+
+C10Stats CLDeviceAllocator::getDeviceStats(c10::DeviceIndex device) {
+  const DeviceStats stats = query_stats(resolve_index(device));
+  C10Stats out;
+  copy_array(stats.allocation, out.allocation);
+  copy_array(stats.segment, out.segment);
+  copy_array(stats.active, out.active);
+  copy_array(stats.inactive_split, out.inactive_split);
+  copy_array(stats.allocated_bytes, out.allocated_bytes);
+  copy_array(stats.reserved_bytes, out.reserved_bytes);
+  copy_array(stats.active_bytes, out.active_bytes);
+  copy_array(stats.inactive_split_bytes, out.inactive_split_bytes);
+  copy_array(stats.requested_bytes, out.requested_bytes);
+  out.num_alloc_retries = stats.num_alloc_retries;
+  out.num_ooms = stats.num_ooms;
+  out.num_sync_all_streams = stats.num_sync_all_streams;
+  out.num_device_alloc = stats.num_device_alloc;
+  out.num_device_free = stats.num_device_free;
+  copy_stat(stats.oversize_allocations[0], out.oversize_allocations);
+  copy_stat(stats.oversize_segments[0], out.oversize_segments);
+  out.max_split_size = stats.max_split_size;
+  return out;  // no private pools: reserved_bytes_by_private_pools stays empty
+}
+
+void CLDeviceAllocator::resetAccumulatedStats(c10::DeviceIndex device) {
+  const c10::DeviceIndex index = resolve_index(device);
+  check_device_index(index);
+  translate_errors([&] {
+    InstructionsBuilder builder;
+    builder.reset_stats(to_oclvm(index), ResetKind::kAccumulated);
+    vm::Run(builder.take());
+  });
+}
+
+void CLDeviceAllocator::resetPeakStats(c10::DeviceIndex device) {
+  const c10::DeviceIndex index = resolve_index(device);
+  check_device_index(index);
+  translate_errors([&] {
+    InstructionsBuilder builder;
+    builder.reset_stats(to_oclvm(index), ResetKind::kPeak);
+    vm::Run(builder.take());
+  });
+}
+
+std::pair<size_t, size_t> CLDeviceAllocator::getMemoryInfo(c10::DeviceIndex device) {
+  const c10::DeviceIndex index = resolve_index(device);
+  const DeviceStats stats = query_stats(index);
+  const DeviceManager& devices = vm::VirtualMachine::instance().devices();
+  const uint64_t limit = vm::VirtualMachine::instance().options().memory_limit;
+  const uint64_t total =
+      limit != 0 ? limit : devices.backend(to_oclvm(index)).properties().global_mem_bytes;
+  const auto reserved = static_cast<uint64_t>(
+      stats.reserved_bytes[static_cast<size_t>(StatType::kAggregate)].current);
+  const uint64_t free = reserved < total ? total - reserved : 0;
+  return {static_cast<size_t>(free), static_cast<size_t>(total)};
+}
+
+BlobRef blob_of(const c10::Storage& storage, size_t byte_offset) {
+  const c10::DataPtr& data = storage.data_ptr();
+  if (data.get() == nullptr) return BlobRef{nullptr, byte_offset};
+  TORCH_CHECK(data.get_deleter() == CLDeviceAllocator::instance().raw_deleter(),
+              "Expected an opencl storage made by oclvm's allocator, but got one with another "
+              "deleter");
+  auto* owner = static_cast<TensorStorage*>(data.get_context());
+  // The DataPtr may point past the block start only if someone moved it; blocks here never do.
+  const size_t base = static_cast<size_t>(reinterpret_cast<uintptr_t>(data.get()) -
+                                          owner->blob()->storage()->device_address());
+  return BlobRef{owner->blob(), base + byte_offset};
+}
+
+REGISTER_ALLOCATOR(c10::DeviceType::PrivateUse1, &CLDeviceAllocator::instance());
+
+}  // namespace oclvm::torch_adapter

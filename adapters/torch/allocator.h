@@ -1,0 +1,114 @@
+// adapters/torch/allocator.h — the PyTorch side of oclvm memory: CLDeviceAllocator and the helpers
+// the operators use to find the oclvm blob behind a torch storage.
+//
+// Types:
+//   CLDeviceAllocator  c10::DeviceAllocator registered for PrivateUse1 ("opencl"). Every
+//                      allocate(n > 0) runs an AllocateBlob of n bytes through the process-wide VM
+//                      on the current device's compute stream; the DataPtr's data is the blob's
+//                      device address (never dereferenceable on the host, storage/address_space.h),
+//                      its context a heap TensorStorage made with make_vm_releaser(), and its
+//                      deleter deletes that TensorStorage, which runs ReleaseTensor synchronously.
+//
+// Promises:
+//   - allocate(0) gives an empty DataPtr on the current device and runs nothing.
+//   - Out of memory is a c10::OutOfMemoryError carrying oclvm's message; nothing is held after it.
+//   - Statistics come from the device's oclvm allocator (QueryStats), one to one.
+//   - copy_data and blob lookups by address use a registry address -> TensorStorage of the live
+//     blocks this allocator handed out (Note [Block registry] in allocator.cc).
+//
+// Thread-safety: thread-safe (the VM is; the registry has its own mutex). The current device is
+// per thread (as CUDA's is).
+#pragma once
+
+#include <c10/core/CachingDeviceAllocator.h>
+#include <c10/core/Storage.h>
+
+#include <cstddef>
+#include <memory>
+#include <mutex>
+#include <map>
+
+#include "instructions/builder.h"
+#include "storage/device.h"
+#include "storage/errors.h"
+#include "storage/storage_objects.h"
+
+namespace oclvm::torch_adapter {
+
+// The per-thread current device index (PrivateUse1 index == oclvm opencl index).
+c10::DeviceIndex current_device();
+void set_current_device(c10::DeviceIndex index);
+// Number of OpenCL devices oclvm found (0 when there is no platform).
+c10::DeviceIndex device_count() noexcept;
+// Throws a c10 error unless 0 <= index < device_count().
+void check_device_index(c10::DeviceIndex index);
+inline Device to_oclvm(c10::DeviceIndex index) { return Device{DeviceType::kOpenCL, index}; }
+
+// Runs `fn`, turning oclvm exceptions into the matching c10 errors (OutOfMemoryError ->
+// c10::OutOfMemoryError, InvalidArgument -> c10::ValueError, others -> c10::Error).
+template <typename Fn>
+auto translate_errors(Fn&& fn) -> decltype(fn());
+
+// A blob and the byte offset of an address in it.
+struct BlobRef {
+  std::shared_ptr<BlobObject> blob;
+  size_t offset = 0;
+};
+
+class CLDeviceAllocator final : public c10::DeviceAllocator {
+ public:
+  c10::DataPtr allocate(size_t bytes) override;
+  c10::DeleterFnPtr raw_deleter() const override { return &delete_handle; }
+  // Device-to-device copy of `count` bytes between two addresses of live blocks of this
+  // allocator (used by storage resize and clone of storages).
+  void copy_data(void* dest, const void* src, std::size_t count) const override;
+
+  bool initialized() override { return device_count() > 0; }
+  void emptyCache(c10::MempoolId_t mempool_id = {0, 0}) override;
+  // No-op in this slice: every operator runs synchronously on the compute stream, so no block is
+  // ever used by another stream before its release.
+  void recordStream(const c10::DataPtr& ptr, c10::Stream stream) override {}
+  c10::CachingDeviceAllocator::DeviceStats getDeviceStats(c10::DeviceIndex device) override;
+  void resetAccumulatedStats(c10::DeviceIndex device) override;
+  void resetPeakStats(c10::DeviceIndex device) override;
+  std::pair<size_t, size_t> getMemoryInfo(c10::DeviceIndex device) override;
+
+  // The blob holding `address` (an address inside a live block of this allocator) and the offset
+  // of `address` in it. Throws c10::Error when no live block holds it.
+  BlobRef find(const void* address) const;
+  // Live blocks handed out and not yet deleted.
+  size_t live_blocks() const;
+
+  static CLDeviceAllocator& instance();
+
+ private:
+  static void delete_handle(void* context);
+
+  mutable std::mutex mutex_;
+  // Note [Block registry]: block start address -> its TensorStorage. GUARDED_BY(mutex_)
+  std::map<uintptr_t, TensorStorage*> blocks_;
+};
+
+// Grows or shrinks a storage made by CLDeviceAllocator to `bytes`: a new block, a device-to-device
+// copy of the common prefix, then the storage takes the new block (device.cc).
+void resize_storage_bytes(const c10::Storage& storage, size_t bytes);
+
+// The blob behind a PrivateUse1 tensor's storage, with the byte offset of the tensor's element 0.
+// Throws c10::Error when the storage was not made by CLDeviceAllocator. Null blob for an empty
+// storage.
+BlobRef blob_of(const c10::Storage& storage, size_t byte_offset);
+
+template <typename Fn>
+auto translate_errors(Fn&& fn) -> decltype(fn()) {
+  try {
+    return fn();
+  } catch (const OutOfMemoryError& e) {
+    C10_THROW_ERROR(OutOfMemoryError, e.what());
+  } catch (const InvalidArgument& e) {
+    C10_THROW_ERROR(ValueError, e.what());
+  } catch (const Error& e) {
+    C10_THROW_ERROR(Error, e.what());
+  }
+}
+
+}  // namespace oclvm::torch_adapter

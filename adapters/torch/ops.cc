@@ -1,0 +1,290 @@
+// adapters/torch/ops.cc — the native PrivateUse1 ("opencl") operators and the boxed CPU fallback.
+//
+// Native here: empty.memory_format, empty_strided, as_strided, view, _reshape_alias, resize_,
+// _copy_from, _copy_from_and_resize, _local_scalar_dense, the set_ overloads, fill_.Scalar, zero_.
+// Everything else runs on the host through at::native::cpu_fallback (inputs copied to the CPU,
+// the CPU kernel, results copied back), which costs two transfers per call but is correct.
+//
+// Data movement is always whole byte ranges through the VM (InstructionsBuilder
+// copy_host_to_device / copy_device_to_host / copy / fill, each list run synchronously):
+//   - a tensor's "span" is the bytes from its element 0 to its farthest element; strides and
+//     dtype conversion are applied on the host, on a CPU tensor laid out over that span;
+//   - contiguous same-dtype transfers move exactly the tensor's bytes, with no staging;
+//   - a gapless permuted destination (transpose, channels-last) is staged with its own strides;
+//   - a destination with gaps is written read-modify-write: read its span, copy into the
+//     strided view on the host, write the span back (the gaps keep their old bytes);
+//   - fill_ / zero_ of a contiguous tensor is one FillBlob with the element's bit pattern; other
+//     layouts (and 16-byte elements) go read-modify-write.
+// non_blocking is accepted and ignored: every transfer has returned when the operator returns.
+//
+// Thread-safety: the operators are as thread-safe as ATen's (the VM is thread-safe).
+#include <ATen/ATen.h>
+#include <ATen/EmptyTensor.h>
+#include <ATen/native/CPUFallback.h>
+#include <ATen/native/Resize.h>
+#include <ATen/ops/_reshape_alias_native.h>
+#include <ATen/ops/as_strided_native.h>
+#include <ATen/ops/set_native.h>
+#include <ATen/ops/view_native.h>
+#include <torch/library.h>
+
+#include <cstring>
+#include <utility>
+
+#include "adapters/torch/allocator.h"
+#include "vm/virtual_machine.h"
+
+namespace oclvm::torch_adapter {
+namespace {
+
+constexpr c10::DispatchKeySet kKeys(c10::DispatchKey::PrivateUse1);
+
+size_t item_bytes(const at::Tensor& t) { return t.dtype().itemsize(); }
+
+// Elements from element 0 to the farthest element, inclusive (0 for an empty tensor). Strides are
+// never negative in ATen.
+int64_t span_elements(const at::Tensor& t) {
+  if (t.numel() == 0) return 0;
+  int64_t span = 1;
+  for (int64_t d = 0; d < t.dim(); ++d) span += (t.size(d) - 1) * t.stride(d);
+  return span;
+}
+
+// The blob of a device tensor and the byte offset of its element 0.
+BlobRef element0(const at::Tensor& t) {
+  return blob_of(t.storage(), static_cast<size_t>(t.storage_offset()) * item_bytes(t));
+}
+
+void device_to_host(const at::Tensor& src, void* host, size_t bytes) {
+  if (bytes == 0) return;
+  const BlobRef from = element0(src);
+  translate_errors([&] {
+    InstructionsBuilder builder;
+    builder.copy_device_to_host(from.blob, from.offset, host, bytes);
+    vm::Run(builder.take());
+  });
+}
+
+void host_to_device(const void* host, const at::Tensor& dst, size_t bytes) {
+  if (bytes == 0) return;
+  const BlobRef to = element0(dst);
+  translate_errors([&] {
+    InstructionsBuilder builder;
+    builder.copy_host_to_device(host, to.blob, to.offset, bytes);
+    vm::Run(builder.take());
+  });
+}
+
+// A device tensor's span read into host memory: `span` is the 1-D CPU tensor holding it, `view`
+// the CPU tensor with the device tensor's sizes and strides over it.
+struct HostSpan {
+  at::Tensor span;
+  at::Tensor view;
+};
+
+HostSpan read_span(const at::Tensor& src) {
+  const int64_t elements = span_elements(src);
+  at::Tensor span = at::empty({elements}, src.options().device(at::kCPU));
+  device_to_host(src, span.data_ptr(), static_cast<size_t>(elements) * item_bytes(src));
+  return HostSpan{span, span.as_strided(src.sizes(), src.strides(), 0)};
+}
+
+void write_span(const at::Tensor& dst, const HostSpan& host) {
+  host_to_device(host.span.data_ptr(), dst, static_cast<size_t>(host.span.numel()) * item_bytes(dst));
+}
+
+// dst (device) := src (CPU, any layout and dtype, broadcastable to dst).
+void write_from_host(const at::Tensor& dst, const at::Tensor& src) {
+  if (dst.numel() == 0) return;
+  if (dst.is_contiguous()) {
+    at::Tensor staged = src;
+    if (!(src.is_contiguous() && src.scalar_type() == dst.scalar_type() &&
+          src.sizes().equals(dst.sizes()))) {
+      staged = at::empty(dst.sizes(), dst.options().device(at::kCPU));
+      staged.copy_(src);
+    }
+    host_to_device(staged.data_ptr(), dst, dst.nbytes());
+    return;
+  }
+  if (dst.is_non_overlapping_and_dense()) {
+    // Permuted but gapless (a transpose, channels-last): its span is exactly its elements, so a
+    // host tensor with the same strides is the whole span and nothing needs reading first.
+    at::Tensor staged = at::empty_strided(dst.sizes(), dst.strides(), dst.options().device(at::kCPU));
+    staged.copy_(src);
+    host_to_device(staged.data_ptr(), dst, dst.nbytes());
+    return;
+  }
+  HostSpan host = read_span(dst);  // read-modify-write: gaps of dst keep their bytes
+  host.view.copy_(src);
+  write_span(dst, host);
+}
+
+at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<c10::ScalarType> dtype,
+                               std::optional<c10::Layout> layout,
+                               std::optional<c10::Device> device, std::optional<bool> pin_memory,
+                               std::optional<c10::MemoryFormat> memory_format) {
+  const c10::Device where = c10::device_or_default(device);
+  TORCH_CHECK(where.type() == c10::DeviceType::PrivateUse1, "Expected an opencl device, but got ",
+              where);
+  c10::DeviceGuard guard(where);
+  return at::detail::empty_generic(size, &CLDeviceAllocator::instance(), kKeys,
+                                   c10::dtype_or_default(dtype), memory_format);
+}
+
+at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride,
+                         std::optional<c10::ScalarType> dtype, std::optional<c10::Layout> layout,
+                         std::optional<c10::Device> device, std::optional<bool> pin_memory) {
+  const c10::Device where = c10::device_or_default(device);
+  TORCH_CHECK(where.type() == c10::DeviceType::PrivateUse1, "Expected an opencl device, but got ",
+              where);
+  c10::DeviceGuard guard(where);
+  return at::detail::empty_strided_generic(size, stride, &CLDeviceAllocator::instance(), kKeys,
+                                           c10::dtype_or_default(dtype));
+}
+
+at::Tensor as_strided(const at::Tensor& self, c10::SymIntArrayRef size,
+                      c10::SymIntArrayRef stride, std::optional<c10::SymInt> storage_offset) {
+  return at::native::as_strided_tensorimpl(
+      self, C10_AS_INTARRAYREF_SLOW(size), C10_AS_INTARRAYREF_SLOW(stride),
+      storage_offset ? std::optional<int64_t>(storage_offset->expect_int()) : std::nullopt);
+}
+
+at::Tensor view(const at::Tensor& self, c10::SymIntArrayRef size) {
+  return at::native::view(self, C10_AS_INTARRAYREF_SLOW(size));
+}
+
+at::Tensor reshape_alias(const at::Tensor& self, c10::SymIntArrayRef size,
+                         c10::SymIntArrayRef stride) {
+  return at::native::_reshape_alias(self, C10_AS_INTARRAYREF_SLOW(size),
+                                    C10_AS_INTARRAYREF_SLOW(stride));
+}
+
+// Metadata as at::native::resize_ does it; the storage grows through resize_storage_bytes (a new
+// block and a device-to-device copy), never by memcpy of device addresses.
+const at::Tensor& resize_(const at::Tensor& self, c10::SymIntArrayRef sym_size,
+                          std::optional<c10::MemoryFormat> memory_format) {
+  const c10::IntArrayRef size = C10_AS_INTARRAYREF_SLOW(sym_size);
+  c10::TensorImpl* impl = self.unsafeGetTensorImpl();
+  impl->set_sizes_contiguous(size);
+  if (memory_format && *memory_format != c10::MemoryFormat::Preserve) {
+    impl->empty_tensor_restride(*memory_format);
+  }
+  const size_t needed = at::detail::computeStorageNbytes(size, impl->strides(), item_bytes(self),
+                                                         impl->storage_offset());
+  if (needed > self.storage().nbytes()) resize_storage_bytes(self.storage(), needed);
+  return self;
+}
+
+at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
+  if (self.numel() == 0) return dst;
+  const bool same_layout = self.scalar_type() == dst.scalar_type() && self.is_contiguous() &&
+                           dst.is_contiguous() && self.sizes().equals(dst.sizes());
+  if (dst.is_cpu()) {  // device -> host
+    if (same_layout) {
+      device_to_host(self, dst.data_ptr(), dst.nbytes());
+    } else {
+      dst.copy_(read_span(self).view);
+    }
+  } else if (self.is_cpu()) {  // host -> device
+    write_from_host(dst, self);
+  } else if (same_layout) {  // device -> device, one VM copy (across devices: staged by the VM)
+    const BlobRef from = element0(self);
+    const BlobRef to = element0(dst);
+    translate_errors([&] {
+      InstructionsBuilder builder;
+      builder.copy(from.blob, from.offset, to.blob, to.offset, dst.nbytes());
+      vm::Run(builder.take());
+    });
+  } else {  // device -> device with strides or dtype conversion: through the host
+    write_from_host(dst, read_span(self).view);
+  }
+  return dst;
+}
+
+at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
+  resize_(dst, self.sym_sizes(), std::nullopt);
+  return copy_from(self, dst, false);
+}
+
+at::Scalar local_scalar_dense(const at::Tensor& self) {
+  TORCH_CHECK(self.numel() == 1, "Expected a tensor with one element, but got ", self.numel());
+  at::Tensor host = at::empty({}, self.options().device(at::kCPU));
+  device_to_host(self, host.data_ptr(), item_bytes(self));
+  return host.item();
+}
+
+at::Tensor& set_storage(at::Tensor& self, c10::Storage source) {
+  const int64_t elements = static_cast<int64_t>(source.nbytes() / item_bytes(self));
+  return at::native::set_storage_cpu_(self, source, 0, {elements}, {});
+}
+
+at::Tensor& set_storage_offset(at::Tensor& self, c10::Storage source, c10::SymInt storage_offset,
+                               c10::SymIntArrayRef size, c10::SymIntArrayRef stride) {
+  return at::native::set_storage_cpu_(self, source, storage_offset.expect_int(),
+                                      C10_AS_INTARRAYREF_SLOW(size),
+                                      C10_AS_INTARRAYREF_SLOW(stride));
+}
+
+at::Tensor& set_tensor(at::Tensor& self, const at::Tensor& source) {
+  return at::native::set_tensor_(self, source);
+}
+
+at::Tensor& set_empty(at::Tensor& self) {
+  auto storage = c10::make_intrusive<c10::StorageImpl>(c10::StorageImpl::use_byte_size_t(), 0,
+                                                       &CLDeviceAllocator::instance(), true);
+  return at::native::set_storage_cpu_(self, c10::Storage(storage), 0, {0}, {});
+}
+
+at::Tensor& fill_scalar(at::Tensor& self, const at::Scalar& value) {
+  if (self.numel() == 0) return self;
+  const size_t width = item_bytes(self);
+  if (self.is_contiguous() && (width == 1 || width == 2 || width == 4 || width == 8)) {
+    // The element's bit pattern, converted by ATen's own scalar rules.
+    const at::Tensor element = at::scalar_tensor(value, self.options().device(at::kCPU));
+    uint64_t pattern = 0;
+    std::memcpy(&pattern, element.data_ptr(), width);
+    const BlobRef to = element0(self);
+    translate_errors([&] {
+      InstructionsBuilder builder;
+      builder.fill(to.blob, to.offset, self.nbytes(), pattern, width);
+      vm::Run(builder.take());
+    });
+    return self;
+  }
+  HostSpan host = read_span(self);
+  host.view.fill_(value);
+  write_span(self, host);
+  return self;
+}
+
+at::Tensor& zero_(at::Tensor& self) { return fill_scalar(self, 0); }
+
+void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  at::native::cpu_fallback(op, stack);
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("empty.memory_format", empty_memory_format);
+  m.impl("empty_strided", empty_strided);
+  m.impl("as_strided", as_strided);
+  m.impl("view", view);
+  m.impl("_reshape_alias", reshape_alias);
+  m.impl("resize_", resize_);
+  m.impl("_copy_from", copy_from);
+  m.impl("_copy_from_and_resize", copy_from_and_resize);
+  m.impl("_local_scalar_dense", local_scalar_dense);
+  m.impl("set_.source_Storage", set_storage);
+  m.impl("set_.source_Storage_storage_offset", set_storage_offset);
+  m.impl("set_.source_Tensor", set_tensor);
+  m.impl("set_", set_empty);
+  m.impl("fill_.Scalar", fill_scalar);
+  m.impl("zero_", zero_);
+}
+
+TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>());
+}
+
+}  // namespace oclvm::torch_adapter
