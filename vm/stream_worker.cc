@@ -164,15 +164,18 @@ void StreamWorker::dispatch(Instruction* instruction, bool settle) noexcept {
   }
   const double seconds =
       timed ? std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() : 0.0;
+  Batch* batch = instruction->batch_;
   try {
-    vm_.on_dispatched(*instruction, error, seconds, settle);
+    vm_.on_dispatched(*instruction, error, seconds, /*settle_now=*/false);
   } catch (...) {
     // Only a throwing trace callback or bad_alloc gets here; dispatch must not throw.
     std::fprintf(stderr, "oclvm: could not record the outcome of %s\n", instruction->name());
   }
   // May drop the last reference to a blob or tensor; a release that causes goes out detached
-  // (make_vm_releaser), since this thread holds the execution right.
+  // (make_vm_releaser), since this thread holds the execution right. It happens before the
+  // batch is settled, so anything submitted after the ticket returns is ordered after it.
   delete instruction;
+  if (settle) vm_.settle(*batch, 1);
 }
 
 void StreamWorker::stop() {

@@ -150,7 +150,8 @@ class VirtualMachine {
   // StreamSignal instruction to `extra`, to be placed before the instruction.
   void analyze(Instruction& instruction, IntrusiveInstructionList& extra);
   // Called by the dispatching thread after each dispatch. With settle_now == false the caller
-  // settles the batch itself later (caller runs: once for the whole list).
+  // settles the batch itself later (dispatch: after deleting the instruction; caller runs: once
+  // for the whole list).
   void on_dispatched(Instruction& instruction, std::exception_ptr error, double seconds,
                      bool settle_now);
   void settle(Batch& batch, size_t dispatched);
