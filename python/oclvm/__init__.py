@@ -9,7 +9,7 @@ the storage methods.
 ``torch.opencl`` follows ``torch.cuda``'s names: is_available, device_count, current_device,
 set_device, synchronize, memory_stats, memory_allocated, max_memory_allocated, memory_reserved,
 max_memory_reserved, reset_peak_memory_stats, reset_accumulated_memory_stats, empty_cache,
-mem_get_info. The memory functions read the statistics of the device's oclvm allocator through
+mem_get_info, memory_summary, device (context manager; torch.load uses it), set_per_process_memory_fraction (not supported: raises). The memory functions read the statistics of the device's oclvm allocator through
 ``torch.accelerator`` (the same c10::DeviceAllocator behind both).
 """
 import sys
@@ -28,7 +28,8 @@ __all__ = [
     "is_available", "is_initialized", "device_count", "current_device", "set_device",
     "synchronize", "memory_stats", "memory_allocated", "max_memory_allocated", "memory_reserved",
     "max_memory_reserved", "reset_peak_memory_stats", "reset_accumulated_memory_stats",
-    "empty_cache", "mem_get_info", "manual_seed", "manual_seed_all",
+    "empty_cache", "mem_get_info", "manual_seed", "manual_seed_all", "memory_summary",
+    "set_per_process_memory_fraction", "device",
 ]
 
 
@@ -70,6 +71,26 @@ def current_device() -> int:
 
 def set_device(device) -> None:
     _C.set_device(_index(device))
+
+
+class device:
+    """Context manager making `index` (int, str or torch.device; None: no change) the current
+    opencl device inside the block and restoring the previous one after, like torch.cuda.device.
+    torch's storage .to()/torch.load(map_location=...) enter it as torch.opencl.device(...)."""
+
+    def __init__(self, index) -> None:
+        self.index = -1 if index is None else _index(index)
+        self.previous = -1
+
+    def __enter__(self) -> None:
+        self.previous = _C.current_device()
+        if self.index != -1 and self.index != self.previous:
+            _C.set_device(self.index)
+
+    def __exit__(self, *exc) -> bool:
+        if self.index != -1 and self.index != self.previous:
+            _C.set_device(self.previous)
+        return False
 
 
 def synchronize(device=None) -> None:
@@ -128,6 +149,25 @@ def mem_get_info(device=None) -> tuple:
     """(free, total) bytes: total is OCLVM_MEMORY_LIMIT or the device's global memory, free is
     total minus what oclvm's allocator has reserved."""
     return torch.accelerator.get_memory_info(_index(device))
+
+
+def memory_summary(device=None, abbreviated: bool = False) -> str:
+    """A readable table of memory_stats(device) (see oclvm.memory): per statistic the current
+    value, peak, total allocated and total freed, with large/small-pool sub-rows unless
+    `abbreviated`."""
+    from . import memory
+    index = _index(device)
+    return memory.memory_summary(memory_stats(index), index, abbreviated)
+
+
+def set_per_process_memory_fraction(fraction: float, device=None) -> None:
+    """Not supported: oclvm's per-device limit is fixed when the allocator is created."""
+    _index(device)  # still reject a non-opencl device with the usual message
+    raise NotImplementedError(
+        "torch.opencl.set_per_process_memory_fraction is not supported: oclvm's per-device limit "
+        "on reserved bytes is read once, when the device's allocator is created. Set the "
+        "environment variable OCLVM_MEMORY_LIMIT (bytes, K/M/G suffixes, e.g. "
+        "OCLVM_MEMORY_LIMIT=2G) before the process first uses the device instead.")
 
 
 if not hasattr(torch, BACKEND):
