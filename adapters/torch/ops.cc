@@ -1,9 +1,15 @@
 // adapters/torch/ops.cc — the native PrivateUse1 ("opencl") operators and the boxed CPU fallback.
 //
 // Native here: empty.memory_format, empty_strided, as_strided, view, _reshape_alias, resize_,
-// _copy_from, _copy_from_and_resize, _local_scalar_dense, the set_ overloads, fill_.Scalar, zero_.
+// _copy_from, _copy_from_and_resize, _local_scalar_dense, the set_ overloads, fill_.Scalar, zero_,
+// and the view operators that have per-backend kernels (unfold, view_as_real, view_as_complex;
+// every other view operator is composite over these and as_strided, so all views alias).
 // Everything else runs on the host through at::native::cpu_fallback (inputs copied to the CPU,
-// the CPU kernel, results copied back), which costs two transfers per call but is correct.
+// the CPU kernel, results copied back), which costs two transfers per call but is correct; it
+// writes mutated arguments back with _copy_from_and_resize, which keeps a strided destination's
+// layout (resize_ to the same sizes changes nothing) and writes it read-modify-write.
+// convolution / convolution_backward take that fallback explicitly (their composite kernels
+// would otherwise reach convolution_overrideable, which throws).
 //
 // Data movement is always whole byte ranges through the VM (InstructionsBuilder
 // copy_host_to_device / copy_device_to_host / copy / fill, each list run synchronously):
@@ -25,6 +31,9 @@
 #include <ATen/ops/_reshape_alias_native.h>
 #include <ATen/ops/as_strided_native.h>
 #include <ATen/ops/set_native.h>
+#include <ATen/ops/unfold_native.h>
+#include <ATen/ops/view_as_complex_native.h>
+#include <ATen/ops/view_as_real_native.h>
 #include <ATen/ops/view_native.h>
 #include <torch/library.h>
 
@@ -159,18 +168,26 @@ at::Tensor reshape_alias(const at::Tensor& self, c10::SymIntArrayRef size,
                                     C10_AS_INTARRAYREF_SLOW(stride));
 }
 
-// Metadata as at::native::resize_ does it; the storage grows through resize_storage_bytes (a new
-// block and a device-to-device copy), never by memcpy of device addresses.
+// PyTorch's resize_ semantics with device storage: the same sizes and no memory format change
+// nothing (a strided view keeps its strides: the CPU fallback writes results back through
+// _copy_from_and_resize, which must not restride the destination); other sizes make the tensor
+// contiguous; a memory format restrides. The storage only grows, through resize_storage_bytes (a
+// new block and a device-to-device copy), never by a memcpy of device addresses; shrinking keeps
+// the storage and its block.
 const at::Tensor& resize_(const at::Tensor& self, c10::SymIntArrayRef sym_size,
                           std::optional<c10::MemoryFormat> memory_format) {
   const c10::IntArrayRef size = C10_AS_INTARRAYREF_SLOW(sym_size);
-  c10::TensorImpl* impl = self.unsafeGetTensorImpl();
-  impl->set_sizes_contiguous(size);
-  if (memory_format && *memory_format != c10::MemoryFormat::Preserve) {
-    impl->empty_tensor_restride(*memory_format);
+  for (const int64_t extent : size) {
+    TORCH_CHECK(extent >= 0, "Expected non-negative sizes for resize_, but got ", size);
   }
-  const size_t needed = at::detail::computeStorageNbytes(size, impl->strides(), item_bytes(self),
-                                                         impl->storage_offset());
+  TORCH_CHECK(!memory_format || *memory_format != c10::MemoryFormat::Preserve,
+              "Expected a memory format other than preserve_format for resize_, but got it");
+  c10::TensorImpl* impl = self.unsafeGetTensorImpl();
+  if (!impl->sizes().equals(size)) impl->set_sizes_contiguous(size);
+  if (memory_format) impl->empty_tensor_restride(*memory_format);
+  if (impl->numel() == 0) return self;
+  const size_t needed = at::detail::computeStorageNbytes(impl->sizes(), impl->strides(),
+                                                         item_bytes(self), impl->storage_offset());
   if (needed > self.storage().nbytes()) resize_storage_bytes(self.storage(), needed);
   return self;
 }
@@ -259,6 +276,17 @@ at::Tensor& fill_scalar(at::Tensor& self, const at::Scalar& value) {
 
 at::Tensor& zero_(at::Tensor& self) { return fill_scalar(self, 0); }
 
+// View operators whose ATen kernels are registered per backend (not composite): their native
+// implementations only compute sizes, strides and offsets over the same storage, so they serve
+// this device unchanged. Without them the CPU fallback would return copies instead of views.
+at::Tensor unfold(const at::Tensor& self, int64_t dimension, int64_t size, int64_t step) {
+  return at::native::unfold(self, dimension, size, step);
+}
+
+at::Tensor view_as_real(const at::Tensor& self) { return at::native::view_as_real(self); }
+
+at::Tensor view_as_complex(const at::Tensor& self) { return at::native::view_as_complex(self); }
+
 void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   at::native::cpu_fallback(op, stack);
 }
@@ -281,6 +309,18 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("set_", set_empty);
   m.impl("fill_.Scalar", fill_scalar);
   m.impl("zero_", zero_);
+  m.impl("unfold", unfold);
+  m.impl("view_as_real", view_as_real);
+  m.impl("view_as_complex", view_as_complex);
+}
+
+// convolution and convolution_backward are composite: for this device they would route to
+// convolution_overrideable, whose default kernel only throws. Registered here, they take the
+// boxed CPU fallback whole (autograd stays above: ConvolutionBackward0 calls
+// convolution_backward, which lands here too).
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("convolution", torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>());
+  m.impl("convolution_backward", torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>());
 }
 
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
