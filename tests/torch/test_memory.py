@@ -29,24 +29,8 @@ def rounded(nbytes: int) -> int:
     return (nbytes + ROUND - 1) // ROUND * ROUND
 
 
-@pytest.fixture(autouse=True)
-def nothing_leaks(request):
-    """Device memory after each passing test equals before (a failed test's traceback keeps its
-    tensors alive, so the check is skipped there instead of reporting a second error)."""
-    failed_before = request.session.testsfailed
-    for name in ("last_type", "last_value", "last_traceback", "last_exc"):
-        if hasattr(sys, name):                     # pytest keeps the last failure's frames here
-            delattr(sys, name)
-    gc.collect()
-    blocks_before = oclvm._C.live_blocks()
-    allocated_before = [torch.opencl.memory_allocated(i) for i in range(torch.opencl.device_count())]
-    yield
-    if request.session.testsfailed != failed_before:
-        return
-    gc.collect()
-    assert oclvm._C.live_blocks() == blocks_before
-    assert [torch.opencl.memory_allocated(i)
-            for i in range(torch.opencl.device_count())] == allocated_before
+# Device memory after each passing test equals before (tests/torch/conftest.py).
+pytestmark = pytest.mark.usefixtures("nothing_leaks")
 
 
 @pytest.fixture
