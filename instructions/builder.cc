@@ -255,12 +255,38 @@ void InstructionsBuilder::reset_stats(Device device, ResetKind kind) {
   list_.push_back(std::make_unique<ResetStats>(vm_.stream(device), kind));
 }
 
-void InstructionsBuilder::query_stats(Device device, DeviceStats* out) {
+void InstructionsBuilder::query_stats(Device device, DeviceStats* out, uint64_t* limit_out) {
   if (out == nullptr) {
     throw InvalidArgument("Expected a DeviceStats to write the statistics to, but got a null "
                           "pointer");
   }
-  list_.push_back(std::make_unique<QueryStats>(vm_.stream(device), out));
+  list_.push_back(std::make_unique<QueryStats>(vm_.stream(device), out, limit_out));
+}
+
+void InstructionsBuilder::set_memory_limit(Device device, uint64_t bytes) {
+  list_.push_back(std::make_unique<SetMemoryLimit>(vm_.stream(device), bytes));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Events and stream uses
+
+void InstructionsBuilder::record_event(vm::Stream& stream, std::shared_ptr<StreamEvent> event) {
+  check_own_stream(vm_, stream);
+  if (event == nullptr) throw InvalidArgument("Expected an event to record, but got a null one");
+  list_.push_back(std::make_unique<RecordEvent>(stream, std::move(event)));
+}
+
+void InstructionsBuilder::wait_event(vm::Stream& stream, std::shared_ptr<StreamEvent> event) {
+  check_own_stream(vm_, stream);
+  if (event == nullptr) throw InvalidArgument("Expected an event to wait for, but got a null one");
+  list_.push_back(std::make_unique<WaitEvent>(stream, std::move(event)));
+}
+
+void InstructionsBuilder::record_blob_use(vm::Stream& stream, std::shared_ptr<BlobObject> blob) {
+  check_own_stream(vm_, stream);
+  check_not_null(blob, "used");
+  check_stream_device(stream, blob->device(), "the blob's device");
+  list_.push_back(std::make_unique<RecordBlobUse>(stream, std::move(blob)));
 }
 
 vm::InstructionList InstructionsBuilder::take() { return std::move(list_); }

@@ -10,7 +10,10 @@
 //   SoftSyncStream      record a marker on one stream, make another stream wait for it
 //   Barrier             run a host callback after everything before it on its stream
 //   AccessBlobByCallback map a blob range for host read or write and call back with the pointer
-//   EmptyCache / ResetStats / QueryStats   allocator control, run by the device's worker
+//   EmptyCache / ResetStats / QueryStats / SetMemoryLimit   allocator control, run by the
+//                       device's worker
+//   RecordEvent / WaitEvent   set a StreamEvent to a point of a stream; make a stream wait for it
+//   RecordBlobUse       mark a blob as used by a stream (its release then waits for that stream)
 //
 // The builder checks what it can when building (unknown device, zero size where not allowed,
 // offsets and sizes against blob sizes, pattern sizes) and throws InvalidArgument before anything
@@ -86,8 +89,17 @@ class InstructionsBuilder {
               std::function<void(void* host, size_t bytes)> callback, vm::Stream* stream = nullptr);
   void empty_cache(Device device);
   void reset_stats(Device device, ResetKind kind);
-  // Writes the device's statistics to *out when it runs (out must outlive the sync point).
-  void query_stats(Device device, DeviceStats* out);
+  // Writes the device's statistics to *out, and its memory limit to *limit_out when that is not
+  // null, when it runs (both must outlive the sync point).
+  void query_stats(Device device, DeviceStats* out, uint64_t* limit_out = nullptr);
+  // Sets the device allocator's limit on reserved bytes (0: none).
+  void set_memory_limit(Device device, uint64_t bytes);
+
+  // Events (instructions.h, StreamEvent) and stream uses.
+  void record_event(vm::Stream& stream, std::shared_ptr<StreamEvent> event);
+  void wait_event(vm::Stream& stream, std::shared_ptr<StreamEvent> event);
+  // `stream` must be on the blob's device.
+  void record_blob_use(vm::Stream& stream, std::shared_ptr<BlobObject> blob);
 
   // The instructions built so far, in order; the builder starts over empty.
   vm::InstructionList take();

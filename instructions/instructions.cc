@@ -392,8 +392,107 @@ std::string ResetStats::describe() const {
          stream().device().str();
 }
 
-void QueryStats::execute(vm::ExecutionContext& context) { *out_ = context.allocator.stats(); }
+void QueryStats::execute(vm::ExecutionContext& context) {
+  *out_ = context.allocator.stats();
+  if (limit_out_ != nullptr) *limit_out_ = context.allocator.memory_limit();
+}
 
 std::string QueryStats::describe() const { return stream().device().str(); }
+
+void SetMemoryLimit::execute(vm::ExecutionContext& context) {
+  context.allocator.set_memory_limit(bytes_);
+}
+
+std::string SetMemoryLimit::describe() const {
+  return (bytes_ == 0 ? std::string("none") : std::to_string(bytes_) + " B") + " on " +
+         stream().device().str();
+}
+
+// ---------------------------------------------------------------------------------------------
+// StreamEvent, RecordEvent, WaitEvent, RecordBlobUse
+
+bool StreamEvent::recorded() const { return marker() != nullptr; }
+
+bool StreamEvent::query() const {
+  const std::shared_ptr<QueueMarker> point = marker();
+  return point == nullptr || point->complete();
+}
+
+void StreamEvent::synchronize() const {
+  if (const std::shared_ptr<QueueMarker> point = marker()) point->wait();
+}
+
+double StreamEvent::elapsed_ms_since(const StreamEvent& start) const {
+  if (!timing_ || !start.timing_) {
+    throw InvalidArgument("Expected two timing events, but got " +
+                          std::string(start.timing_ ? "an end" : "a start") +
+                          " event created without timing");
+  }
+  std::chrono::steady_clock::time_point from;
+  std::chrono::steady_clock::time_point to;
+  bool both = false;
+  {
+    std::scoped_lock lock(mutex_, start.mutex_);
+    both = marker_ != nullptr && start.marker_ != nullptr;
+    from = start.completed_at_;
+    to = completed_at_;
+  }
+  if (!both) throw InvalidArgument("Expected two recorded events, but got one never recorded");
+  return std::chrono::duration<double, std::milli>(to - from).count();
+}
+
+void StreamEvent::set(std::shared_ptr<QueueMarker> marker,
+                      std::chrono::steady_clock::time_point completed) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  marker_ = std::move(marker);
+  completed_at_ = completed;
+}
+
+std::shared_ptr<QueueMarker> StreamEvent::marker() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return marker_;
+}
+
+RecordEvent::RecordEvent(vm::Stream& stream, std::shared_ptr<StreamEvent> event)
+    : vm::Instruction(stream), event_(std::move(event)) {
+  OCLVM_DCHECK(event_ != nullptr);
+}
+
+void RecordEvent::execute(vm::ExecutionContext& context) {
+  DeviceQueue& queue = context.stream.queue();
+  std::chrono::steady_clock::time_point completed{};
+  if (event_->timing()) {
+    queue.finish();
+    completed = std::chrono::steady_clock::now();
+  }
+  event_->set(queue.record_marker(), completed);
+}
+
+std::string RecordEvent::describe() const {
+  return std::string(event_->timing() ? "timing " : "") + "event on " + stream().name();
+}
+
+WaitEvent::WaitEvent(vm::Stream& stream, std::shared_ptr<StreamEvent> event)
+    : vm::Instruction(stream), event_(std::move(event)) {
+  OCLVM_DCHECK(event_ != nullptr);
+}
+
+void WaitEvent::execute(vm::ExecutionContext& context) {
+  if (const std::shared_ptr<QueueMarker> point = event_->marker()) {
+    context.stream.queue().wait_marker(point);
+  }
+}
+
+std::string WaitEvent::describe() const { return "event, on " + stream().name(); }
+
+RecordBlobUse::RecordBlobUse(vm::Stream& stream, std::shared_ptr<BlobObject> blob)
+    : vm::Instruction(stream) {
+  OCLVM_DCHECK(blob != nullptr && blob->device() == stream.device());
+  add_operand(std::move(blob), vm::Access::kRead);
+}
+
+std::string RecordBlobUse::describe() const {
+  return blob_text(*operands()[0].blob) + " on " + stream().name();
+}
 
 }  // namespace oclvm

@@ -12,7 +12,12 @@
 //   SoftSyncStream        makes one stream's queue wait, on the device, for another's commands.
 //   Barrier               finishes its stream's queue, then calls a host callback.
 //   AccessBlobByCallback  maps a byte range for host read or write around a callback.
-//   EmptyCache / ResetStats / QueryStats   allocator control, on the device's worker.
+//   EmptyCache / ResetStats / QueryStats / SetMemoryLimit   allocator control, on the device's
+//                         worker.
+//   RecordEvent / WaitEvent   record a point of a stream into a StreamEvent; make a stream wait
+//                         for it (torch's events).
+//   RecordBlobUse         marks a blob as used by a stream, so that its next write (its release
+//                         included) waits for that stream (torch's recordStream).
 //
 // Byte ranges. Every offset an instruction takes counts from the blob's element 0, i.e. from byte
 // storage_offset * dtype_size of its storage (0 for byte blobs). The range an instruction may
@@ -22,7 +27,7 @@
 //
 // Operands (what the VM orders accesses by): AllocateBlob, ReleaseTensor, FillBlob write their
 // blob; CopyBlob reads its source and writes its destination; AccessBlobByCallback reads or writes
-// by its mode; the others have none.
+// by its mode; RecordBlobUse reads its blob; the others have none.
 //
 // Errors of execute() are InvalidArgument ("Expected ..., but got ...") for a blob whose storage
 // does not exist (its AllocateBlob failed or has not run) or is already released, and for ranges
@@ -36,12 +41,15 @@
 #pragma once
 
 #include <array>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 
+#include "storage/queue.h"
 #include "storage/stats.h"
 #include "storage/storage_objects.h"
 #include "vm/instruction.h"
@@ -238,14 +246,109 @@ class ResetStats final : public vm::Instruction {
 
 class QueryStats final : public vm::Instruction {
  public:
-  // `out` (not null) receives the allocator's statistics when the instruction runs.
-  QueryStats(vm::Stream& stream, DeviceStats* out) : vm::Instruction(stream), out_(out) {}
+  // `out` (not null) receives the allocator's statistics when the instruction runs, and
+  // `limit_out`, when not null, its memory limit (0: none).
+  QueryStats(vm::Stream& stream, DeviceStats* out, uint64_t* limit_out = nullptr)
+      : vm::Instruction(stream), out_(out), limit_out_(limit_out) {}
   const char* name() const override { return "QueryStats"; }
   void execute(vm::ExecutionContext& context) override;
   std::string describe() const override;
 
  private:
   DeviceStats* const out_;
+  uint64_t* const limit_out_;
+};
+
+// Sets the device allocator's limit on reserved bytes (0: none); see Allocator::set_memory_limit
+// for what a limit under the reserved bytes does.
+class SetMemoryLimit final : public vm::Instruction {
+ public:
+  SetMemoryLimit(vm::Stream& stream, uint64_t bytes) : vm::Instruction(stream), bytes_(bytes) {}
+  const char* name() const override { return "SetMemoryLimit"; }
+  void execute(vm::ExecutionContext& context) override;
+  std::string describe() const override;
+
+ private:
+  const uint64_t bytes_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Events and stream uses.
+
+// A point in one stream's command order that the host and other streams can wait for: what
+// torch calls an Event. RecordEvent sets the point (each record replaces the previous one, as
+// CUDA's does); WaitEvent, query() and synchronize() use the point recorded when they run. A
+// timing event also keeps the host time at which its recorded work had completed.
+//
+// Thread-safety: thread-safe. RecordEvent writes it on a worker; any thread may read it. One
+// mutex guards the record; waits happen outside it.
+class StreamEvent {
+ public:
+  explicit StreamEvent(bool timing = false) : timing_(timing) {}
+  StreamEvent(const StreamEvent&) = delete;
+  StreamEvent& operator=(const StreamEvent&) = delete;
+
+  bool timing() const { return timing_; }
+  // Whether a RecordEvent has run for it.
+  bool recorded() const;
+  // True when never recorded or when the recorded point has completed. Never blocks.
+  bool query() const;
+  // Blocks until the recorded point has completed (at once when never recorded).
+  void synchronize() const;
+  // Milliseconds from `start`'s completed point to this one's. Throws InvalidArgument unless both
+  // are timing events that were recorded.
+  double elapsed_ms_since(const StreamEvent& start) const;
+
+ private:
+  friend class RecordEvent;
+  friend class WaitEvent;
+  void set(std::shared_ptr<QueueMarker> marker, std::chrono::steady_clock::time_point completed);
+  std::shared_ptr<QueueMarker> marker() const;
+
+  const bool timing_;
+  mutable std::mutex mutex_;
+  std::shared_ptr<QueueMarker> marker_;                 // GUARDED_BY(mutex_)
+  std::chrono::steady_clock::time_point completed_at_;  // GUARDED_BY(mutex_); timing events
+};
+
+class RecordEvent final : public vm::Instruction {
+ public:
+  RecordEvent(vm::Stream& stream, std::shared_ptr<StreamEvent> event);
+  const char* name() const override { return "RecordEvent"; }
+  // Records a marker after every command the stream was given before this instruction into the
+  // event. A timing event first finishes the stream's queue and stamps the host clock, so its
+  // time is when that work had completed (OpenCL profiling is not enabled on oclvm's queues).
+  void execute(vm::ExecutionContext& context) override;
+  std::string describe() const override;
+
+ private:
+  const std::shared_ptr<StreamEvent> event_;
+};
+
+class WaitEvent final : public vm::Instruction {
+ public:
+  WaitEvent(vm::Stream& stream, std::shared_ptr<StreamEvent> event);
+  const char* name() const override { return "WaitEvent"; }
+  // Makes the stream's later commands wait for the event's recorded point: on the device when it
+  // was recorded on the same device, by waiting on the executing thread otherwise. An event never
+  // recorded is no-op. The point is the one recorded when this runs: a RecordEvent of another
+  // device in the same list is not ordered before it (the VM orders devices by blob operands only).
+  void execute(vm::ExecutionContext& context) override;
+  std::string describe() const override;
+
+ private:
+  const std::shared_ptr<StreamEvent> event_;
+};
+
+// Records that the stream uses the blob, like CUDA's recordStream: the blob is a read operand on
+// this stream, so the VM's dependence analysis makes the blob's next write — its ReleaseTensor
+// included — wait for every command the stream was given up to here. Runs nothing itself.
+class RecordBlobUse final : public vm::Instruction {
+ public:
+  RecordBlobUse(vm::Stream& stream, std::shared_ptr<BlobObject> blob);
+  const char* name() const override { return "RecordBlobUse"; }
+  void execute(vm::ExecutionContext&) override {}
+  std::string describe() const override;
 };
 
 }  // namespace oclvm

@@ -74,6 +74,11 @@ class Allocator {
 
   // The per-device limit on reserved bytes (0: none).
   virtual uint64_t memory_limit() const = 0;
+  // Sets that limit (0: none) from now on. Lowering it under what is reserved gives every wholly
+  // free cached segment back (as empty_cache) and refuses new segments until reserved bytes fall
+  // under it; live blocks are never taken back, so reserved may stay above the limit until they
+  // die. Never throws.
+  virtual void set_memory_limit(uint64_t bytes) = 0;
 
   // Checks the allocator's invariants (stats.h and its own); aborts on violation. Tests call it
   // after every step; cost is linear in the number of blocks.

@@ -219,6 +219,11 @@ size_t BuddyAllocator::arena_size_for(int order) const {
   return static_cast<size_t>(std::bit_floor(left));
 }
 
+void BuddyAllocator::set_memory_limit(uint64_t bytes) {
+  memory_limit_ = bytes;
+  if (bytes != 0 && reserved_bytes(tracker_) > bytes) empty_cache();
+}
+
 uint64_t BuddyAllocator::cached_bytes() const {
   uint64_t bytes = 0;
   for (const auto& [id, arena] : arenas_) {

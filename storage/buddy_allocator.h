@@ -101,6 +101,7 @@ class BuddyAllocator final : public Allocator {
   void empty_cache() override;
 
   uint64_t memory_limit() const override { return memory_limit_; }
+  void set_memory_limit(uint64_t bytes) override;
   void check_invariants() const override;
 
   // The smallest block size in effect (options.min_block, or the device's base address alignment
@@ -170,7 +171,7 @@ class BuddyAllocator final : public Allocator {
 
   // Immutable after construction.
   MemoryBackend& backend_;
-  const uint64_t memory_limit_;
+  uint64_t memory_limit_;  // set_memory_limit changes it
   size_t min_block_;    // power of two >= 512 and >= base address alignment
   size_t arena_bytes_;  // power of two >= min_block_, <= max_alloc_bytes
   int max_order_;       // largest order a block (or arena) can have on this device

@@ -55,6 +55,7 @@ size_t quantum_for(const CachingAllocatorOptions& options, const MemoryBackend& 
 CachingAllocator::CachingAllocator(MemoryBackend& backend, const CachingAllocatorOptions& options)
     : backend_(backend),
       options_(options),
+      memory_limit_(options.memory_limit),
       quantum_(quantum_for(options, backend)),
       max_request_(static_cast<size_t>(std::min<uint64_t>(backend.properties().max_alloc_bytes,
                                                           SIZE_MAX)) &
@@ -357,7 +358,7 @@ uint64_t CachingAllocator::whole_free_bytes() const {
 CachingAllocator::Block* CachingAllocator::grow_and_take(StatType pool, size_t size,
                                                          size_t requested) {
   const size_t segment_bytes = segment_size_for(pool, size);
-  const uint64_t limit = options_.memory_limit;
+  const uint64_t limit = memory_limit_;
   const auto reserved = static_cast<uint64_t>(
       tracker_.stats().reserved_bytes[index_of(StatType::kAggregate)].current);
 
@@ -415,8 +416,8 @@ void CachingAllocator::throw_out_of_memory(size_t requested, size_t segment_byte
   constexpr size_t kAll = static_cast<size_t>(StatType::kAggregate);
   const auto allocated = static_cast<uint64_t>(s.allocated_bytes[kAll].current);
   const auto reserved = static_cast<uint64_t>(s.reserved_bytes[kAll].current);
-  const std::string limit = options_.memory_limit != 0
-                                ? "limit " + format_bytes(options_.memory_limit)
+  const std::string limit = memory_limit_ != 0
+                                ? "limit " + format_bytes(memory_limit_)
                                 : std::string("no limit");
   std::string message = "Out of memory on " + backend_.device().str() + ": tried to allocate " +
                         format_bytes(requested) + " (" + std::to_string(requested) + " bytes); " +
@@ -479,6 +480,20 @@ void CachingAllocator::release_segment(Block* whole_block) {
   segments_.erase(segment->id);
   recycle_block(whole_block);
   backend_.release_segment(segment);
+  if (reserved_over_limit_ != 0) note_reserved_over_limit();
+}
+
+void CachingAllocator::set_memory_limit(uint64_t bytes) {
+  memory_limit_ = bytes;
+  reserved_over_limit_ = 0;
+  note_reserved_over_limit();
+  if (reserved_over_limit_ != 0) empty_cache();
+}
+
+void CachingAllocator::note_reserved_over_limit() {
+  const auto reserved = static_cast<uint64_t>(
+      tracker_.stats().reserved_bytes[index_of(StatType::kAggregate)].current);
+  reserved_over_limit_ = memory_limit_ != 0 && reserved > memory_limit_ ? reserved : 0;
 }
 
 // An allocation needs at most two records (a new segment's block and a split remainder) and one
@@ -600,8 +615,9 @@ void CachingAllocator::check_invariants() const {
     OCLVM_DCHECK(s.inactive_split_bytes[p].current == t.split_bytes);
   }
   OCLVM_DCHECK(segments_.size() == static_cast<size_t>(s.segment[0].current));
-  if (options_.memory_limit != 0) {
-    OCLVM_DCHECK(static_cast<uint64_t>(s.reserved_bytes[0].current) <= options_.memory_limit);
+  if (memory_limit_ != 0) {
+    OCLVM_DCHECK(static_cast<uint64_t>(s.reserved_bytes[0].current) <=
+                 std::max(memory_limit_, reserved_over_limit_));
   }
 }
 

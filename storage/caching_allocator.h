@@ -131,7 +131,8 @@ class CachingAllocator final : public Allocator {
 
   // Gives every wholly free segment of both pools back to the driver. Never throws.
   void empty_cache() override;
-  uint64_t memory_limit() const override { return options_.memory_limit; }
+  uint64_t memory_limit() const override { return memory_limit_; }
+  void set_memory_limit(uint64_t bytes) override;
 
   // Walks every segment and checks the invariants written next to Block and below; also the
   // tracker's own. Aborts (OCLVM_DCHECK) on a violation. Linear in the number of blocks.
@@ -273,6 +274,12 @@ class CachingAllocator final : public Allocator {
   // --- immutable after construction --------------------------------------------------------------
   MemoryBackend& backend_;
   const CachingAllocatorOptions options_;
+  // Starts as options_.memory_limit; set_memory_limit changes it. reserved_over_limit_ is what
+  // stayed reserved above a lowered limit (0 when under it): the invariant is reserved <=
+  // max(limit, reserved_over_limit_), since no segment is added while over the limit.
+  uint64_t memory_limit_ = 0;
+  uint64_t reserved_over_limit_ = 0;
+  void note_reserved_over_limit();
   const size_t quantum_;      // max(options_.round_bytes, device base address alignment)
   const size_t max_request_;  // largest request: max_alloc_bytes rounded down to the quantum
 

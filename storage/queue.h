@@ -19,7 +19,7 @@
 // Thread-safety: confined to one thread at a time — the holder of its device's execution right
 // (vm/stream_worker.h). The OpenCL API allows calls on one queue from several threads, but PoCL's
 // drivers have deadlocked when a marker was recorded on a queue while another thread enqueued on
-// it, so oclvm never does that. QueueMarker::wait() may be called from any thread.
+// it, so oclvm never does that. QueueMarker::wait() and complete() may be called from any thread.
 #pragma once
 
 #include <atomic>
@@ -40,6 +40,8 @@ class QueueMarker {
   // Blocks the calling thread until the marker is complete. Throws BackendError if the driver
   // reports that a command before it failed.
   virtual void wait() = 0;
+  // True once the marker is complete; never blocks. Throws BackendError as wait() does.
+  virtual bool complete() = 0;
 
  private:
   const Device device_;

@@ -74,6 +74,8 @@ class SystemAllocator final : public Allocator {
   void reset_accumulated_stats() override { tracker_.reset_accumulated(); }
 
   uint64_t memory_limit() const override { return memory_limit_; }
+  // No cache to give back: only later allocations see the new limit.
+  void set_memory_limit(uint64_t bytes) override { memory_limit_ = bytes; }
   void check_invariants() const override;
 
  private:
@@ -90,9 +92,9 @@ class SystemAllocator final : public Allocator {
 
   // Immutable after construction.
   MemoryBackend& backend_;
-  const uint64_t memory_limit_;
 
   // Mutable state.
+  uint64_t memory_limit_;
   std::unordered_map<uintptr_t, LiveBlock> live_;  // device address -> live allocation
   DeviceStatsTracker tracker_;
   uint64_t next_id_ = 1;  // id of the next allocation; ids start at 1 (0 marks an empty handle)

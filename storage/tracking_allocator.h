@@ -65,6 +65,7 @@ class TrackingAllocator final : public Allocator {
   void reset_accumulated_stats() override { inner_->reset_accumulated_stats(); }
   void empty_cache() override { inner_->empty_cache(); }
   uint64_t memory_limit() const override { return inner_->memory_limit(); }
+  void set_memory_limit(uint64_t bytes) override { inner_->set_memory_limit(bytes); }
   void check_invariants() const override;
 
   // The stream tag recorded with later allocations (the VM sets it to the stream it runs on).

@@ -94,6 +94,13 @@ class OpenCLMarker final : public QueueMarker {
   OpenCLMarker(Device device, cl::Event event, std::string where)
       : QueueMarker(device), event_(std::move(event)), where_(std::move(where)) {}
   void wait() override { check_cl(event_.wait(), "clWaitForEvents", where_); }
+  bool complete() override {
+    cl_int status = CL_QUEUED;
+    check_cl(event_.getInfo(CL_EVENT_COMMAND_EXECUTION_STATUS, &status), "clGetEventInfo", where_);
+    // A negative status is the error of a command the marker waited for.
+    if (status < 0) check_cl(status, "a command before the marker", where_);
+    return status == CL_COMPLETE;
+  }
   const cl::Event& event() const { return event_; }
 
  private:

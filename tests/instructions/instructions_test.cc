@@ -377,6 +377,110 @@ TEST_P(OnDevice, OffsetsCountFromTheElementZeroOfAView) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Events and stream uses.
+
+// The same ordering as the soft sync above, through an event: record on a, wait on b.
+TEST_P(OnDevice, WaitEventOrdersAnotherStreamAfterTheRecordedPoint) {
+  constexpr size_t kBytes = 4 << 20;
+  auto event = std::make_shared<StreamEvent>();
+  EXPECT_FALSE(event->recorded());
+  EXPECT_TRUE(event->query()) << "an event never recorded counts as complete";
+  event->synchronize();  // returns at once
+  InstructionsBuilder builder(vm());
+  vm::Stream& a = vm().stream(device(), vm::StreamRole::kUser, 0);
+  vm::Stream& b = vm().stream(device(), vm::StreamRole::kUser, 1);
+  auto blob = builder.allocate_blob(a, kBytes);
+  builder.fill(blob, 0, kBytes, 0x3C3C3C3C, 4, &a);
+  builder.record_event(a, event);
+  builder.wait_event(b, event);
+  std::vector<uint8_t> back(kBytes, 0);
+  builder.copy_device_to_host(blob, 0, back.data(), kBytes, &b);
+  vm().run(builder.take());
+  EXPECT_EQ(back, std::vector<uint8_t>(kBytes, 0x3C));
+  EXPECT_TRUE(event->recorded());
+  event->synchronize();
+  EXPECT_TRUE(event->query());
+  release(blob);
+}
+
+TEST_P(OnDevice, TimingEventsMeasureTheWorkBetweenThem) {
+  constexpr size_t kBytes = 16 << 20;
+  auto start = std::make_shared<StreamEvent>(/*timing=*/true);
+  auto end = std::make_shared<StreamEvent>(/*timing=*/true);
+  auto plain = std::make_shared<StreamEvent>();
+  const std::vector<uint8_t> data = pattern_bytes(kBytes, 5);
+  InstructionsBuilder builder(vm());
+  vm::Stream& stream = builder.stream(device());
+  auto blob = builder.allocate_blob(stream, kBytes);
+  builder.record_event(stream, start);
+  builder.copy_host_to_device(data.data(), blob, 0, kBytes);
+  builder.record_event(stream, end);
+  builder.record_event(stream, plain);
+  builder.release(blob);
+  vm().run(builder.take());
+  EXPECT_GE(end->elapsed_ms_since(*start), 0.0);
+  EXPECT_LE(start->elapsed_ms_since(*end), 0.0);
+  EXPECT_THROW(end->elapsed_ms_since(*plain), InvalidArgument);
+  EXPECT_THROW(end->elapsed_ms_since(StreamEvent(true)), InvalidArgument) << "never recorded";
+}
+
+TEST_P(OnDevice, EventBuildErrorsAddNothing) {
+  InstructionsBuilder builder(vm());
+  vm::Stream& stream = builder.stream(device());
+  EXPECT_THROW(builder.record_event(stream, nullptr), InvalidArgument);
+  EXPECT_THROW(builder.wait_event(stream, nullptr), InvalidArgument);
+  EXPECT_THROW(builder.record_blob_use(stream, nullptr), InvalidArgument);
+  auto other_device_blob =
+      std::make_shared<BlobObject>(device() == kCpu ? kOpenCL0 : kCpu, size_t{4096});
+  EXPECT_THROW(builder.record_blob_use(stream, other_device_blob), InvalidArgument);
+  EXPECT_EQ(builder.size(), 0u);
+}
+
+// RecordBlobUse makes the blob's release wait for the stream that used it: the release on the
+// producer stream is given a wait on the user stream (what recordStream promises).
+TEST_P(OnDevice, RecordBlobUseMakesTheReleaseWaitForTheUsingStream) {
+  InstructionsBuilder builder(vm());
+  vm::Stream& producer = builder.stream(device());
+  vm::Stream& user = vm().stream(device(), vm::StreamRole::kUser, 3);
+  auto blob = builder.allocate_blob(producer, 1 << 20);
+  builder.record_blob_use(user, blob);
+  vm().run(builder.take());
+  const BlobObject::Dependence& dependence = blob->dependence();
+  ASSERT_EQ(dependence.reads.size(), 1u);
+  EXPECT_EQ(dependence.reads[0].stream, user.id());
+  release(blob);
+  EXPECT_TRUE(blob->dependence().reads.empty());
+  EXPECT_EQ(blob->dependence().last_write.stream, producer.id()) << "released on its producer";
+}
+
+TEST_F(VmTest, SetMemoryLimitChangesWhatTheAllocatorAccepts) {
+  uint64_t limit = 1;
+  DeviceStats out;
+  InstructionsBuilder builder(vm());
+  builder.query_stats(kOpenCL0, &out, &limit);
+  vm().run(builder.take());
+  EXPECT_EQ(limit, 0u);
+
+  auto kept = allocate(kOpenCL0, 4096);
+  builder.set_memory_limit(kOpenCL0, 1);
+  builder.query_stats(kOpenCL0, &out, &limit);
+  vm().run(builder.take());
+  EXPECT_EQ(limit, 1u);
+  const int64_t ooms = out.num_ooms;
+  auto refused = builder.allocate_blob(builder.stream(kOpenCL0), 64 << 20);
+  EXPECT_THROW(vm().run(builder.take()), OutOfMemoryError);
+  EXPECT_EQ(stats(kOpenCL0).num_ooms, ooms + 1);
+  EXPECT_EQ(read(kept, 0, 16).size(), 16u) << "the live block stays usable";
+  EXPECT_EQ(stats(kCpu).num_ooms, 0) << "the limit is per device";
+
+  builder.set_memory_limit(kOpenCL0, 0);
+  vm().run(builder.take());
+  auto accepted = allocate(kOpenCL0, 64 << 20);
+  release(accepted);
+  release(kept);
+}
+
+// ---------------------------------------------------------------------------------------------
 // Barrier and AccessBlobByCallback.
 
 TEST_P(OnDevice, BarrierRunsAfterEverythingBeforeItOnItsStream) {

@@ -160,6 +160,42 @@ TEST_P(AllocatorContractTest, BadInputIsRejectedWithStatisticsUnchanged) {
   testing::expect_nothing_live(*other);
 }
 
+// set_memory_limit: a limit under what is reserved gives the cache back, keeps live blocks usable
+// and refuses new segments (out of memory, counted); lifting it makes the device usable again.
+TEST_P(AllocatorContractTest, LoweringTheLimitFreesTheCacheAndRefusesNewSegments) {
+  std::unique_ptr<Allocator> allocator = make(backend());
+  EXPECT_EQ(allocator->memory_limit(), 0u);
+  Allocation live = allocator->allocate(3000);
+  write_pattern(backend(), live, 7);
+  Allocation cached = allocator->allocate(2 * kMiB);
+  allocator->deallocate(cached);
+  const int64_t reserved_with_cache = allocator->stats().reserved_bytes[kAll].current;
+
+  allocator->set_memory_limit(1);
+  allocator->check_invariants();
+  EXPECT_EQ(allocator->memory_limit(), 1u);
+  const DeviceStats lowered = allocator->stats();
+  EXPECT_LE(lowered.reserved_bytes[kAll].current, reserved_with_cache);
+  // Larger than everything reserved: only a new segment could hold it.
+  EXPECT_THROW(allocator->allocate(static_cast<size_t>(reserved_with_cache) + 1), OutOfMemoryError);
+  EXPECT_EQ(allocator->stats().num_ooms, lowered.num_ooms + 1);
+  allocator->check_invariants();
+  expect_pattern(backend(), live, 7);
+
+  allocator->deallocate(live);
+  allocator->set_memory_limit(1);  // nothing live: every byte reserved is cache and goes back
+  EXPECT_EQ(allocator->stats().reserved_bytes[kAll].current, 0);
+  EXPECT_THROW(allocator->allocate(1), OutOfMemoryError);
+
+  allocator->set_memory_limit(0);
+  EXPECT_EQ(allocator->memory_limit(), 0u);
+  Allocation again = allocator->allocate(4 * kMiB);
+  EXPECT_TRUE(again);
+  allocator->deallocate(again);
+  allocator->check_invariants();
+  testing::expect_nothing_live(*allocator);
+}
+
 // The OpenCL parameter pairs opencl:0 with opencl:1 (skipped with a single OpenCL device); the
 // cpu parameter pairs cpu with opencl:0.
 TEST_P(AllocatorContractTest, TwoDevicesHaveDisjointRangesAndIndependentStatistics) {

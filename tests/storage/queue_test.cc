@@ -218,7 +218,21 @@ TEST_P(QueueTest, MarkerOrdersAWriteOnOneQueueBeforeAReadOnAnother) {
   b->enqueue_read(*segment, 0, back.data(), back.size(), /*blocking=*/true);
   EXPECT_EQ(back, data);
   marker->wait();  // complete by now; waiting again is harmless
+  EXPECT_TRUE(marker->complete());
   a->finish();
+}
+
+TEST_P(QueueTest, MarkerIsCompleteOnceWaitedForAndAfterFinish) {
+  ScopedSegment segment(backend(), 1 << 20);
+  auto queue = backend().create_queue();
+  const std::vector<uint8_t> data = iota_bytes(1 << 20, 3);
+  queue->enqueue_write(*segment, 0, data.data(), data.size(), /*blocking=*/false);
+  std::shared_ptr<QueueMarker> marker = queue->record_marker();
+  queue->finish();
+  EXPECT_TRUE(marker->complete());
+  std::shared_ptr<QueueMarker> idle = queue->record_marker();
+  idle->wait();
+  EXPECT_TRUE(idle->complete());
 }
 
 TEST_P(QueueTest, FinishAfterAWaitCoversTheAwaitedQueue) {
