@@ -4,7 +4,7 @@ BUILD  ?= build
 JOBS   ?= $(shell nproc)
 PY     ?= .venv/bin/python
 
-.PHONY: all setup configure build torch test demo bench clean
+.PHONY: all setup configure build torch test exit-soak demo bench clean
 
 all: build
 
@@ -26,8 +26,15 @@ torch: setup
 
 test: build torch
 	cd $(BUILD) && ctest --output-on-failure -j 2
-	$(PY) -m pytest -q tests/torch
-	POCL_DEVICES="pthread pthread" $(PY) -m pytest -q tests/torch
+	@cmake -S adapters/torch -B build-torch -DOCLVM_TORCH_TESTS=ON >/dev/null
+	@cmake --build build-torch -j $(JOBS) --target oclvm_torch_tests
+	cd build-torch && ctest --output-on-failure
+	OCLVM_EXIT_RUNS=4 $(PY) -m pytest -q tests/torch
+	OCLVM_EXIT_RUNS=4 POCL_DEVICES="pthread pthread" $(PY) -m pytest -q tests/torch
+
+# Exit safety at length: every exit script 100 times in fresh interpreters (a few minutes).
+exit-soak: build torch
+	OCLVM_EXIT_RUNS=100 $(PY) -m pytest -q tests/torch/test_exit.py
 
 demo: build torch
 	$(PY) examples/torch_demo.py

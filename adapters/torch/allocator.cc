@@ -40,12 +40,12 @@ void copy_array(const StatArray& from, C10StatArray& to) {
   for (size_t i = 0; i < kNumStatTypes; ++i) copy_stat(from[i], to[i]);
 }
 
-DeviceStats query_stats(c10::DeviceIndex index) {
+DeviceStats query_stats(c10::DeviceIndex index, uint64_t* limit = nullptr) {
   check_device_index(index);
   return translate_errors([&] {
     DeviceStats stats;
     InstructionsBuilder builder;
-    builder.query_stats(to_oclvm(index), &stats);
+    builder.query_stats(to_oclvm(index), &stats, limit);
     vm::Run(builder.take());
     return stats;
   });
@@ -90,10 +90,17 @@ c10::DataPtr CLDeviceAllocator::allocate(size_t bytes) {
   const c10::Device device(c10::DeviceType::PrivateUse1, index);
   if (bytes == 0) return c10::DataPtr(nullptr, nullptr, &delete_handle, device);
   check_device_index(index);
+  // More than one allocation may hold is out of memory to torch users (as on CUDA), not a bad
+  // argument; nothing reaches the allocator, so no statistic changes (num_ooms included).
+  const uint64_t max_alloc = max_allocation_bytes(index);
+  TORCH_CHECK_WITH(OutOfMemoryError, bytes <= max_alloc, "Out of memory on opencl:",
+                   static_cast<int>(index), ": tried to allocate ", bytes,
+                   " bytes, more than the device's largest single allocation (", max_alloc,
+                   " bytes)");
   TensorStorage* storage = translate_errors([&] {
     vm::VirtualMachine& vm = vm::VirtualMachine::instance();
     InstructionsBuilder builder(vm);
-    std::shared_ptr<BlobObject> blob = builder.allocate_blob(builder.stream(to_oclvm(index)), bytes);
+    std::shared_ptr<BlobObject> blob = builder.allocate_blob(current_vm_stream(index), bytes);
     vm.run(builder.take());  // on a throw the blob has no storage and dies here
     try {
       return new TensorStorage(blob, make_vm_releaser(vm));  // owns the release from here on
@@ -149,7 +156,20 @@ void CLDeviceAllocator::copy_data(void* dest, const void* src, std::size_t count
   const BlobRef from = find(src);
   translate_errors([&] {
     InstructionsBuilder builder;
-    builder.copy(from.blob, from.offset, to.blob, to.offset, count);
+    vm::Stream& stream = current_vm_stream(static_cast<c10::DeviceIndex>(to.blob->device().index));
+    builder.copy(from.blob, from.offset, to.blob, to.offset, count, &stream);
+    vm::Run(builder.take());
+  });
+}
+
+void CLDeviceAllocator::recordStream(const c10::DataPtr& ptr, c10::Stream stream) {
+  if (ptr.get() == nullptr) return;
+  const BlobRef block = blob_of_data(ptr);
+  vm::Stream& user = vm_stream(stream);
+  if (user.id() == block.blob->producer_stream()) return;
+  translate_errors([&] {
+    InstructionsBuilder builder;
+    builder.record_blob_use(user, block.blob);
     vm::Run(builder.take());
   });
 }
@@ -205,13 +225,42 @@ void CLDeviceAllocator::resetPeakStats(c10::DeviceIndex device) {
   });
 }
 
+uint64_t memory_limit(c10::DeviceIndex index) {
+  uint64_t limit = 0;
+  query_stats(index, &limit);
+  return limit;
+}
+
+void set_memory_limit(c10::DeviceIndex index, uint64_t bytes) {
+  check_device_index(index);
+  translate_errors([&] {
+    InstructionsBuilder builder;
+    builder.set_memory_limit(to_oclvm(index), bytes);
+    vm::Run(builder.take());
+  });
+}
+
+uint64_t global_memory_bytes(c10::DeviceIndex index) {
+  check_device_index(index);
+  return translate_errors([&] {
+    return vm::VirtualMachine::instance().devices().backend(to_oclvm(index)).properties()
+        .global_mem_bytes;
+  });
+}
+
+uint64_t max_allocation_bytes(c10::DeviceIndex index) {
+  check_device_index(index);
+  return translate_errors([&] {
+    return vm::VirtualMachine::instance().devices().backend(to_oclvm(index)).properties()
+        .max_alloc_bytes;
+  });
+}
+
 std::pair<size_t, size_t> CLDeviceAllocator::getMemoryInfo(c10::DeviceIndex device) {
   const c10::DeviceIndex index = resolve_index(device);
-  const DeviceStats stats = query_stats(index);
-  const DeviceManager& devices = vm::VirtualMachine::instance().devices();
-  const uint64_t limit = vm::VirtualMachine::instance().options().memory_limit;
-  const uint64_t total =
-      limit != 0 ? limit : devices.backend(to_oclvm(index)).properties().global_mem_bytes;
+  uint64_t limit = 0;
+  const DeviceStats stats = query_stats(index, &limit);
+  const uint64_t total = limit != 0 ? limit : global_memory_bytes(index);
   const auto reserved = static_cast<uint64_t>(
       stats.reserved_bytes[static_cast<size_t>(StatType::kAggregate)].current);
   const uint64_t free = reserved < total ? total - reserved : 0;
@@ -221,6 +270,12 @@ std::pair<size_t, size_t> CLDeviceAllocator::getMemoryInfo(c10::DeviceIndex devi
 BlobRef blob_of(const c10::Storage& storage, size_t byte_offset) {
   const c10::DataPtr& data = storage.data_ptr();
   if (data.get() == nullptr) return BlobRef{nullptr, byte_offset};
+  BlobRef ref = blob_of_data(data);
+  ref.offset += byte_offset;
+  return ref;
+}
+
+BlobRef blob_of_data(const c10::DataPtr& data) {
   TORCH_CHECK(data.get_deleter() == CLDeviceAllocator::instance().raw_deleter(),
               "Expected an opencl storage made by oclvm's allocator, but got one with another "
               "deleter");
@@ -228,7 +283,7 @@ BlobRef blob_of(const c10::Storage& storage, size_t byte_offset) {
   // The DataPtr may point past the block start only if someone moved it; blocks here never do.
   const size_t base = static_cast<size_t>(reinterpret_cast<uintptr_t>(data.get()) -
                                           owner->blob()->storage()->device_address());
-  return BlobRef{owner->blob(), base + byte_offset};
+  return BlobRef{owner->blob(), base};
 }
 
 REGISTER_ALLOCATOR(c10::DeviceType::PrivateUse1, &CLDeviceAllocator::instance());

@@ -4,7 +4,8 @@
 // Types:
 //   CLDeviceAllocator  c10::DeviceAllocator registered for PrivateUse1 ("opencl"). Every
 //                      allocate(n > 0) runs an AllocateBlob of n bytes through the process-wide VM
-//                      on the current device's compute stream; the DataPtr's data is the blob's
+//                      on this thread's current stream of the current device (the block's
+//                      producer stream, where its release runs); the DataPtr's data is the blob's
 //                      device address (never dereferenceable on the host, storage/address_space.h),
 //                      its context a heap TensorStorage made with make_vm_releaser(), and its
 //                      deleter deletes that TensorStorage, which runs ReleaseTensor synchronously.
@@ -12,6 +13,8 @@
 // Promises:
 //   - allocate(0) gives an empty DataPtr on the current device and runs nothing.
 //   - Out of memory is a c10::OutOfMemoryError carrying oclvm's message; nothing is held after it.
+//     A request over the device's largest single allocation is one too (as on CUDA), raised
+//     before anything reaches the allocator, so no statistic changes.
 //   - Statistics come from the device's oclvm allocator (QueryStats), one to one.
 //   - copy_data and blob lookups by address use a registry address -> TensorStorage of the live
 //     blocks this allocator handed out (Note [Block registry] in allocator.cc).
@@ -28,6 +31,8 @@
 #include <mutex>
 #include <map>
 
+#include <c10/core/Stream.h>
+
 #include "instructions/builder.h"
 #include "storage/device.h"
 #include "storage/errors.h"
@@ -43,6 +48,28 @@ c10::DeviceIndex device_count() noexcept;
 // Throws a c10 error unless 0 <= index < device_count().
 void check_device_index(c10::DeviceIndex index);
 inline Device to_oclvm(c10::DeviceIndex index) { return Device{DeviceType::kOpenCL, index}; }
+
+// The device allocator's limit on reserved bytes (0: none): read and set through QueryStats and
+// SetMemoryLimit (Allocator::set_memory_limit says what lowering it does). And the device's global
+// memory, the "total" a memory fraction is of.
+uint64_t memory_limit(c10::DeviceIndex index);
+void set_memory_limit(c10::DeviceIndex index, uint64_t bytes);
+uint64_t global_memory_bytes(c10::DeviceIndex index);
+// The device's largest single allocation (CL_DEVICE_MAX_MEM_ALLOC_SIZE).
+uint64_t max_allocation_bytes(c10::DeviceIndex index);
+
+// Streams (device.cc). A torch stream of device d is a VM stream of opencl:d: c10 stream id 0 is
+// the device's compute stream (torch's default stream); id k > 0 names the VM stream whose
+// StreamId is k - 1 (the pool's and new streams are VM user streams). Every operator runs its
+// instructions on this thread's current stream of the device it writes.
+//
+// The VM stream behind `stream`; throws a c10 error for another device type, an unknown id, or an
+// id of another device.
+vm::Stream& vm_stream(const c10::Stream& stream);
+// The torch stream of a VM stream of an opencl device.
+c10::Stream torch_stream(const vm::Stream& stream);
+// This thread's current stream of device `index` (the default stream until set).
+vm::Stream& current_vm_stream(c10::DeviceIndex index);
 
 // Runs `fn`, turning oclvm exceptions into the matching c10 errors (OutOfMemoryError ->
 // c10::OutOfMemoryError, InvalidArgument -> c10::ValueError, others -> c10::Error).
@@ -65,9 +92,10 @@ class CLDeviceAllocator final : public c10::DeviceAllocator {
 
   bool initialized() override { return device_count() > 0; }
   void emptyCache(c10::MempoolId_t mempool_id = {0, 0}) override;
-  // No-op in this slice: every operator runs synchronously on the compute stream, so no block is
-  // ever used by another stream before its release.
-  void recordStream(const c10::DataPtr& ptr, c10::Stream stream) override {}
+  // Marks the block as used by `stream` (a RecordBlobUse instruction): its release, which runs on
+  // the stream that allocated it, then waits for everything `stream` was given up to here. A
+  // no-op for an empty DataPtr and for the allocating stream itself.
+  void recordStream(const c10::DataPtr& ptr, c10::Stream stream) override;
   c10::CachingDeviceAllocator::DeviceStats getDeviceStats(c10::DeviceIndex device) override;
   void resetAccumulatedStats(c10::DeviceIndex device) override;
   void resetPeakStats(c10::DeviceIndex device) override;
@@ -97,6 +125,8 @@ void resize_storage_bytes(const c10::Storage& storage, size_t bytes);
 // Throws c10::Error when the storage was not made by CLDeviceAllocator. Null blob for an empty
 // storage.
 BlobRef blob_of(const c10::Storage& storage, size_t byte_offset);
+// The blob behind a non-empty DataPtr made by CLDeviceAllocator and the offset of its data in it.
+BlobRef blob_of_data(const c10::DataPtr& data);
 
 template <typename Fn>
 auto translate_errors(Fn&& fn) -> decltype(fn()) {

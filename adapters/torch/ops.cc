@@ -2,7 +2,7 @@
 //
 // Native here: empty.memory_format, empty_strided, as_strided, view, _reshape_alias, resize_,
 // _copy_from, _copy_from_and_resize, _local_scalar_dense, the set_ overloads, fill_.Scalar, zero_,
-// and the view operators that have per-backend kernels (unfold, view_as_real, view_as_complex;
+// record_stream, and the view operators that have per-backend kernels (unfold, view_as_real, view_as_complex;
 // every other view operator is composite over these and as_strided, so all views alias).
 // Everything else runs on the host through at::native::cpu_fallback (inputs copied to the CPU,
 // the CPU kernel, results copied back), which costs two transfers per call but is correct; it
@@ -21,6 +21,8 @@
 //     strided view on the host, write the span back (the gaps keep their old bytes);
 //   - fill_ / zero_ of a contiguous tensor is one FillBlob with the element's bit pattern; other
 //     layouts (and 16-byte elements) go read-modify-write.
+// Each list runs on this thread's current stream of the device written (read, for device->host),
+// so torch's stream contexts choose the VM stream; the VM orders accesses to a blob across streams.
 // non_blocking is accepted and ignored: every transfer has returned when the operator returns.
 //
 // Thread-safety: the operators are as thread-safe as ATen's (the VM is thread-safe).
@@ -64,12 +66,15 @@ BlobRef element0(const at::Tensor& t) {
   return blob_of(t.storage(), static_cast<size_t>(t.storage_offset()) * item_bytes(t));
 }
 
+// This thread's current stream of a device tensor's device: where its operators run.
+vm::Stream& stream_of(const at::Tensor& t) { return current_vm_stream(t.device().index()); }
+
 void device_to_host(const at::Tensor& src, void* host, size_t bytes) {
   if (bytes == 0) return;
   const BlobRef from = element0(src);
   translate_errors([&] {
     InstructionsBuilder builder;
-    builder.copy_device_to_host(from.blob, from.offset, host, bytes);
+    builder.copy_device_to_host(from.blob, from.offset, host, bytes, &stream_of(src));
     vm::Run(builder.take());
   });
 }
@@ -79,7 +84,7 @@ void host_to_device(const void* host, const at::Tensor& dst, size_t bytes) {
   const BlobRef to = element0(dst);
   translate_errors([&] {
     InstructionsBuilder builder;
-    builder.copy_host_to_device(host, to.blob, to.offset, bytes);
+    builder.copy_host_to_device(host, to.blob, to.offset, bytes, &stream_of(dst));
     vm::Run(builder.take());
   });
 }
@@ -209,7 +214,7 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
     const BlobRef to = element0(dst);
     translate_errors([&] {
       InstructionsBuilder builder;
-      builder.copy(from.blob, from.offset, to.blob, to.offset, dst.nbytes());
+      builder.copy(from.blob, from.offset, to.blob, to.offset, dst.nbytes(), &stream_of(dst));
       vm::Run(builder.take());
     });
   } else {  // device -> device with strides or dtype conversion: through the host
@@ -263,7 +268,7 @@ at::Tensor& fill_scalar(at::Tensor& self, const at::Scalar& value) {
     const BlobRef to = element0(self);
     translate_errors([&] {
       InstructionsBuilder builder;
-      builder.fill(to.blob, to.offset, self.nbytes(), pattern, width);
+      builder.fill(to.blob, to.offset, self.nbytes(), pattern, width, &stream_of(self));
       vm::Run(builder.take());
     });
     return self;
@@ -275,6 +280,11 @@ at::Tensor& fill_scalar(at::Tensor& self, const at::Scalar& value) {
 }
 
 at::Tensor& zero_(at::Tensor& self) { return fill_scalar(self, 0); }
+
+// Tensor.record_stream: the allocator's recordStream on the tensor's block.
+void record_stream(at::Tensor& self, c10::Stream stream) {
+  CLDeviceAllocator::instance().recordStream(self.storage().data_ptr(), stream);
+}
 
 // View operators whose ATen kernels are registered per backend (not composite): their native
 // implementations only compute sizes, strides and offsets over the same storage, so they serve
@@ -309,6 +319,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("set_", set_empty);
   m.impl("fill_.Scalar", fill_scalar);
   m.impl("zero_", zero_);
+  m.impl("record_stream", record_stream);
   m.impl("unfold", unfold);
   m.impl("view_as_real", view_as_real);
   m.impl("view_as_complex", view_as_complex);

@@ -9,8 +9,12 @@ the storage methods.
 ``torch.opencl`` follows ``torch.cuda``'s names: is_available, device_count, current_device,
 set_device, synchronize, memory_stats, memory_allocated, max_memory_allocated, memory_reserved,
 max_memory_reserved, reset_peak_memory_stats, reset_accumulated_memory_stats, empty_cache,
-mem_get_info, memory_summary, device (context manager; torch.load uses it), set_per_process_memory_fraction (not supported: raises). The memory functions read the statistics of the device's oclvm allocator through
-``torch.accelerator`` (the same c10::DeviceAllocator behind both).
+mem_get_info, memory_summary, set_per_process_memory_fraction, get_per_process_memory_fraction,
+host_memory_stats,
+device (context manager; torch.load uses it), and the streams: Stream, Event, current_stream,
+default_stream, set_stream, stream (context manager). The memory functions read the statistics of
+the device's oclvm allocator through ``torch.accelerator`` (the same c10::DeviceAllocator behind
+both). A stream is a VM stream with its own OpenCL queue; an Event is a marker of one.
 """
 import sys
 
@@ -29,7 +33,8 @@ __all__ = [
     "synchronize", "memory_stats", "memory_allocated", "max_memory_allocated", "memory_reserved",
     "max_memory_reserved", "reset_peak_memory_stats", "reset_accumulated_memory_stats",
     "empty_cache", "mem_get_info", "manual_seed", "manual_seed_all", "memory_summary",
-    "set_per_process_memory_fraction", "device",
+    "set_per_process_memory_fraction", "get_per_process_memory_fraction", "host_memory_stats", "device", "Stream",
+    "Event", "current_stream", "default_stream", "set_stream", "stream",
 ]
 
 
@@ -94,8 +99,71 @@ class device:
 
 
 def synchronize(device=None) -> None:
-    """Every operator returns after its VM sync point, so there is never anything to wait for."""
-    _C.synchronize()
+    """Waits until every stream of the device has finished its work."""
+    torch.accelerator.synchronize(_index(device))
+
+
+# Stream and Event return torch.Stream / torch.Event objects rather than subclasses: torch's
+# Event.elapsed_time (and friends) accept only the exact torch types.
+def Stream(device=None, priority: int = 0) -> torch.Stream:
+    """A new stream of an opencl device (default: the current one): a VM user stream with its own
+    OpenCL queue. OpenCL queues have no priorities; `priority` is accepted and has no effect."""
+    return torch.Stream(device=torch.device(BACKEND, _index(device)), priority=priority)
+
+
+def Event(enable_timing: bool = False, blocking: bool = False,
+          interprocess: bool = False) -> torch.Event:
+    """An event of the opencl device: a marker of the stream it is recorded on. With
+    enable_timing, elapsed_time() gives the milliseconds between two recorded events (host time
+    at which the recorded work had completed)."""
+    if interprocess:
+        raise ValueError("Expected interprocess=False: opencl events cannot be shared between "
+                         "processes")
+    return torch.Event(device=BACKEND, enable_timing=enable_timing, blocking=blocking)
+
+
+def current_stream(device=None) -> torch.Stream:
+    """This thread's current stream of the device (its default stream until set)."""
+    return torch.accelerator.current_stream(_index(device))
+
+
+def default_stream(device=None) -> torch.Stream:
+    """The device's default stream (oclvm's compute stream of that device)."""
+    index = _index(device)
+    # Stream id 0 is the default stream of every opencl device (adapters/torch/allocator.h).
+    return torch.Stream(stream_id=0, device_index=index,
+                        device_type=current_stream(index).device_type)
+
+
+def set_stream(stream: torch.Stream) -> None:
+    """Makes `stream` this thread's current stream of its device, and its device the current
+    device (as torch.accelerator.set_stream and torch.cuda.set_stream do)."""
+    torch.accelerator.set_stream(stream)
+
+
+class stream:
+    """Context manager running the block's operators on `stream` (None: no change), like
+    torch.cuda.stream: inside, the stream's device is the current device and the stream its
+    current stream; after, the previous current device and that device's previous stream are
+    restored."""
+
+    def __init__(self, stream) -> None:
+        self.stream = stream
+        self.previous_stream = None
+        self.previous_device = -1
+
+    def __enter__(self):
+        if self.stream is not None:
+            self.previous_device = _C.current_device()
+            self.previous_stream = current_stream(self.stream.device_index)
+            set_stream(self.stream)
+        return self.stream
+
+    def __exit__(self, *exc) -> bool:
+        if self.stream is not None:
+            set_stream(self.previous_stream)
+            _C.set_device(self.previous_device)
+        return False
 
 
 def get_amp_supported_dtype():
@@ -161,13 +229,36 @@ def memory_summary(device=None, abbreviated: bool = False) -> str:
 
 
 def set_per_process_memory_fraction(fraction: float, device=None) -> None:
-    """Not supported: oclvm's per-device limit is fixed when the allocator is created."""
-    _index(device)  # still reject a non-opencl device with the usual message
-    raise NotImplementedError(
-        "torch.opencl.set_per_process_memory_fraction is not supported: oclvm's per-device limit "
-        "on reserved bytes is read once, when the device's allocator is created. Set the "
-        "environment variable OCLVM_MEMORY_LIMIT (bytes, K/M/G suffixes, e.g. "
-        "OCLVM_MEMORY_LIMIT=2G) before the process first uses the device instead.")
+    """Limits what the device's allocator may reserve to `fraction` (0 to 1) of the device's
+    global memory, like torch.cuda's: a request that would need more raises
+    torch.OutOfMemoryError. Lowering the limit under what is reserved gives the cached free
+    segments back; live tensors are never taken back. 1 removes the limit (OCLVM_MEMORY_LIMIT
+    sets the limit a process starts with)."""
+    index = _index(device)
+    if isinstance(fraction, bool) or not isinstance(fraction, (int, float)):
+        raise TypeError(f"Expected a float fraction, but got {type(fraction).__name__}")
+    if not 0 <= fraction <= 1:
+        raise ValueError(f"Expected a fraction in [0, 1], but got {fraction}")
+    if fraction == 1:
+        _C.set_memory_limit(index, 0)
+        return
+    # At least one byte: a limit of 0 means "none" to oclvm, a fraction of 0 means "nothing".
+    _C.set_memory_limit(index, max(1, int(fraction * _C.global_memory(index))))
+
+
+def host_memory_stats() -> dict:
+    """Statistics of the pinned-memory (host) allocator behind pin_memory(), with
+    torch.cuda.host_memory_stats's keys: active_requests / active_bytes / allocations /
+    allocated_bytes (.current .peak .allocated .freed), num_host_alloc, num_host_free. It has no
+    cache, so active and allocated agree."""
+    return _C.host_memory_stats()
+
+
+def get_per_process_memory_fraction(device=None) -> float:
+    """The device's memory limit as a fraction of its global memory (1.0 without a limit)."""
+    index = _index(device)
+    limit = _C.memory_limit(index)
+    return 1.0 if limit == 0 else min(1.0, limit / _C.global_memory(index))
 
 
 if not hasattr(torch, BACKEND):

@@ -119,6 +119,7 @@ std::shared_ptr<QueueMarker> OpenCLQueue::record_marker() {
   cl::Event event;
   check_cl(queue_.enqueueMarkerWithWaitList(nullptr, &event), "clEnqueueMarkerWithWaitList",
            where_);
+  count_command();  // a later finish must cover the marker itself: a query expects it complete
   return std::make_shared<OpenCLMarker>(device(), std::move(event), where_);
 }
 

@@ -302,3 +302,30 @@ def test_reset_and_empty_cache_per_device():
     assert torch.opencl.memory_reserved(1) == 0
     torch.opencl.reset_peak_memory_stats(1)
     assert torch.opencl.max_memory_allocated(1) == torch.opencl.memory_allocated(1)
+
+
+# ---------------------------------------------------------------------------------------------
+# Pinned (host) memory: pin_memory() through the PrivateUse1 host allocator.
+
+
+def test_pinned_memory_is_tracked_and_released():
+    before = torch.opencl.host_memory_stats()
+    x = torch.arange(1000, dtype=torch.float32)
+    assert not x.is_pinned()
+    pinned = x.pin_memory()
+    assert pinned.is_pinned()
+    assert torch.equal(pinned, x)
+    during = torch.opencl.host_memory_stats()
+    assert during["active_requests.current"] == before["active_requests.current"] + 1
+    assert during["active_bytes.current"] == before["active_bytes.current"] + 4000
+    assert during["num_host_alloc"] == before["num_host_alloc"] + 1
+    assert during["allocated_bytes.current"] == during["active_bytes.current"]
+    on_device = pinned.to(DEV, non_blocking=True)
+    assert torch.equal(on_device.cpu(), x)
+    del pinned
+    gc.collect()
+    after = torch.opencl.host_memory_stats()
+    assert after["active_bytes.current"] == before["active_bytes.current"]
+    assert after["num_host_free"] == before["num_host_free"] + 1
+    assert after["active_bytes.peak"] >= 4000
+    torch.accelerator.empty_host_cache()  # nothing cached: a no-op that must not fail
