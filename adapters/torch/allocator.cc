@@ -17,6 +17,7 @@
 
 #include <iterator>
 #include <string>
+#include <vector>
 
 #include "storage/device_manager.h"
 #include "vm/virtual_machine.h"
@@ -250,10 +251,18 @@ uint64_t global_memory_bytes(c10::DeviceIndex index) {
 
 uint64_t max_allocation_bytes(c10::DeviceIndex index) {
   check_device_index(index);
-  return translate_errors([&] {
-    return vm::VirtualMachine::instance().devices().backend(to_oclvm(index)).properties()
-        .max_alloc_bytes;
-  });
+  // Device properties never change: read them once (allocate asks on every call).
+  static const std::vector<uint64_t> per_device = [] {
+    return translate_errors([] {
+      std::vector<uint64_t> bytes;
+      const DeviceManager& devices = vm::VirtualMachine::instance().devices();
+      for (c10::DeviceIndex d = 0; d < device_count(); ++d) {
+        bytes.push_back(devices.backend(to_oclvm(d)).properties().max_alloc_bytes);
+      }
+      return bytes;
+    });
+  }();
+  return per_device[static_cast<size_t>(index)];
 }
 
 std::pair<size_t, size_t> CLDeviceAllocator::getMemoryInfo(c10::DeviceIndex device) {
