@@ -156,7 +156,15 @@ void ReleaseTensor::execute(vm::ExecutionContext& context) {
   }
   // Every command that may still use the memory is on this queue or ordered before its end by a
   // soft sync the VM inserted (DESIGN.md: a release frees on the producer stream).
-  context.stream.queue().finish();
+  // Note [A release whose finish fails]: the block is given back all the same and the error is
+  // the instruction's. A queue whose finish reports an error has failed (no later command of it
+  // can use the memory), and keeping the block would leak it for the life of the process.
+  try {
+    context.stream.queue().finish();
+  } catch (...) {
+    storage->release();
+    throw;
+  }
   storage->release();
 }
 

@@ -97,7 +97,8 @@ class ReleaseTensor final : public vm::Instruction {
   ReleaseTensor(vm::Stream& stream, std::shared_ptr<BlobObject> blob);
   const char* name() const override { return "ReleaseTensor"; }
   // Finishes the stream's queue (so no command still uses the memory; the VM has made the queue
-  // wait for every other stream that used the blob), then releases the storage. See Note
+  // wait for every other stream that used the blob), then releases the storage — also when the
+  // finish fails, whose error is then the instruction's (Note [A release whose finish fails]). See Note
   // [Releasing a blob without storage]. A storage that context.allocator did not make (a blob
   // of another VM) is InvalidArgument, and is left alone.
   void execute(vm::ExecutionContext& context) override;

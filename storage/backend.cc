@@ -25,6 +25,11 @@ Segment* MemoryBackend::create_segment(size_t bytes) {
                           " bytes (the device's largest single allocation) on " + device_.str() +
                           ", but got " + std::to_string(bytes));
   }
+  if (faults_.should_fail(FaultPoint::kSegment)) {
+    throw OutOfMemoryError("Out of memory on " + device_.str() + ": the driver refused a segment of " +
+                           std::to_string(bytes) +
+                           " bytes (injected fault: OCLVM_FAULTS segment rule)");
+  }
   auto* segment = new Segment();
   segment->size = bytes;
   segment->backend = this;
@@ -57,6 +62,13 @@ void MemoryBackend::release_segment(Segment* segment) noexcept {
   live_segments_.fetch_sub(1, std::memory_order_relaxed);
 }
 
+void MemoryBackend::maybe_inject(FaultPoint point, const char* command) const {
+  if (!faults_.should_fail(point)) return;
+  throw BackendError(std::string(command) + " failed on " + device_.str() +
+                         " (injected fault: OCLVM_FAULTS " + fault_point_name(point) + " rule)",
+                     /*code=*/-5);  // CL_OUT_OF_RESOURCES, what a real queue failure often is
+}
+
 void MemoryBackend::check_range(const Segment& segment, size_t offset, size_t n,
                                 const char* what) const {
   if (segment.backend != this) {
@@ -74,18 +86,21 @@ void MemoryBackend::check_range(const Segment& segment, size_t offset, size_t n,
 void MemoryBackend::write(const Segment& dst, size_t offset, const void* src, size_t n) {
   check_range(dst, offset, n, "a write");
   if (n == 0) return;
+  maybe_inject(FaultPoint::kCopy, "a blocking write");
   do_write(dst.native, offset, src, n);
 }
 
 void MemoryBackend::read(const Segment& src, size_t offset, void* dst, size_t n) {
   check_range(src, offset, n, "a read");
   if (n == 0) return;
+  maybe_inject(FaultPoint::kCopy, "a blocking read");
   do_read(src.native, offset, dst, n);
 }
 
 void MemoryBackend::fill(const Segment& dst, size_t offset, uint8_t value, size_t n) {
   check_range(dst, offset, n, "a fill");
   if (n == 0) return;
+  maybe_inject(FaultPoint::kFill, "a blocking fill");
   do_fill(dst.native, offset, value, n);
 }
 
@@ -94,6 +109,7 @@ void MemoryBackend::copy(const Segment& src, size_t src_offset, const Segment& d
   check_range(src, src_offset, n, "a copy source");
   check_range(dst, dst_offset, n, "a copy destination");
   if (n == 0) return;
+  maybe_inject(FaultPoint::kCopy, "a blocking copy");
   do_copy(src.native, src_offset, dst.native, dst_offset, n);
 }
 

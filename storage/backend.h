@@ -24,6 +24,7 @@
 #include <string>
 
 #include "storage/device.h"
+#include "storage/faults.h"
 
 namespace oclvm {
 
@@ -83,6 +84,14 @@ class MemoryBackend {
   // A new in-order command queue on this device (storage/queue.h); the VM makes one per stream.
   virtual std::unique_ptr<DeviceQueue> create_queue() = 0;
 
+  // The device's fault injector (storage/faults.h): off unless configured. Segment creation, the
+  // data movement above and every queue of this backend consult it.
+  FaultInjector& faults() const { return faults_; }
+  // Throws the injected failure for a `command` at `point` ("clEnqueueCopyBuffer") when the
+  // injector says so: BackendError naming the command and the device (kSegment: use
+  // create_segment, which throws OutOfMemoryError).
+  void maybe_inject(FaultPoint point, const char* command) const;
+
   // Throws InvalidArgument unless `segment` belongs to this backend and [offset, offset + n) lies
   // inside it. `what` names the operation in the message ("a write").
   void check_range(const Segment& segment, size_t offset, size_t n, const char* what) const;
@@ -102,6 +111,7 @@ class MemoryBackend {
   const DeviceProperties properties_;
   std::atomic<size_t> live_segments_{0};
   std::atomic<size_t> release_failures_{0};
+  mutable FaultInjector faults_;  // thread-safe; mutable: injection does not change the backend
 };
 
 }  // namespace oclvm

@@ -18,6 +18,10 @@ DeviceManager::DeviceManager(const Options& options) : options_(options) {
   platform_name_ = std::move(platform.name);
   opencl_ = std::move(platform.backends);
   host_ = std::make_unique<HostBackend>();
+  if (options_.faults.any()) {
+    for (const auto& backend : opencl_) backend->faults().configure(options_.faults);
+    host_->faults().configure(options_.faults);
+  }
 }
 
 DeviceManager::~DeviceManager() = default;

@@ -3,7 +3,7 @@
 // The DeviceManager picks an OpenCL platform (Options::platform, a substring of the platform name,
 // or the first platform that has devices), creates one MemoryBackend per device of that platform
 // (each with its own in-order command queue) and one for the host device `cpu`. A machine without
-// any OpenCL platform still has `cpu`.
+// any OpenCL platform still has `cpu`. Options::faults configures every backend's fault injector.
 //
 // Thread-safety: thread-safe after construction (the set of backends never changes); the backends
 // themselves are thread-compatible (storage/backend.h).

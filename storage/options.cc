@@ -60,6 +60,9 @@ Options Options::from_environment() {
   if (const char* limit = std::getenv("OCLVM_MEMORY_LIMIT")) {
     options.memory_limit = parse_byte_size(limit, "OCLVM_MEMORY_LIMIT");
   }
+  if (const char* faults = std::getenv("OCLVM_FAULTS")) {
+    options.faults = FaultOptions::parse(faults, "OCLVM_FAULTS");
+  }
   return options;
 }
 

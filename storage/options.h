@@ -6,6 +6,7 @@
 //   OCLVM_PLATFORM       substring of the OpenCL platform name to use     (default: first with devices)
 //   OCLVM_ALLOCATOR      caching | buddy | system                         (default: highest priority)
 //   OCLVM_MEMORY_LIMIT   per-device limit in bytes, K/M/G suffixes (1024-based); 0 = none
+//   OCLVM_FAULTS         fault injection rules for every device (storage/faults.h)  (default: none)
 //   POCL_DEVICES         read by PoCL itself. If unset, oclvm sets it to `basic` before its first
 //                        OpenCL call (PoCL's basic driver has ~100x lower command latency than the
 //                        default pthread driver); a user's value is never overwritten.
@@ -19,6 +20,8 @@
 #include <string>
 #include <string_view>
 
+#include "storage/faults.h"
+
 namespace oclvm {
 
 struct Options {
@@ -29,6 +32,8 @@ struct Options {
   // Per-device memory limit in bytes, applied to reserved bytes (what the allocator holds from the
   // driver). 0 means no limit beyond the device's own memory.
   uint64_t memory_limit = 0;
+  // Faults injected into every device's backend (storage/faults.h); none by default.
+  FaultOptions faults;
   // Value given to POCL_DEVICES when the environment has none; empty leaves PoCL's own default.
   std::string pocl_default_devices = "basic";
 

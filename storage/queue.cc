@@ -11,6 +11,7 @@ void DeviceQueue::enqueue_write(const Segment& dst, size_t offset, const void* s
                                 bool blocking) {
   backend_.check_range(dst, offset, n, "a write");
   if (n == 0) return;
+  backend_.maybe_inject(FaultPoint::kCopy, "enqueueing a write");
   do_write(dst.native, offset, src, n, blocking);
   count_command();
 }
@@ -19,6 +20,7 @@ void DeviceQueue::enqueue_read(const Segment& src, size_t offset, void* dst, siz
                                bool blocking) {
   backend_.check_range(src, offset, n, "a read");
   if (n == 0) return;
+  backend_.maybe_inject(FaultPoint::kCopy, "enqueueing a read");
   do_read(src.native, offset, dst, n, blocking);
   count_command();
 }
@@ -36,6 +38,7 @@ void DeviceQueue::enqueue_fill(const Segment& dst, size_t offset, const void* pa
                           std::to_string(offset) + " and " + std::to_string(n) + " bytes");
   }
   if (n == 0) return;
+  backend_.maybe_inject(FaultPoint::kFill, "enqueueing a fill");
   do_fill(dst.native, offset, pattern, pattern_size, n);
   count_command();
 }
@@ -50,6 +53,7 @@ void DeviceQueue::enqueue_copy(const Segment& src, size_t src_offset, const Segm
                           " to offset " + std::to_string(dst_offset));
   }
   if (n == 0) return;
+  backend_.maybe_inject(FaultPoint::kCopy, "enqueueing a copy");
   do_copy(src.native, src_offset, dst.native, dst_offset, n);
   count_command();
 }
@@ -72,6 +76,9 @@ void DeviceQueue::finish() {
   const uint64_t target = enqueued_.load(std::memory_order_acquire);
   if (finished_.load(std::memory_order_acquire) >= target) return;
   do_finish();
+  // An injected finish failure comes after the driver's finish: it models a driver that reports
+  // an error there, without leaving commands running that a caller would then race with.
+  backend_.maybe_inject(FaultPoint::kFinish, "finishing a queue");
   // Raise finished_ to target (never lower it: another thread may have covered more).
   uint64_t seen = finished_.load(std::memory_order_relaxed);
   while (seen < target &&

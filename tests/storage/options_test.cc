@@ -111,7 +111,7 @@ TEST(FormatBytesTest, LargerCountsUseTwoDecimals) {
 class OptionsEnvironmentTest : public ::testing::Test {
  protected:
   static constexpr const char* kVariables[] = {"OCLVM_MEMORY_LIMIT", "OCLVM_ALLOCATOR",
-                                               "OCLVM_PLATFORM"};
+                                               "OCLVM_PLATFORM", "OCLVM_FAULTS"};
 
   void SetUp() override {
     for (const char* name : kVariables) {
@@ -140,7 +140,21 @@ TEST_F(OptionsEnvironmentTest, DefaultsWhenNothingIsSet) {
   EXPECT_EQ(options.platform, "");
   EXPECT_EQ(options.allocator, "");
   EXPECT_EQ(options.memory_limit, 0u);
+  EXPECT_FALSE(options.faults.any());
   EXPECT_EQ(options.pocl_default_devices, "basic");
+}
+
+TEST_F(OptionsEnvironmentTest, ReadsFaultRules) {
+  setenv("OCLVM_FAULTS", "segment:nth=3,copy:p=0.25,seed=9", 1);
+  const Options options = Options::from_environment();
+  EXPECT_EQ(options.faults.str(), "segment:nth=3,copy:p=0.25,seed=9");
+  setenv("OCLVM_FAULTS", "copy:often", 1);
+  try {
+    Options::from_environment();
+    ADD_FAILURE() << "a malformed OCLVM_FAULTS was accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("OCLVM_FAULTS"), std::string::npos) << e.what();
+  }
 }
 
 TEST_F(OptionsEnvironmentTest, ReadsEveryVariable) {
