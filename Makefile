@@ -4,7 +4,7 @@ BUILD  ?= build
 JOBS   ?= $(shell nproc)
 PY     ?= .venv/bin/python
 
-.PHONY: all setup configure build torch test exit-soak demo bench clean
+.PHONY: all setup configure build torch test stress exit-soak demo bench clean
 
 all: build
 
@@ -31,6 +31,13 @@ test: build torch
 	cd build-torch && ctest --output-on-failure
 	OCLVM_EXIT_RUNS=4 $(PY) -m pytest -q tests/torch
 	OCLVM_EXIT_RUNS=4 POCL_DEVICES="pthread pthread" $(PY) -m pytest -q tests/torch
+
+# The C++ stress program at length: 4 producers x 2 devices x 1,000,000 instructions each, then
+# the same under injected faults (bench/stress.cc; a few minutes).
+stress: build
+	POCL_DEVICES="basic basic" $(BUILD)/stress --threads 4 --devices 2 --instructions 1000000
+	POCL_DEVICES="basic basic" $(BUILD)/stress --threads 4 --devices 2 --instructions 1000000 \
+	  --faults segment:p=0.2,copy:p=0.001,fill:p=0.001,finish:p=0.002,seed=11
 
 # Exit safety at length: every exit script 100 times in fresh interpreters (a few minutes).
 exit-soak: build torch

@@ -180,6 +180,11 @@ void VirtualMachine::analyze(Instruction& instruction, IntrusiveInstructionList&
   const BlobObject::Access now{self, instruction.sequence_};
   for (const Operand& operand : instruction.operands()) {
     BlobObject::Dependence& dependence = operand.blob->dependence();
+    if (dependence.owner != nullptr && dependence.owner != this) {
+      // Its records name another VM's streams. Reported at the instruction's sync point.
+      throw InvalidArgument("Expected a blob used only through this VM, but got " +
+                            operand.blob->device().str() + " blob already used through another VM");
+    }
     dependence.owner = this;
     add_wait(dependence.last_write);
     if (operand.access == Access::kWrite) {
@@ -225,8 +230,17 @@ Ticket VirtualMachine::submit_impl(InstructionList&& list, bool caller_runs) {
         "Expected vm::Run and Submit outside instruction callbacks (Barrier, "
         "AccessBlobByCallback), but got a call from inside one; it would wait for itself");
   }
-  auto batch = std::allocate_shared<Batch>(pool::PoolAllocator<Batch>());
   IntrusiveInstructionList& items = list.items();
+  for (const Instruction& instruction : items) {
+    // A list built with another VM's builder names that VM's streams: refuse it whole, before
+    // anything is assigned, instead of dispatching to workers that are not ours.
+    if (find_stream(instruction.stream().id()) != &instruction.stream()) {
+      throw InvalidArgument(std::string("Expected instructions built for this VM, but got ") +
+                            instruction.name() + " on " + instruction.stream().name() +
+                            ", a stream of another VM");
+    }
+  }
+  auto batch = std::allocate_shared<Batch>(pool::PoolAllocator<Batch>());
   const size_t count = items.size();
   if (count == 0) {
     batch->done = true;
@@ -321,8 +335,9 @@ std::shared_ptr<Batch> VirtualMachine::enqueue_batch(const std::shared_ptr<Batch
       try {
         analyze(instruction, extra);
       } catch (...) {
-        // Out of memory in the analysis: the instruction still takes its place (records may
-        // already name its sequence) but reports the error instead of running.
+        // Out of memory in the analysis, or a blob of another VM: the instruction still takes
+        // its place (records may already name its sequence) but reports the error instead of
+        // running.
         instruction.pre_error_ = std::current_exception();
       }
       if (!extra.empty()) {

@@ -821,6 +821,18 @@ TEST_F(VmTest, ReleasingABlobThroughAnotherVmFailsAndLeavesItAlone) {
   release(blob);
 }
 
+TEST_F(VmTest, AListBuiltForAnotherVmIsRefusedWholeAndRunsNothing) {
+  vm::VirtualMachine other(DeviceManager::instance(), Options{});
+  InstructionsBuilder builder(other);
+  auto blob = builder.allocate_blob(builder.stream(kOpenCL0), 4096);
+  builder.fill(blob, 0, 4096, 0x11);
+  const std::string message = message_of<InvalidArgument>([&] { vm().run(builder.take()); });
+  EXPECT_CONTAINS(message, "Expected instructions built for this VM");
+  EXPECT_CONTAINS(message, "AllocateBlob on opencl:0/compute");
+  EXPECT_EQ(blob->storage(), nullptr) << "nothing of the list ran";
+  EXPECT_EQ(stats(kOpenCL0).allocation[kAll].allocated, 0);
+}
+
 TEST_F(VmTest, NonReleaseWorkAfterShutdownIsAnError) {
   vm().shutdown();
   DeviceStats out;
