@@ -39,8 +39,11 @@ stress: build
 	POCL_DEVICES="basic basic" $(BUILD)/stress --threads 4 --devices 2 --instructions 1000000 \
 	  --faults segment:p=0.2,copy:p=0.001,fill:p=0.001,finish:p=0.002,seed=11
 
-# Exit safety at length: every exit script 100 times in fresh interpreters (a few minutes).
+# Exit safety at length: the C++ exit probe and every Python exit script 100 times each, with
+# varied timing, on one and on two devices (a few minutes).
 exit-soak: build torch
+	OCLVM_EXIT_RUNS=100 $(BUILD)/oclvm_exit_tests
+	OCLVM_EXIT_RUNS=100 POCL_DEVICES="pthread pthread" $(BUILD)/oclvm_exit_tests
 	OCLVM_EXIT_RUNS=100 $(PY) -m pytest -q tests/torch/test_exit.py
 
 demo: build torch

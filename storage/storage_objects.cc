@@ -5,6 +5,7 @@
 #include "storage/small_object_pool.h"
 
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <utility>
 
@@ -14,6 +15,19 @@ namespace oclvm {
 namespace {
 
 std::atomic<uint64_t> destructor_release_count{0};
+
+// Note [Blobs alive at exit]: set by an atexit handler that the first BlobStorage registers, so it
+// runs before the destructors of every static object that already existed then (C++ calls atexit
+// functions and static destructors in reverse order of registration and construction).
+std::atomic<bool> process_exiting{false};
+
+void note_exit_watch() {
+  static const bool registered = [] {
+    std::atexit([] { process_exiting.store(true, std::memory_order_relaxed); });
+    return true;
+  }();
+  (void)registered;
+}
 std::atomic<uint64_t> failed_release_count{0};
 
 // Prints "opencl:N" / "cpu" without allocating: used on paths that must not throw.
@@ -141,6 +155,7 @@ std::shared_ptr<BlobStorage> BlobStorage::allocate(Allocator& allocator, size_t 
 
 BlobStorage::BlobStorage(Allocator& allocator, const Allocation& allocation)
     : allocator_(&allocator), allocation_(allocation), device_(allocator.device()) {
+  note_exit_watch();
   if (allocation_ && (allocation_.segment == nullptr ||
                       allocation_.segment->backend != &allocator.backend())) {
     throw InvalidArgument("Expected an allocation made by the " + allocator.name() +
@@ -154,6 +169,9 @@ BlobStorage::~BlobStorage() {
   // See Note [Unreleased BlobStorage].
   released_ = true;
   destructor_release_count.fetch_add(1, std::memory_order_relaxed);
+  // A blob still held by a static object when the process exits: the operating system takes the
+  // memory back, and its allocator may be in use by a worker still running, so leave it alone.
+  if (process_exiting.load(std::memory_order_relaxed)) return;
   std::fprintf(stderr,
                "oclvm: a blob (allocation %llu of %zu bytes on ",
                static_cast<unsigned long long>(allocation_.id), allocation_.size);

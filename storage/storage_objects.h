@@ -49,6 +49,9 @@
 // correct run; tests assert it. The fallback assumes the allocator outlives its blobs (it does:
 // allocators are owned per device and outlive every tensor) and that the destroying thread may touch
 // the allocator, which is exactly what the counter exists to flag when it does not hold.
+// Exception, Note [Blobs alive at exit]: once exit() has begun, a live BlobStorage destroyed with a
+// static object is left to the operating system, silently (its device's worker may still be
+// running and own the allocator).
 #pragma once
 
 #include <boost/container/small_vector.hpp>
