@@ -3,7 +3,7 @@
 //
 //   stress [--threads P] [--devices D] [--instructions N] [--seed S] [--faults RULES] [--quiet]
 //
-// Each producer owns up to 16 live blobs (64 B .. 256 KiB, on random devices) and a host shadow of
+// Each producer owns up to 16 live blobs (64 B .. 512 KiB, on random devices) and a host shadow of
 // each blob's bytes. It builds lists of up to 8 random instructions — allocate (+ fill, so the
 // contents are known), fill of a range, upload, device copy within and across devices, download
 // (checked against the shadow after the sync point), soft sync between its two streams of a
@@ -182,7 +182,7 @@ class Producer {
     return random_below(2) == 0 ? vm_.stream(d) : vm_.stream(d, vm::StreamRole::kUser, index_);
   }
   size_t random_size() {
-    const int shift = 6 + static_cast<int>(random_below(13));  // 64 B .. 256 KiB, log-uniform
+    const int shift = 6 + static_cast<int>(random_below(13));  // 64 B .. 512 KiB, log-uniform
     return (size_t{1} << shift) + random_below(size_t{1} << shift);
   }
 
