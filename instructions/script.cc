@@ -81,24 +81,6 @@ int64_t StatKey::read(const DeviceStats& stats) const {
 
 namespace {
 
-struct ArrayName {
-  const char* name;
-  StatArray DeviceStats::*array;
-};
-constexpr ArrayName kArrays[] = {
-    {"allocation", &DeviceStats::allocation},
-    {"segment", &DeviceStats::segment},
-    {"active", &DeviceStats::active},
-    {"inactive_split", &DeviceStats::inactive_split},
-    {"allocated_bytes", &DeviceStats::allocated_bytes},
-    {"reserved_bytes", &DeviceStats::reserved_bytes},
-    {"active_bytes", &DeviceStats::active_bytes},
-    {"inactive_split_bytes", &DeviceStats::inactive_split_bytes},
-    {"requested_bytes", &DeviceStats::requested_bytes},
-    {"oversize_allocations", &DeviceStats::oversize_allocations},
-    {"oversize_segments", &DeviceStats::oversize_segments},
-};
-
 struct PoolName {
   const char* name;
   StatType pool;
@@ -118,19 +100,6 @@ constexpr FieldName kFields[] = {
     {"peak", &Stat::peak},
     {"allocated", &Stat::allocated},
     {"freed", &Stat::freed},
-};
-
-struct ScalarName {
-  const char* name;
-  int64_t DeviceStats::*scalar;
-};
-constexpr ScalarName kScalars[] = {
-    {"num_alloc_retries", &DeviceStats::num_alloc_retries},
-    {"num_ooms", &DeviceStats::num_ooms},
-    {"num_sync_all_streams", &DeviceStats::num_sync_all_streams},
-    {"num_device_alloc", &DeviceStats::num_device_alloc},
-    {"num_device_free", &DeviceStats::num_device_free},
-    {"max_split_size", &DeviceStats::max_split_size},
 };
 
 // Short names: what people write most. Each stands for a PyTorch-style key of the aggregate pool.
@@ -163,11 +132,11 @@ constexpr ShortName kShortNames[] = {
 };
 
 std::optional<StatKey> find_canonical(std::string_view name) {
-  for (const ScalarName& s : kScalars) {
+  for (const StatCounterField& s : kStatCounterFields) {
     if (name == s.name) {
       StatKey key;
       key.canonical = s.name;
-      key.scalar = s.scalar;
+      key.scalar = s.member;
       return key;
     }
   }
@@ -180,8 +149,8 @@ std::optional<StatKey> find_canonical(std::string_view name) {
   std::string_view field_name = name.substr(second + 1);
   StatKey key;
   key.canonical = std::string(name);
-  for (const ArrayName& a : kArrays) {
-    if (array_name == a.name) key.array = a.array;
+  for (const StatArrayField& a : kStatArrayFields) {
+    if (array_name == a.name) key.array = a.member;
   }
   bool pool_found = false;
   for (const PoolName& p : kPools) {
@@ -639,9 +608,14 @@ class Parser {
         fail(token, "Expected at most " + std::to_string(kMaxInlineBytes) +
                         " inline bytes on one line, but got more");
       }
+      if (count > kMaxScriptInlineBytes - inline_bytes_ - bytes.size()) {
+        fail(token, "Expected at most " + std::to_string(kMaxScriptInlineBytes) +
+                        " inline bytes in one script, but got more");
+      }
       uint8_t value = static_cast<uint8_t>(hex_value(byte_text[0]) * 16 + hex_value(byte_text[1]));
       bytes.insert(bytes.end(), count, value);
     }
+    inline_bytes_ += bytes.size();
     return bytes;
   }
 
@@ -1083,6 +1057,7 @@ class Parser {
   int pending_line_ = 0;          // first instruction not yet followed by a `run` (0: none)
   int pending_column_ = 0;
   bool after_run_ = false;        // the previous statement is a `run`
+  uint64_t inline_bytes_ = 0;     // of every byte list so far; <= kMaxScriptInlineBytes
 };
 
 }  // namespace

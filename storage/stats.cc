@@ -1,7 +1,9 @@
 // storage/stats.cc — DeviceStatsTracker updates, resets and invariant checks.
 #include "storage/stats.h"
 
+#include <iterator>
 #include <sstream>
+#include <type_traits>
 
 #include "storage/errors.h"
 
@@ -91,6 +93,11 @@ void DeviceStatsTracker::check_invariants() const {
   OCLVM_DCHECK(stats_.allocated_bytes[kAll].current >= stats_.requested_bytes[kAll].current);
   OCLVM_DCHECK(stats_.allocation[kAll].current == stats_.active[kAll].current);
 }
+
+// No padding, so equal bytes are equal fields; and the field tables of stats.h name every field.
+static_assert(std::has_unique_object_representations_v<DeviceStats>);
+static_assert(sizeof(DeviceStats) == std::size(kStatArrayFields) * sizeof(StatArray) +
+                                         std::size(kStatCounterFields) * sizeof(int64_t));
 
 std::string DeviceStats::to_string() const {
   std::ostringstream out;

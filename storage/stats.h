@@ -79,6 +79,39 @@ struct DeviceStats {
   std::string to_string() const;
 };
 
+// Every field of DeviceStats by name (PyTorch's memory_stats names), for code that walks the
+// statistics: scripts, comparisons in tests, printing. static_asserts in stats.cc fail when a
+// field is added without a row here.
+struct StatArrayField {
+  const char* name;
+  StatArray DeviceStats::*member;
+};
+struct StatCounterField {
+  const char* name;
+  int64_t DeviceStats::*member;
+};
+inline constexpr StatArrayField kStatArrayFields[] = {
+    {"allocation", &DeviceStats::allocation},
+    {"segment", &DeviceStats::segment},
+    {"active", &DeviceStats::active},
+    {"inactive_split", &DeviceStats::inactive_split},
+    {"allocated_bytes", &DeviceStats::allocated_bytes},
+    {"reserved_bytes", &DeviceStats::reserved_bytes},
+    {"active_bytes", &DeviceStats::active_bytes},
+    {"inactive_split_bytes", &DeviceStats::inactive_split_bytes},
+    {"requested_bytes", &DeviceStats::requested_bytes},
+    {"oversize_allocations", &DeviceStats::oversize_allocations},
+    {"oversize_segments", &DeviceStats::oversize_segments},
+};
+inline constexpr StatCounterField kStatCounterFields[] = {
+    {"num_alloc_retries", &DeviceStats::num_alloc_retries},
+    {"num_ooms", &DeviceStats::num_ooms},
+    {"num_sync_all_streams", &DeviceStats::num_sync_all_streams},
+    {"num_device_alloc", &DeviceStats::num_device_alloc},
+    {"num_device_free", &DeviceStats::num_device_free},
+    {"max_split_size", &DeviceStats::max_split_size},
+};
+
 class DeviceStatsTracker {
  public:
   const DeviceStats& stats() const { return stats_; }

@@ -63,44 +63,7 @@ std::string device_type_name(const ::testing::TestParamInfo<DeviceType>& info) {
 
 namespace {
 
-// Every field of DeviceStats by name. The static_asserts below fail when a field is added, so that
-// the table (and with it the failure messages of same_stats) cannot silently fall behind.
-struct StatArrayField {
-  const char* name;
-  StatArray DeviceStats::*member;
-};
-struct CounterField {
-  const char* name;
-  int64_t DeviceStats::*member;
-};
-
-constexpr StatArrayField kStatArrayFields[] = {
-    {"allocation", &DeviceStats::allocation},
-    {"segment", &DeviceStats::segment},
-    {"active", &DeviceStats::active},
-    {"inactive_split", &DeviceStats::inactive_split},
-    {"allocated_bytes", &DeviceStats::allocated_bytes},
-    {"reserved_bytes", &DeviceStats::reserved_bytes},
-    {"active_bytes", &DeviceStats::active_bytes},
-    {"inactive_split_bytes", &DeviceStats::inactive_split_bytes},
-    {"requested_bytes", &DeviceStats::requested_bytes},
-    {"oversize_allocations", &DeviceStats::oversize_allocations},
-    {"oversize_segments", &DeviceStats::oversize_segments},
-};
-constexpr CounterField kCounterFields[] = {
-    {"num_alloc_retries", &DeviceStats::num_alloc_retries},
-    {"num_ooms", &DeviceStats::num_ooms},
-    {"num_sync_all_streams", &DeviceStats::num_sync_all_streams},
-    {"num_device_alloc", &DeviceStats::num_device_alloc},
-    {"num_device_free", &DeviceStats::num_device_free},
-    {"max_split_size", &DeviceStats::max_split_size},
-};
 constexpr const char* kStatTypeNames[kNumStatTypes] = {"aggregate", "small_pool", "large_pool"};
-
-// No padding, so equal bytes are equal fields; and the tables above name every field.
-static_assert(std::has_unique_object_representations_v<DeviceStats>);
-static_assert(sizeof(DeviceStats) == std::size(kStatArrayFields) * sizeof(StatArray) +
-                                         std::size(kCounterFields) * sizeof(int64_t));
 
 }  // namespace
 
@@ -126,7 +89,7 @@ bool stats_equal(const DeviceStats& a, const DeviceStats& b) {
       field(name + "freed", x.freed, y.freed);
     }
   }
-  for (const CounterField& f : kCounterFields) field(f.name, a.*f.member, b.*f.member);
+  for (const StatCounterField& f : kStatCounterFields) field(f.name, a.*f.member, b.*f.member);
   return ::testing::AssertionFailure() << diff.str();
 }
 
