@@ -65,11 +65,25 @@ void set_current_device(c10::DeviceIndex index) {
   t_current_device = index;
 }
 
+namespace {
+
+// Why there is no device, when finding devices failed (a malformed OCLVM_* variable, no OpenCL
+// platform, a driver error); empty otherwise. Written once, with the count.
+std::string& discovery_error() {
+  static std::string error;
+  return error;
+}
+
+}  // namespace
+
 c10::DeviceIndex device_count() noexcept {
+  // torch asks for the count where it may not throw: a failure means no devices, and its reason
+  // is kept for the error of the first use of a device.
   static const c10::DeviceIndex count = [] {
     try {
       return static_cast<c10::DeviceIndex>(DeviceManager::instance().opencl_device_count());
-    } catch (const std::exception&) {
+    } catch (const std::exception& e) {
+      discovery_error() = e.what();
       return c10::DeviceIndex{0};
     }
   }();
@@ -77,8 +91,11 @@ c10::DeviceIndex device_count() noexcept {
 }
 
 void check_device_index(c10::DeviceIndex index) {
-  TORCH_CHECK_INDEX(index >= 0 && index < device_count(), "Expected an opencl device index in [0, ",
-                    static_cast<int>(device_count()), "), but got ", static_cast<int>(index));
+  const c10::DeviceIndex count = device_count();
+  TORCH_CHECK_INDEX(index >= 0 && index < count, "Expected an opencl device index in [0, ",
+                    static_cast<int>(count), "), but got ", static_cast<int>(index),
+                    discovery_error().empty() ? "" : " (no opencl device: ", discovery_error(),
+                    discovery_error().empty() ? "" : ")");
 }
 
 CLDeviceAllocator& CLDeviceAllocator::instance() {
