@@ -5,6 +5,7 @@ JOBS   ?= $(shell nproc)
 PY     ?= .venv/bin/python
 
 .PHONY: all setup configure build torch test stress exit-soak demo bench clean
+.PHONY: fuzz
 
 all: build
 
@@ -55,6 +56,20 @@ bench: build torch
 	$(PY) bench/torch_bench.py
 	$(BUILD)/oclvm replay $(SHARED)/traces/transformer_train.trace --allocator caching
 	$(BUILD)/oclvm replay $(SHARED)/traces/cnn_train.trace --allocator caching
+
+# libFuzzer on the two text parsers (fuzz/README.md): builds the fuzzers with clang in
+# build-fuzz/ (tests and benchmarks off), then runs each for FUZZ_SECONDS over a scratch copy of
+# its seed corpus; non-zero when one finds something (the input lands in build-fuzz/artifacts/).
+# CI runs `make fuzz` with the default 60 seconds each.
+FUZZ_SECONDS ?= 60
+FUZZ_MAX_LEN ?= 4096
+FUZZ_CXX     ?= clang++-15
+
+fuzz: setup
+	@cmake -S . -B build-fuzz -DCMAKE_CXX_COMPILER=$(FUZZ_CXX) -DOCLVM_FUZZ=ON \
+	  -DOCLVM_BUILD_TESTS=OFF -DOCLVM_BUILD_BENCH=OFF >/dev/null
+	@cmake --build build-fuzz -j $(JOBS) --target script_fuzzer trace_fuzzer
+	@bash fuzz/run.sh build-fuzz $(FUZZ_SECONDS) $(FUZZ_MAX_LEN)
 
 clean:
 	rm -rf $(BUILD) build-torch build-torch-wheel

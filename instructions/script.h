@@ -83,6 +83,9 @@ class ScriptError : public InvalidArgument {
 // Upper bounds the parser enforces so that a script cannot make the tool itself allocate
 // without limit (these are host memory of the executor, not device memory).
 inline constexpr uint64_t kMaxInlineBytes = uint64_t{64} << 20;  // one byte list
+// All byte lists of one script together: without it, each 16-byte line `host hN = ab*64M` made
+// the parser hold 64 MiB more (fuzz/regressions/script/inline_bytes_per_script.oclvm).
+inline constexpr uint64_t kMaxScriptInlineBytes = uint64_t{256} << 20;
 inline constexpr uint64_t kMaxHostBuffer = uint64_t{256} << 20;  // one `host` buffer
 
 // Options lines, which come before every other statement.

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs what oclvm needs on a fresh Debian machine; idempotent and quick when already done.
 #   - Debian packages: PoCL (the default OpenCL device), the ICD loader and headers, OpenCL-CLHPP,
-#     Boost (Intrusive), GoogleTest, Google Benchmark, clinfo, cmake.
+#     Boost (Intrusive), GoogleTest, Google Benchmark, clinfo, cmake; clang-15 with
+#     libclang-common-15-dev (its libFuzzer and sanitizer runtimes) and llvm-15 (llvm-symbolizer,
+#     for readable sanitizer reports), for `make fuzz`, `make asan` and `make tsan`.
 #   - .venv/ with torch==2.13.0 (the CPU build kept on this machine), pytest, numpy and
 #     scikit-build-core (the build backend of the oclvm Python package, built without isolation
 #     against the venv's torch).
@@ -12,7 +14,8 @@ stamp_dir=build/.setup
 mkdir -p "$stamp_dir"
 
 apt_packages=(pocl-opencl-icd ocl-icd-opencl-dev opencl-c-headers opencl-clhpp-headers
-              libboost-dev libgtest-dev libbenchmark-dev clinfo cmake g++ make)
+              libboost-dev libgtest-dev libbenchmark-dev clinfo cmake g++ make
+              clang-15 libclang-common-15-dev llvm-15)
 
 missing=()
 for p in "${apt_packages[@]}"; do
