@@ -801,7 +801,12 @@ class Parser {
         fail(size, "Expected a host buffer of at most " + std::to_string(kMaxHostBuffer) +
                        " bytes, but got " + std::to_string(decl.size));
       }
+      if (decl.size > kMaxScriptHostBytes - host_bytes_) {
+        fail(size, "Expected at most " + std::to_string(kMaxScriptHostBytes) +
+                       " bytes of host buffers in one script, but got more");
+      }
     }
+    host_bytes_ += decl.size;
     names_[decl.name] = {NameKind::kHost, static_cast<int>(script_.hosts.size()), line_};
     script_.hosts.push_back(std::move(decl));
   }
@@ -1058,6 +1063,7 @@ class Parser {
   int pending_column_ = 0;
   bool after_run_ = false;        // the previous statement is a `run`
   uint64_t inline_bytes_ = 0;     // of every byte list so far; <= kMaxScriptInlineBytes
+  uint64_t host_bytes_ = 0;       // of every host buffer so far; <= kMaxScriptHostBytes
 };
 
 }  // namespace

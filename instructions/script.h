@@ -87,6 +87,8 @@ inline constexpr uint64_t kMaxInlineBytes = uint64_t{64} << 20;  // one byte lis
 // the parser hold 64 MiB more (fuzz/regressions/script/inline_bytes_per_script.oclvm).
 inline constexpr uint64_t kMaxScriptInlineBytes = uint64_t{256} << 20;
 inline constexpr uint64_t kMaxHostBuffer = uint64_t{256} << 20;  // one `host` buffer
+// All `host` buffers of one script together (the executor allocates each of them).
+inline constexpr uint64_t kMaxScriptHostBytes = uint64_t{1} << 30;
 
 // Options lines, which come before every other statement.
 struct ScriptOptions {

@@ -531,6 +531,13 @@ const Malformed kMalformed[] = {
      "(8 bytes, line 1), but it ends at past 2^64"},
     {"host buffer too large", "host h 1G\n",
      "t.oclvm:1:8: error: Expected a host buffer of at most 268435456 bytes, but got 1073741824"},
+    {"host buffers too large together",
+     "host a 256M\nhost b 256M\nhost c 256M\nhost d 256M\nhost e 1\n",
+     "t.oclvm:5:8: error: Expected at most 1073741824 bytes of host buffers in one script, but got "
+     "more"},
+    {"inline bytes too many together",
+     "host a = 00*64M\nhost b = 00*64M\nhost c = 00*64M\nhost d = 00*64M\nhost e = 00\n",
+     "t.oclvm:5:10: error: Expected at most 268435456 inline bytes in one script, but got more"},
     {"access mode", "alloc b = opencl:0 8\naccess peek b 8\nrun\n",
      "t.oclvm:2:8: error: Expected read or write, but got 'peek'"},
     {"reset kind", "reset_stats opencl:0 all\nrun\n",
