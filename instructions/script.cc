@@ -13,6 +13,7 @@
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <memory>
@@ -1073,6 +1074,10 @@ Script parse_script(std::string_view text, std::string file, const ParseOptions&
 }
 
 Script load_script(const std::string& path, const ParseOptions& options) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    throw ScriptError(path, 0, 0, "Expected a script file, but got a directory");
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     throw ScriptError(path, 0, 0,

@@ -8,7 +8,9 @@
 namespace oclvm {
 
 std::string Device::str() const {
-  if (type == DeviceType::kCpu) return "cpu";
+  // The one host device is "cpu"; a hand-made cpu:N (which does not exist) keeps its index, so
+  // that an error about it does not name the device that does.
+  if (type == DeviceType::kCpu) return index == 0 ? "cpu" : "cpu:" + std::to_string(index);
   return "opencl:" + std::to_string(index);
 }
 

@@ -221,6 +221,8 @@ int run_run(const std::vector<std::string_view>& args) {
   RunArguments parsed;
   try {
     parsed = parse_run_arguments(args);
+    // The devices come from the environment: a malformed one is bad usage, as for replay.
+    DeviceManager::instance();
   } catch (const InvalidArgument& e) {
     throw UsageError(e.what());
   }

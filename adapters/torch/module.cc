@@ -84,8 +84,11 @@ PyObject* py_memory_limit(PyObject*, PyObject* arg) {
 
 PyObject* py_set_memory_limit(PyObject*, PyObject* args) {
   PyObject* index_arg = nullptr;
-  unsigned long long bytes = 0;
-  if (!PyArg_ParseTuple(args, "OK", &index_arg, &bytes)) return nullptr;
+  PyObject* bytes_arg = nullptr;
+  if (!PyArg_ParseTuple(args, "OO", &index_arg, &bytes_arg)) return nullptr;
+  // OverflowError for a negative count or one past 2^64 - 1 (the "K" format would wrap).
+  const unsigned long long bytes = PyLong_AsUnsignedLongLong(bytes_arg);
+  if (PyErr_Occurred()) return nullptr;
   c10::DeviceIndex index = 0;
   if (!parse_index(index_arg, &index)) return nullptr;
   return guarded([&] {

@@ -41,6 +41,7 @@
 
 #include <cstring>
 #include <utility>
+#include <vector>
 
 #include "adapters/torch/allocator.h"
 #include "vm/virtual_machine.h"
@@ -140,6 +141,15 @@ at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<c10::ScalarT
   const c10::Device where = c10::device_or_default(device);
   TORCH_CHECK(where.type() == c10::DeviceType::PrivateUse1, "Expected an opencl device, but got ",
               where);
+  // Checked before anything is allocated (empty_generic would allocate, then refuse).
+  if (memory_format) {
+    TORCH_CHECK(*memory_format != c10::MemoryFormat::Preserve,
+                "unsupported memory format Preserve for empty on opencl");
+    TORCH_CHECK(*memory_format != c10::MemoryFormat::ChannelsLast || size.size() == 4,
+                "required rank 4 tensor to use channels_last format");
+    TORCH_CHECK(*memory_format != c10::MemoryFormat::ChannelsLast3d || size.size() == 5,
+                "required rank 5 tensor to use channels_last_3d format");
+  }
   c10::DeviceGuard guard(where);
   return at::detail::empty_generic(size, &CLDeviceAllocator::instance(), kKeys,
                                    c10::dtype_or_default(dtype), memory_format);
@@ -178,7 +188,8 @@ at::Tensor reshape_alias(const at::Tensor& self, c10::SymIntArrayRef size,
 // _copy_from_and_resize, which must not restride the destination); other sizes make the tensor
 // contiguous; a memory format restrides. The storage only grows, through resize_storage_bytes (a
 // new block and a device-to-device copy), never by a memcpy of device addresses; shrinking keeps
-// the storage and its block.
+// the storage and its block. A resize that fails (out of memory, a size whose bytes overflow)
+// leaves the tensor's sizes and strides as they were.
 const at::Tensor& resize_(const at::Tensor& self, c10::SymIntArrayRef sym_size,
                           std::optional<c10::MemoryFormat> memory_format) {
   const c10::IntArrayRef size = C10_AS_INTARRAYREF_SLOW(sym_size);
@@ -188,12 +199,19 @@ const at::Tensor& resize_(const at::Tensor& self, c10::SymIntArrayRef sym_size,
   TORCH_CHECK(!memory_format || *memory_format != c10::MemoryFormat::Preserve,
               "Expected a memory format other than preserve_format for resize_, but got it");
   c10::TensorImpl* impl = self.unsafeGetTensorImpl();
+  const std::vector<int64_t> old_sizes = impl->sizes().vec();
+  const std::vector<int64_t> old_strides = impl->strides().vec();
   if (!impl->sizes().equals(size)) impl->set_sizes_contiguous(size);
   if (memory_format) impl->empty_tensor_restride(*memory_format);
   if (impl->numel() == 0) return self;
-  const size_t needed = at::detail::computeStorageNbytes(impl->sizes(), impl->strides(),
-                                                         item_bytes(self), impl->storage_offset());
-  if (needed > self.storage().nbytes()) resize_storage_bytes(self.storage(), needed);
+  try {
+    const size_t needed = at::detail::computeStorageNbytes(
+        impl->sizes(), impl->strides(), item_bytes(self), impl->storage_offset());
+    if (needed > self.storage().nbytes()) resize_storage_bytes(self.storage(), needed);
+  } catch (...) {
+    impl->set_sizes_and_strides(old_sizes, old_strides);
+    throw;
+  }
   return self;
 }
 
@@ -240,11 +258,33 @@ at::Tensor& set_storage(at::Tensor& self, c10::Storage source) {
   return at::native::set_storage_cpu_(self, source, 0, {elements}, {});
 }
 
+// As on the CPU, a view past the end of the storage grows the storage first — here through
+// resize_storage_bytes (a new block and a device copy): set_storage_cpu_ would grow it with a host
+// memcpy of device addresses.
 at::Tensor& set_storage_offset(at::Tensor& self, c10::Storage source, c10::SymInt storage_offset,
                                c10::SymIntArrayRef size, c10::SymIntArrayRef stride) {
-  return at::native::set_storage_cpu_(self, source, storage_offset.expect_int(),
-                                      C10_AS_INTARRAYREF_SLOW(size),
-                                      C10_AS_INTARRAYREF_SLOW(stride));
+  const int64_t offset = storage_offset.expect_int();
+  const c10::IntArrayRef sizes = C10_AS_INTARRAYREF_SLOW(size);
+  const c10::IntArrayRef strides = C10_AS_INTARRAYREF_SLOW(stride);
+  TORCH_CHECK(offset >= 0, "Expected a non-negative storage offset for set_, but got ", offset);
+  for (const int64_t extent : sizes) {
+    TORCH_CHECK(extent >= 0, "Expected non-negative sizes for set_, but got ", sizes);
+  }
+  if (!strides.empty()) {
+    TORCH_CHECK(strides.size() == sizes.size(), "Expected as many strides as sizes for set_, but "
+                "got ", strides.size(), " strides for ", sizes.size(), " sizes");
+    for (const int64_t step : strides) {
+      TORCH_CHECK(step >= 0, "Expected non-negative strides for set_, but got ", strides);
+    }
+    const size_t needed =
+        at::detail::computeStorageNbytes(sizes, strides, item_bytes(self), offset);
+    if (needed > source.nbytes()) resize_storage_bytes(source, needed);
+  } else {
+    const size_t needed =
+        at::detail::computeStorageNbytesContiguous(sizes, item_bytes(self), offset);
+    if (needed > source.nbytes()) resize_storage_bytes(source, needed);
+  }
+  return at::native::set_storage_cpu_(self, source, offset, sizes, strides);
 }
 
 at::Tensor& set_tensor(at::Tensor& self, const at::Tensor& source) {

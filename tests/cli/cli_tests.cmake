@@ -176,3 +176,110 @@ oclvm_cli_test(help 0
   STDOUT "^usage: oclvm" "replay FILE" "devices")
 oclvm_cli_test(no_arguments 0
   STDOUT "^usage: oclvm")
+
+# --- Bad input (design/reliability.md, "Bad input"): the flags and environment variables not
+# covered above. Each exits 2 with its "Expected X, but got Y" line and the usage text, and runs
+# nothing (no report on stdout).
+set(OCLVM_CLI_SCRIPT ${PROJECT_SOURCE_DIR}/tests/scripts/alloc_release.oclvm)
+oclvm_cli_test(bad_input.second_trace_file 2
+  ARGS replay ${OCLVM_CLI_DATA}/small.trace ${OCLVM_CLI_DATA}/oom.trace
+  STDOUT "^$"
+  STDERR "^oclvm: error: Expected one trace FILE, but got a second one: '[^\n]*/oom.trace'\n" "usage: oclvm")
+oclvm_cli_test(bad_input.empty_allocator 2
+  ARGS replay ${OCLVM_CLI_DATA}/small.trace --allocator=
+  STDOUT "^$"
+  STDERR "^oclvm: error: Expected an allocator name after --allocator, but got ''\n" "usage: oclvm")
+oclvm_cli_test(bad_input.json_with_a_value 2
+  ARGS replay ${OCLVM_CLI_DATA}/small.trace --json=1
+  STDOUT "^$"
+  STDERR "^oclvm: error: Expected one of --allocator, --device, --limit, --repeat, --json, but got '--json=1'\n")
+oclvm_cli_test(bad_input.repeat_not_a_number 2
+  ARGS replay ${OCLVM_CLI_DATA}/small.trace --repeat abc
+  STDOUT "^$"
+  STDERR "^oclvm: error: Expected --repeat to be a whole number of at least 1, but got 'abc'\n")
+oclvm_cli_test(bad_input.repeat_negative 2
+  ARGS replay ${OCLVM_CLI_DATA}/small.trace --repeat=-1
+  STDOUT "^$"
+  STDERR "^oclvm: error: Expected --repeat to be a whole number of at least 1, but got '-1'\n")
+oclvm_cli_test(bad_input.repeat_overflow 2
+  ARGS replay ${OCLVM_CLI_DATA}/small.trace --repeat 18446744073709551616
+  STDOUT "^$"
+  STDERR "^oclvm: error: Expected --repeat to be a whole number of at least 1, but got '18446744073709551616'\n")
+oclvm_cli_test(bad_input.limit_negative 2
+  ARGS replay ${OCLVM_CLI_DATA}/small.trace --limit=-1
+  STDOUT "^$"
+  STDERR "^oclvm: error: Expected --limit to be a byte count such as 1048576, 512K, 64M or 2G, but got '-1' .no digits.\n")
+oclvm_cli_test(bad_input.limit_overflow 2
+  ARGS replay ${OCLVM_CLI_DATA}/small.trace --limit 17179869184G
+  STDOUT "^$"
+  STDERR "^oclvm: error: Expected --limit to be a byte count such as 1048576, 512K, 64M or 2G, but got '17179869184G' .too large.\n")
+foreach(device "cpu:1" "opencl:-1" "opencl:007" "opencl:" "")
+  string(MAKE_C_IDENTIFIER "device_${device}" case)
+  oclvm_cli_test(bad_input.${case} 2
+    ARGS replay ${OCLVM_CLI_DATA}/small.trace --device=${device}
+    STDOUT "^$"
+    STDERR "^oclvm: error: Expected a device of the form opencl, opencl:N or cpu, but got '${device}'\n")
+endforeach()
+oclvm_cli_test(bad_input.trace_is_a_directory 2
+  ARGS replay ${OCLVM_CLI_DATA}
+  STDOUT "^$"
+  STDERR "^[^\n]*/tests/cli/data: error: expected a trace file, but got a directory\n$")
+oclvm_cli_test(bad_input.empty_trace 2
+  ARGS replay /dev/null
+  STDOUT "^$"
+  STDERR "^/dev/null:1: error: expected the header '# oclvm-trace v1', but got an empty file\n$")
+oclvm_cli_test(bad_input.run_unknown_short_flag 2
+  ARGS run ${OCLVM_CLI_SCRIPT} -x
+  STDOUT "^$"
+  STDERR "^oclvm: error: Expected a script FILE or --trace after 'run', but got '-x'\n")
+
+# Environment variables, for every command that reads them.
+foreach(command devices run replay)
+  if(command STREQUAL "run")
+    set(command_args run ${OCLVM_CLI_SCRIPT})
+  elseif(command STREQUAL "replay")
+    set(command_args replay ${OCLVM_CLI_DATA}/small.trace)
+  else()
+    set(command_args devices)
+  endif()
+  oclvm_cli_test(bad_input.${command}.memory_limit 2
+    ARGS ${command_args}
+    ENV OCLVM_MEMORY_LIMIT=12Q
+    STDOUT "^$"
+    STDERR "^oclvm: error: Expected OCLVM_MEMORY_LIMIT to be a byte count such as 1048576, 512K, 64M or 2G, but got '12Q' .unknown suffix.\n" "usage: oclvm")
+  oclvm_cli_test(bad_input.${command}.empty_memory_limit 2
+    ARGS ${command_args}
+    ENV OCLVM_MEMORY_LIMIT=
+    STDOUT "^$"
+    STDERR "^oclvm: error: Expected OCLVM_MEMORY_LIMIT to be a byte count [^\n]*, but got '' .no digits.\n")
+  oclvm_cli_test(bad_input.${command}.platform 2
+    ARGS ${command_args}
+    ENV OCLVM_PLATFORM=no_such_platform
+    STDOUT "^$"
+    STDERR "^oclvm: error: Expected OCLVM_PLATFORM='no_such_platform' to match an OpenCL platform with devices, but the platforms are: '" "usage: oclvm")
+  oclvm_cli_test(bad_input.${command}.faults 2
+    ARGS ${command_args}
+    ENV OCLVM_FAULTS=copy:often
+    STDOUT "^$"
+    STDERR "^oclvm: error: Expected nth=N, every=N or p=X after the fault point in OCLVM_FAULTS, but got \"copy:often\"" "usage: oclvm")
+endforeach()
+oclvm_cli_test(bad_input.replay.allocator 2
+  ARGS replay ${OCLVM_CLI_DATA}/small.trace
+  ENV OCLVM_ALLOCATOR=bfc
+  STDOUT "^$"
+  STDERR "^oclvm: error: Expected the allocator .Options::allocator, OCLVM_ALLOCATOR. to be one of caching, buddy, system, but got 'bfc'\n" "usage: oclvm")
+# Scripts take their options from the script only (design/scripts.md): OCLVM_ALLOCATOR is not read.
+oclvm_cli_test(bad_input.run.allocator_is_not_read 0
+  ARGS run ${OCLVM_CLI_SCRIPT}
+  ENV OCLVM_ALLOCATOR=bfc
+  STDOUT "alloc_release.oclvm: 18 expectations, all held\n$")
+# No OpenCL device at all (PoCL given no driver): only `cpu` exists.
+oclvm_cli_test(bad_input.replay.no_opencl_device 2
+  ARGS replay ${OCLVM_CLI_DATA}/small.trace
+  ENV POCL_DEVICES=no_such_driver
+  STDOUT "^$"
+  STDERR "^oclvm: error: Expected one of the devices cpu, but got opencl:0\n" "usage: oclvm")
+oclvm_cli_test(bad_input.script_is_a_directory 2
+  ARGS run ${PROJECT_SOURCE_DIR}/tests/scripts
+  STDOUT "^$"
+  STDERR "/tests/scripts: error: Expected a script file, but got a directory\n")

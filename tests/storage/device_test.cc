@@ -19,6 +19,7 @@ TEST(DeviceTest, StrNamesTypeAndIndex) {
   EXPECT_EQ((Device{DeviceType::kOpenCL, 1}).str(), "opencl:1");
   EXPECT_EQ((Device{DeviceType::kOpenCL, 32767}).str(), "opencl:32767");
   EXPECT_EQ((Device{DeviceType::kCpu, 0}).str(), "cpu");
+  EXPECT_EQ((Device{DeviceType::kCpu, 1}).str(), "cpu:1") << "a cpu that does not exist keeps its index";
   EXPECT_EQ(Device{}.str(), "opencl:0");  // the default device
 }
 

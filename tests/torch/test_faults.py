@@ -1,7 +1,8 @@
 """The `opencl` device under injected device faults (OCLVM_FAULTS, storage/faults.h), in fresh
 interpreters: every failure reaches Python as a typed error (torch.OutOfMemoryError for a refused
-segment, RuntimeError naming the injected fault and the device for a failed copy, fill or finish),
-no operator crashes the process, and once the work is done memory_allocated and the live blocks
+segment, RuntimeError naming the injected fault and the device for a failed copy, fill or finish;
+a failed release, which torch runs in a deleter that cannot raise, is one line on stderr), no
+operator crashes the process, and once the work is done memory_allocated and the live blocks
 are back to where they started.
 """
 import os
@@ -47,7 +48,11 @@ def test_faults_surface_typed_and_nothing_leaks(rules):
                          timeout=300)
     assert out.returncode == 0, out.stderr
     assert out.stdout == "True True\n", (out.stdout, out.stderr)
-    assert out.stderr == "", "a failure must reach Python, not stderr"
+    # Every failure reaches Python, except a release's: torch frees memory in a deleter that
+    # cannot raise, so a failed finish there is reported on stderr (the block is given back all
+    # the same, as memory_allocated shows).
+    for line in out.stderr.splitlines():
+        assert line.startswith("oclvm: releasing a tensor") and "injected fault" in line, line
 
 
 
