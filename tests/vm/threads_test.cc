@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cstring>
+#include <deque>
 #include <random>
 #include <thread>
 
@@ -36,6 +37,7 @@ int produce(VirtualMachine& vm, unsigned seed, std::atomic<int>& content_errors)
   while (built < kInstructionsPerThread) {
     InstructionsBuilder b(vm);
     std::vector<std::pair<size_t, uint8_t>> checks;  // host buffer index, expected byte
+    std::deque<DeviceStats> stats_sinks;  // one per query: queries of several devices run at once
     host_buffers.clear();
     const int length = 1 + static_cast<int>(rng() % 8);
     for (int k = 0; k < length; ++k) {
@@ -76,8 +78,7 @@ int produce(VirtualMachine& vm, unsigned seed, std::atomic<int>& content_errors)
         o.value = static_cast<uint8_t>(o.value + 1);
         built += 1;
       } else {
-        static thread_local DeviceStats sink;
-        b.query_stats(devices[rng() % devices.size()], &sink);
+        b.query_stats(devices[rng() % devices.size()], &stats_sinks.emplace_back());
         built += 1;
       }
     }
