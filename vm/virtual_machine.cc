@@ -180,12 +180,7 @@ void VirtualMachine::analyze(Instruction& instruction, IntrusiveInstructionList&
   const BlobObject::Access now{self, instruction.sequence_};
   for (const Operand& operand : instruction.operands()) {
     BlobObject::Dependence& dependence = operand.blob->dependence();
-    if (dependence.owner != nullptr && dependence.owner != this) {
-      // Its records name another VM's streams. Reported at the instruction's sync point.
-      throw InvalidArgument("Expected a blob used only through this VM, but got " +
-                            operand.blob->device().str() + " blob already used through another VM");
-    }
-    dependence.owner = this;
+    dependence.owner = this;  // enqueue_batch refused blobs of another VM before the analysis
     add_wait(dependence.last_write);
     if (operand.access == Access::kWrite) {
       for (const BlobObject::Access& read : dependence.reads) add_wait(read);
@@ -342,9 +337,8 @@ std::shared_ptr<Batch> VirtualMachine::enqueue_batch(const std::shared_ptr<Batch
       try {
         analyze(instruction, extra);
       } catch (...) {
-        // Out of memory in the analysis, or a blob of another VM: the instruction still takes
-        // its place (records may already name its sequence) but reports the error instead of
-        // running.
+        // Out of memory in the analysis: the instruction still takes its place (records may
+        // already name its sequence) but reports the error instead of running.
         instruction.pre_error_ = std::current_exception();
       }
       if (!extra.empty()) {

@@ -68,7 +68,8 @@ uint64_t max_allocation_bytes(c10::DeviceIndex index);
 vm::Stream& vm_stream(const c10::Stream& stream);
 // The torch stream of a VM stream of an opencl device.
 c10::Stream torch_stream(const vm::Stream& stream);
-// This thread's current stream of device `index` (the default stream until set).
+// This thread's current stream of device `index` (the default stream until set); `index` must be
+// a valid device index (the caller checked it).
 vm::Stream& current_vm_stream(c10::DeviceIndex index);
 
 // Runs `fn`, turning oclvm exceptions into the matching c10 errors (OutOfMemoryError ->

@@ -108,9 +108,14 @@ c10::Stream torch_stream(const vm::Stream& stream) {
 }
 
 vm::Stream& current_vm_stream(c10::DeviceIndex index) {
+  // On every allocate and copy: the index is the caller's checked one, and a current id was
+  // checked by exchangeStream when it was set, so only the lookups remain.
   const c10::StreamId id = current_stream_ids()[static_cast<size_t>(index)];
-  return vm_stream(c10::Stream(c10::Stream::UNSAFE, c10::Device(c10::DeviceType::PrivateUse1, index),
-                               id));
+  vm::VirtualMachine& vm = vm::VirtualMachine::instance();
+  if (id == 0) {
+    return translate_errors([&]() -> vm::Stream& { return vm.stream(to_oclvm(index)); });
+  }
+  return *vm.find_stream(static_cast<StreamId>(id - 1));
 }
 
 // Grows or shrinks a storage: a new block, a device-to-device copy of the common prefix, then the
