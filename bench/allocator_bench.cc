@@ -22,9 +22,9 @@
 #include <string>
 #include <vector>
 
-#include "storage/caching_allocator.h"
-#include "storage/device_manager.h"
-#include "storage/system_allocator.h"
+#include "oclvm/storage/caching_allocator.h"
+#include "oclvm/storage/device_manager.h"
+#include "oclvm/storage/system_allocator.h"
 
 namespace oclvm {
 namespace {

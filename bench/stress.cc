@@ -35,13 +35,13 @@
 #include <thread>
 #include <vector>
 
-#include "instructions/builder.h"
-#include "storage/allocator_registry.h"
-#include "storage/caching_allocator.h"
-#include "storage/device_manager.h"
-#include "storage/errors.h"
-#include "storage/tracking_allocator.h"
-#include "vm/virtual_machine.h"
+#include "oclvm/instructions/builder.h"
+#include "oclvm/storage/allocator_registry.h"
+#include "oclvm/storage/caching_allocator.h"
+#include "oclvm/storage/device_manager.h"
+#include "oclvm/storage/errors.h"
+#include "oclvm/storage/tracking_allocator.h"
+#include "oclvm/vm/virtual_machine.h"
 
 namespace {
 

@@ -16,10 +16,10 @@
 #include <map>
 #include <string>
 
-#include "instructions/builder.h"
-#include "storage/caching_allocator.h"
-#include "storage/device_manager.h"
-#include "vm/virtual_machine.h"
+#include "oclvm/instructions/builder.h"
+#include "oclvm/storage/caching_allocator.h"
+#include "oclvm/storage/device_manager.h"
+#include "oclvm/vm/virtual_machine.h"
 
 namespace {
 

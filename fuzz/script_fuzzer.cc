@@ -27,8 +27,8 @@
 #include <vector>
 
 #include "fuzz/fuzz_check.h"
-#include "instructions/script.h"
-#include "storage/allocator_registry.h"
+#include "oclvm/instructions/script.h"
+#include "oclvm/storage/allocator_registry.h"
 
 namespace {
 

@@ -5,12 +5,12 @@
 // leaves the list exactly as it was. Checks read only what is immutable in a BlobObject (device,
 // dtype, shape, storage offset, required_bytes): its storage may be being attached by a worker on
 // another thread at the same moment.
-#include "instructions/builder.h"
+#include "oclvm/instructions/builder.h"
 
 #include <cstdio>
 #include <utility>
 
-#include "storage/errors.h"
+#include "oclvm/storage/errors.h"
 
 namespace oclvm {
 namespace {
@@ -310,13 +310,14 @@ TensorStorage::Releaser make_vm_releaser(vm::VirtualMachine& vm) {
 }
 
 std::shared_ptr<TensorStorage> make_tensor_storage(vm::VirtualMachine& vm, Device device,
-                                                   const Dims& shape, DType dtype) {
+                                                   const Dims& shape, DType dtype,
+                                                   TensorStorage::Releaser releaser) {
   InstructionsBuilder builder(vm);
   std::shared_ptr<BlobObject> blob =
       builder.allocate_blob(builder.stream(device), shape, dtype);
   // On a throw the blob never got storage and dies here: nothing is held.
   vm.run(builder.take());
-  TensorStorage::Releaser releaser = make_vm_releaser(vm);
+  if (!releaser) releaser = make_vm_releaser(vm);
   try {
     return std::make_shared<TensorStorage>(blob, std::move(releaser));
   } catch (...) {

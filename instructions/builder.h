@@ -47,11 +47,11 @@
 #include <memory>
 #include <vector>
 
-#include "instructions/instructions.h"  // ResetKind, HostAccess and the instruction classes
-#include "storage/stats.h"
-#include "storage/storage_objects.h"
-#include "vm/instruction.h"
-#include "vm/virtual_machine.h"
+#include "oclvm/instructions/instructions.h"  // ResetKind, HostAccess and the instruction classes
+#include "oclvm/storage/stats.h"
+#include "oclvm/storage/storage_objects.h"
+#include "oclvm/vm/instruction.h"
+#include "oclvm/vm/virtual_machine.h"
 
 namespace oclvm {
 
@@ -115,8 +115,11 @@ class InstructionsBuilder {
 // producer queue is finished when the last front-end owner's destructor returns.
 TensorStorage::Releaser make_vm_releaser(vm::VirtualMachine& vm = vm::VirtualMachine::instance());
 
-// A TensorStorage whose blob is allocated on `device` by an AllocateBlob run through the VM.
+// A TensorStorage whose contiguous blob is allocated on `device` by an AllocateBlob run through
+// the VM, released by `releaser` (empty: make_vm_releaser(vm)). Throws what the builder or the
+// AllocateBlob threw; then nothing is held.
 std::shared_ptr<TensorStorage> make_tensor_storage(vm::VirtualMachine& vm, Device device,
-                                                   const Dims& shape, DType dtype);
+                                                   const Dims& shape, DType dtype,
+                                                   TensorStorage::Releaser releaser = {});
 
 }  // namespace oclvm

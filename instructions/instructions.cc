@@ -3,15 +3,15 @@
 // Every instruction that touches a blob's memory resolves its byte range through
 // resolve_range(), which checks, at execution time, that the storage exists, is live and holds
 // the range; the builder has already checked the range against required_bytes().
-#include "instructions/instructions.h"
+#include "oclvm/instructions/instructions.h"
 
 #include <algorithm>
 #include <cinttypes>
 #include <cstdio>
 #include <vector>
 
-#include "storage/errors.h"
-#include "vm/virtual_machine.h"
+#include "oclvm/storage/errors.h"
+#include "oclvm/vm/virtual_machine.h"
 
 namespace oclvm {
 namespace {

@@ -49,10 +49,10 @@
 #include <mutex>
 #include <string>
 
-#include "storage/queue.h"
-#include "storage/stats.h"
-#include "storage/storage_objects.h"
-#include "vm/instruction.h"
+#include "oclvm/storage/queue.h"
+#include "oclvm/storage/stats.h"
+#include "oclvm/storage/storage_objects.h"
+#include "oclvm/vm/instruction.h"
 
 namespace oclvm {
 
@@ -254,6 +254,9 @@ class QueryStats final : public vm::Instruction {
   const char* name() const override { return "QueryStats"; }
   void execute(vm::ExecutionContext& context) override;
   std::string describe() const override;
+  // Reading statistics is safe on the caller's thread after shutdown (it only reads the allocator,
+  // under the worker's execution right), so a stopped VM can still report them.
+  bool runs_after_shutdown() const override { return true; }
 
  private:
   DeviceStats* const out_;

@@ -4,11 +4,11 @@
 // Alloc(place, 0) gives a blob with an empty allocation (Paddle allows zero-size allocations; it
 // touches no driver and no statistic); Free of it is a no-op release. Used() is the allocator's
 // allocated_bytes (rounded block bytes) on `place` now.
-#include "instructions/memory.h"
+#include "oclvm/instructions/memory.h"
 
-#include "instructions/builder.h"
-#include "storage/errors.h"
-#include "vm/virtual_machine.h"
+#include "oclvm/instructions/builder.h"
+#include "oclvm/storage/errors.h"
+#include "oclvm/vm/virtual_machine.h"
 
 namespace oclvm::memory {
 

@@ -12,8 +12,8 @@
 #include <cstdint>
 #include <memory>
 
-#include "storage/device.h"
-#include "storage/storage_objects.h"
+#include "oclvm/storage/device.h"
+#include "oclvm/storage/storage_objects.h"
 
 namespace oclvm::memory {
 

@@ -4,7 +4,7 @@
 // word selects the statement, and each statement parses its operands left to right with a cursor
 // that knows how to say what it expected where. Everything the parser can check is checked before
 // execute() ever sees the Script; see instructions/script.h for the split.
-#include "instructions/script.h"
+#include "oclvm/instructions/script.h"
 
 #include <algorithm>
 #include <atomic>
@@ -22,10 +22,10 @@
 #include <unordered_map>
 #include <utility>
 
-#include "storage/allocator_registry.h"
-#include "storage/device_manager.h"
-#include "storage/options.h"
-#include "vm/virtual_machine.h"
+#include "oclvm/storage/allocator_registry.h"
+#include "oclvm/storage/device_manager.h"
+#include "oclvm/storage/options.h"
+#include "oclvm/vm/virtual_machine.h"
 
 namespace oclvm::script {
 

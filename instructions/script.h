@@ -47,12 +47,12 @@
 #include <variant>
 #include <vector>
 
-#include "instructions/builder.h"
-#include "storage/device.h"
-#include "storage/errors.h"
-#include "storage/stats.h"
-#include "storage/storage_objects.h"
-#include "vm/stream.h"
+#include "oclvm/instructions/builder.h"
+#include "oclvm/storage/device.h"
+#include "oclvm/storage/errors.h"
+#include "oclvm/storage/stats.h"
+#include "oclvm/storage/storage_objects.h"
+#include "oclvm/vm/stream.h"
 
 namespace oclvm::script {
 

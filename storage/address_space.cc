@@ -1,13 +1,13 @@
 // storage/address_space.cc — PROT_NONE reservations and the chunk -> segment table.
-#include "storage/address_space.h"
+#include "oclvm/storage/address_space.h"
 
 #include <sys/mman.h>
 
 #include <cerrno>
 #include <cstring>
 
-#include "storage/backend.h"
-#include "storage/errors.h"
+#include "oclvm/storage/backend.h"
+#include "oclvm/storage/errors.h"
 
 namespace oclvm {
 namespace {

@@ -1,9 +1,9 @@
 // storage/allocator.cc — helpers shared by the allocators.
-#include "storage/allocator.h"
+#include "oclvm/storage/allocator.h"
 
 #include <cstdint>
 
-#include "storage/errors.h"
+#include "oclvm/storage/errors.h"
 
 namespace oclvm {
 

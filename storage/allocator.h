@@ -28,9 +28,9 @@
 #include <string>
 #include <string_view>
 
-#include "storage/backend.h"
-#include "storage/device.h"
-#include "storage/stats.h"
+#include "oclvm/storage/backend.h"
+#include "oclvm/storage/device.h"
+#include "oclvm/storage/stats.h"
 
 namespace oclvm {
 

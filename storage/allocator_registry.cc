@@ -1,12 +1,12 @@
 // storage/allocator_registry.cc — the registry's table and the built-in allocators.
-#include "storage/allocator_registry.h"
+#include "oclvm/storage/allocator_registry.h"
 
 #include <algorithm>
 
-#include "storage/buddy_allocator.h"
-#include "storage/caching_allocator.h"
-#include "storage/errors.h"
-#include "storage/system_allocator.h"
+#include "oclvm/storage/buddy_allocator.h"
+#include "oclvm/storage/caching_allocator.h"
+#include "oclvm/storage/errors.h"
+#include "oclvm/storage/system_allocator.h"
 
 namespace oclvm {
 

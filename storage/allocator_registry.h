@@ -30,9 +30,9 @@
 #include <utility>
 #include <vector>
 
-#include "storage/allocator.h"
-#include "storage/backend.h"
-#include "storage/options.h"
+#include "oclvm/storage/allocator.h"
+#include "oclvm/storage/backend.h"
+#include "oclvm/storage/options.h"
 
 namespace oclvm {
 

@@ -1,11 +1,11 @@
 // storage/backend.cc — argument checks, ids and address reservation shared by every backend.
-#include "storage/backend.h"
+#include "oclvm/storage/backend.h"
 
 #include <cstdio>
 
-#include "storage/address_space.h"
-#include "storage/errors.h"
-#include "storage/options.h"
+#include "oclvm/storage/address_space.h"
+#include "oclvm/storage/errors.h"
+#include "oclvm/storage/options.h"
 
 namespace oclvm {
 namespace {

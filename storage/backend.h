@@ -23,8 +23,8 @@
 #include <memory>
 #include <string>
 
-#include "storage/device.h"
-#include "storage/faults.h"
+#include "oclvm/storage/device.h"
+#include "oclvm/storage/faults.h"
 
 namespace oclvm {
 

@@ -1,13 +1,13 @@
 // storage/buddy_allocator.cc — power-of-two splits, buddy merges and the arena slow path.
-#include "storage/buddy_allocator.h"
+#include "oclvm/storage/buddy_allocator.h"
 
 #include <algorithm>
 #include <array>
 #include <bit>
 
-#include "storage/errors.h"
-#include "storage/options.h"
-#include "storage/system_allocator.h"
+#include "oclvm/storage/errors.h"
+#include "oclvm/storage/options.h"
+#include "oclvm/storage/system_allocator.h"
 
 namespace oclvm {
 namespace {

@@ -54,7 +54,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "storage/allocator.h"
+#include "oclvm/storage/allocator.h"
 
 namespace oclvm {
 

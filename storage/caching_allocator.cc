@@ -2,15 +2,15 @@
 // and merge) first, then the slow path (segment creation, the out-of-memory ladder, releasing
 // segments, growing the record pool and the live table), then the invariant walk.
 // See storage/caching_allocator.h for the policy notes.
-#include "storage/caching_allocator.h"
+#include "oclvm/storage/caching_allocator.h"
 
 #include <algorithm>
 #include <cinttypes>
 #include <cstdio>
 #include <iterator>
 
-#include "storage/errors.h"
-#include "storage/options.h"
+#include "oclvm/storage/errors.h"
+#include "oclvm/storage/options.h"
 
 namespace oclvm {
 namespace {

@@ -76,9 +76,9 @@
 #include <string>
 #include <vector>
 
-#include "storage/allocator.h"
-#include "storage/backend.h"
-#include "storage/stats.h"
+#include "oclvm/storage/allocator.h"
+#include "oclvm/storage/backend.h"
+#include "oclvm/storage/stats.h"
 
 namespace oclvm {
 

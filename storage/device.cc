@@ -1,9 +1,9 @@
 // storage/device.cc — printing and parsing device names.
-#include "storage/device.h"
+#include "oclvm/storage/device.h"
 
 #include <charconv>
 
-#include "storage/errors.h"
+#include "oclvm/storage/errors.h"
 
 namespace oclvm {
 

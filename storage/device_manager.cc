@@ -1,9 +1,9 @@
 // storage/device_manager.cc — building the backends of every device once.
-#include "storage/device_manager.h"
+#include "oclvm/storage/device_manager.h"
 
-#include "storage/errors.h"
-#include "storage/host/host_backend.h"
-#include "storage/opencl/opencl_devices.h"
+#include "oclvm/storage/errors.h"
+#include "oclvm/storage/host/host_backend.h"
+#include "oclvm/storage/opencl/opencl_devices.h"
 
 namespace oclvm {
 

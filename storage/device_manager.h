@@ -15,9 +15,9 @@
 #include <string>
 #include <vector>
 
-#include "storage/backend.h"
-#include "storage/device.h"
-#include "storage/options.h"
+#include "oclvm/storage/backend.h"
+#include "oclvm/storage/device.h"
+#include "oclvm/storage/options.h"
 
 namespace oclvm {
 

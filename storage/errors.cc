@@ -1,5 +1,5 @@
 // storage/errors.cc — the failure path of OCLVM_DCHECK.
-#include "storage/errors.h"
+#include "oclvm/storage/errors.h"
 
 #include <cstdio>
 #include <cstdlib>

@@ -1,12 +1,12 @@
 // storage/faults.cc — parsing OCLVM_FAULTS and deciding which calls fail.
-#include "storage/faults.h"
+#include "oclvm/storage/faults.h"
 
 #include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <string>
 
-#include "storage/errors.h"
+#include "oclvm/storage/errors.h"
 
 namespace oclvm {
 namespace {

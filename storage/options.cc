@@ -1,11 +1,11 @@
 // storage/options.cc — the one place that reads oclvm's environment variables.
-#include "storage/options.h"
+#include "oclvm/storage/options.h"
 
 #include <charconv>
 #include <cstdio>
 #include <cstdlib>
 
-#include "storage/errors.h"
+#include "oclvm/storage/errors.h"
 
 namespace oclvm {
 

@@ -20,7 +20,7 @@
 #include <string>
 #include <string_view>
 
-#include "storage/faults.h"
+#include "oclvm/storage/faults.h"
 
 namespace oclvm {
 

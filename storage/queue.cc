@@ -1,9 +1,9 @@
 // storage/queue.cc — argument checks shared by every DeviceQueue.
-#include "storage/queue.h"
+#include "oclvm/storage/queue.h"
 
 #include <string>
 
-#include "storage/errors.h"
+#include "oclvm/storage/errors.h"
 
 namespace oclvm {
 

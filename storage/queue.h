@@ -27,7 +27,7 @@
 #include <cstdint>
 #include <memory>
 
-#include "storage/backend.h"
+#include "oclvm/storage/backend.h"
 
 namespace oclvm {
 

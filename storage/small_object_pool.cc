@@ -1,5 +1,5 @@
 // storage/small_object_pool.cc — thread-local free lists by size class.
-#include "storage/small_object_pool.h"
+#include "oclvm/storage/small_object_pool.h"
 
 #include <new>
 

@@ -1,11 +1,11 @@
 // storage/stats.cc — DeviceStatsTracker updates, resets and invariant checks.
-#include "storage/stats.h"
+#include "oclvm/storage/stats.h"
 
 #include <iterator>
 #include <sstream>
 #include <type_traits>
 
-#include "storage/errors.h"
+#include "oclvm/storage/errors.h"
 
 namespace oclvm {
 namespace {

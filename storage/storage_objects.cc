@@ -1,15 +1,15 @@
 // storage/storage_objects.cc — BlobStorage release, BlobObject layout checks, TensorStorage's
 // releasing destructor. See the Notes in storage/storage_objects.h.
-#include "storage/storage_objects.h"
+#include "oclvm/storage/storage_objects.h"
 
-#include "storage/small_object_pool.h"
+#include "oclvm/storage/small_object_pool.h"
 
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
 #include <utility>
 
-#include "storage/errors.h"
+#include "oclvm/storage/errors.h"
 
 namespace oclvm {
 namespace {

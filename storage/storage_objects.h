@@ -63,8 +63,8 @@
 #include <span>
 #include <vector>
 
-#include "storage/allocator.h"
-#include "storage/device.h"
+#include "oclvm/storage/allocator.h"
+#include "oclvm/storage/device.h"
 
 namespace oclvm {
 

@@ -1,10 +1,10 @@
 // storage/system_allocator.cc — one segment per allocation; the shared out-of-memory message.
-#include "storage/system_allocator.h"
+#include "oclvm/storage/system_allocator.h"
 
 #include <cstdio>
 
-#include "storage/errors.h"
-#include "storage/options.h"
+#include "oclvm/storage/errors.h"
+#include "oclvm/storage/options.h"
 
 namespace oclvm {
 namespace {

@@ -34,7 +34,7 @@
 #include <string_view>
 #include <unordered_map>
 
-#include "storage/allocator.h"
+#include "oclvm/storage/allocator.h"
 
 namespace oclvm {
 

@@ -1,11 +1,11 @@
 // storage/tracking_allocator.cc — forwarding, the live records and the leak report.
-#include "storage/tracking_allocator.h"
+#include "oclvm/storage/tracking_allocator.h"
 
 #include <cstdio>
 
-#include "storage/errors.h"
-#include "storage/options.h"
-#include "storage/system_allocator.h"
+#include "oclvm/storage/errors.h"
+#include "oclvm/storage/options.h"
+#include "oclvm/storage/system_allocator.h"
 
 namespace oclvm {
 

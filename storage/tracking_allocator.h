@@ -32,7 +32,7 @@
 #include <string>
 #include <vector>
 
-#include "storage/allocator.h"
+#include "oclvm/storage/allocator.h"
 
 namespace oclvm {
 

@@ -28,10 +28,10 @@
 #include <string>
 #include <vector>
 
-#include "storage/allocator.h"
-#include "storage/small_object_pool.h"
-#include "storage/storage_objects.h"
-#include "vm/stream.h"
+#include "oclvm/storage/allocator.h"
+#include "oclvm/storage/small_object_pool.h"
+#include "oclvm/storage/storage_objects.h"
+#include "oclvm/vm/stream.h"
 
 namespace oclvm::vm {
 

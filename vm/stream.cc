@@ -1,5 +1,5 @@
 // vm/stream.cc — stream names and roles.
-#include "vm/stream.h"
+#include "oclvm/vm/stream.h"
 
 namespace oclvm::vm {
 

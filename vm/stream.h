@@ -14,9 +14,9 @@
 #include <memory>
 #include <string>
 
-#include "storage/device.h"
-#include "storage/queue.h"
-#include "storage/storage_objects.h"
+#include "oclvm/storage/device.h"
+#include "oclvm/storage/queue.h"
+#include "oclvm/storage/storage_objects.h"
 
 namespace oclvm::vm {
 

@@ -1,12 +1,12 @@
 // vm/stream_worker.cc — the per-device dispatch loop, caller runs, and soft syncs.
-#include "vm/stream_worker.h"
+#include "oclvm/vm/stream_worker.h"
 
 #include <chrono>
 #include <cstdio>
 
-#include "storage/device_manager.h"
-#include "storage/errors.h"
-#include "vm/virtual_machine.h"
+#include "oclvm/storage/device_manager.h"
+#include "oclvm/storage/errors.h"
+#include "oclvm/vm/virtual_machine.h"
 
 namespace oclvm::vm {
 

@@ -25,10 +25,10 @@
 #include <thread>
 #include <unordered_map>
 
-#include "storage/allocator.h"
-#include "storage/backend.h"
-#include "storage/queue.h"
-#include "vm/instruction.h"
+#include "oclvm/storage/allocator.h"
+#include "oclvm/storage/backend.h"
+#include "oclvm/storage/queue.h"
+#include "oclvm/vm/instruction.h"
 
 namespace oclvm::vm {
 

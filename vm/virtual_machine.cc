@@ -1,13 +1,13 @@
 // vm/virtual_machine.cc — submission, dependency analysis, sync points, shutdown.
-#include "vm/virtual_machine.h"
+#include "oclvm/vm/virtual_machine.h"
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <thread>
 
-#include "storage/allocator_registry.h"
-#include "storage/errors.h"
+#include "oclvm/storage/allocator_registry.h"
+#include "oclvm/storage/errors.h"
 
 namespace oclvm::vm {
 

@@ -23,9 +23,9 @@
 // instructions go on; the first error of a submission is rethrown at its sync point.
 //
 // Shutdown: drains every pending instruction and joins the workers. Afterwards (a late caller
-// first waits for that drain) an instruction that runs_after_shutdown() (ReleaseTensor) executes
-// on the caller's thread; anything else is an Error ("Expected a running VM, but it has been shut
-// down").
+// first waits for that drain) an instruction that runs_after_shutdown() (ReleaseTensor,
+// QueryStats) executes on the caller's thread; anything else is an Error ("Expected a running
+// VM, but it has been shut down").
 //
 // Thread-safety: thread-safe; any number of producer threads may submit at once.
 #pragma once
@@ -39,11 +39,11 @@
 #include <string>
 #include <vector>
 
-#include "storage/device_manager.h"
-#include "storage/options.h"
-#include "vm/instruction.h"
-#include "vm/stream.h"
-#include "vm/stream_worker.h"
+#include "oclvm/storage/device_manager.h"
+#include "oclvm/storage/options.h"
+#include "oclvm/vm/instruction.h"
+#include "oclvm/vm/stream.h"
+#include "oclvm/vm/stream_worker.h"
 
 namespace oclvm::vm {
 

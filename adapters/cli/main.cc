@@ -4,6 +4,7 @@
 //   oclvm replay FILE [--allocator NAME] [--device DEVICE] [--limit BYTES] [--repeat N] [--json]
 //   oclvm devices
 //   oclvm help | --help | -h
+//   oclvm version | --version     prints "oclvm MAJOR.MINOR.PATCH"
 //
 // Exit status (the promise scripts and ctest rely on):
 //   0  success (for `run`: every expectation of every script held)
@@ -30,10 +31,11 @@
 #include "adapters/cli/replay.h"
 #include "adapters/cli/run_command.h"
 #include "adapters/cli/trace.h"
-#include "storage/allocator_registry.h"
-#include "storage/device_manager.h"
-#include "storage/errors.h"
-#include "storage/options.h"
+#include "oclvm/storage/allocator_registry.h"
+#include "oclvm/storage/device_manager.h"
+#include "oclvm/storage/errors.h"
+#include "oclvm/storage/options.h"
+#include "oclvm/version.h"
 
 namespace oclvm::cli {
 namespace {
@@ -62,6 +64,7 @@ constexpr const char* kUsage =
     "      --json               print one JSON object instead of the text report\n"
     "  devices                  list the OpenCL platform and every device\n"
     "  help, --help, -h         print this text\n"
+    "  version, --version       print the version of oclvm\n"
     "\n"
     "exit status: 0 ok, 1 runtime error or failed expectation,\n"
     "             2 bad usage, malformed trace or malformed script,\n"
@@ -237,6 +240,14 @@ int run(int argc, char** argv) {
   }
   std::string_view command = args[0];
   std::vector<std::string_view> rest(args.begin() + 1, args.end());
+  if (command == "version" || command == "--version") {
+    if (!rest.empty()) {
+      throw UsageError("Expected no arguments after '" + std::string(command) + "', but got '" +
+                       std::string(rest[0]) + "'");
+    }
+    std::printf("oclvm %s\n", library_version());
+    return kExitOk;
+  }
   for (std::string_view arg : rest) {
     if (arg == "--help" || arg == "-h") {
       std::fputs(kUsage, stdout);
@@ -246,7 +257,8 @@ int run(int argc, char** argv) {
   if (command == "run") return run_run(rest);
   if (command == "replay") return run_replay(rest);
   if (command == "devices") return run_devices(rest);
-  throw UsageError("Expected a command (run, replay, devices, help), but got '" + std::string(command) + "'");
+  throw UsageError("Expected a command (run, replay, devices, version, help), but got '" +
+                   std::string(command) + "'");
 }
 
 }  // namespace

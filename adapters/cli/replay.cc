@@ -9,8 +9,8 @@
 #include <cstdio>
 #include <vector>
 
-#include "storage/errors.h"
-#include "storage/options.h"
+#include "oclvm/storage/errors.h"
+#include "oclvm/storage/options.h"
 
 namespace oclvm::cli {
 

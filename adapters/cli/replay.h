@@ -25,7 +25,7 @@
 #include <string>
 
 #include "adapters/cli/trace.h"
-#include "storage/allocator.h"
+#include "oclvm/storage/allocator.h"
 
 namespace oclvm::cli {
 

@@ -4,9 +4,9 @@
 #include <exception>
 #include <mutex>
 
-#include "instructions/script.h"
-#include "storage/device_manager.h"
-#include "storage/errors.h"
+#include "oclvm/instructions/script.h"
+#include "oclvm/storage/device_manager.h"
+#include "oclvm/storage/errors.h"
 
 namespace oclvm::cli {
 namespace {

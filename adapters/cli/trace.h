@@ -33,7 +33,7 @@
 #include <string_view>
 #include <vector>
 
-#include "storage/errors.h"
+#include "oclvm/storage/errors.h"
 
 namespace oclvm::cli {
 

@@ -19,8 +19,8 @@
 #include <string>
 #include <vector>
 
-#include "storage/device_manager.h"
-#include "vm/virtual_machine.h"
+#include "oclvm/storage/device_manager.h"
+#include "oclvm/vm/virtual_machine.h"
 
 namespace oclvm::torch_adapter {
 namespace {

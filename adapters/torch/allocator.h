@@ -33,10 +33,10 @@
 
 #include <c10/core/Stream.h>
 
-#include "instructions/builder.h"
-#include "storage/device.h"
-#include "storage/errors.h"
-#include "storage/storage_objects.h"
+#include "oclvm/instructions/builder.h"
+#include "oclvm/storage/device.h"
+#include "oclvm/storage/errors.h"
+#include "oclvm/storage/storage_objects.h"
 
 namespace oclvm::torch_adapter {
 

@@ -35,9 +35,9 @@
 #include <vector>
 
 #include "adapters/torch/allocator.h"
-#include "storage/address_space.h"
-#include "storage/backend.h"
-#include "vm/virtual_machine.h"
+#include "oclvm/storage/address_space.h"
+#include "oclvm/storage/backend.h"
+#include "oclvm/vm/virtual_machine.h"
 
 namespace oclvm::torch_adapter {
 namespace {

@@ -44,7 +44,7 @@
 #include <vector>
 
 #include "adapters/torch/allocator.h"
-#include "vm/virtual_machine.h"
+#include "oclvm/vm/virtual_machine.h"
 
 namespace oclvm::torch_adapter {
 namespace {

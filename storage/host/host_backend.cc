@@ -1,14 +1,14 @@
 // storage/host/host_backend.cc — host memory segments.
-#include "storage/host/host_backend.h"
+#include "oclvm/storage/host/host_backend.h"
 
 #include <unistd.h>
 
 #include <cstdlib>
 #include <cstring>
 
-#include "storage/errors.h"
-#include "storage/options.h"
-#include "storage/queue.h"
+#include "oclvm/storage/errors.h"
+#include "oclvm/storage/options.h"
+#include "oclvm/storage/queue.h"
 
 namespace oclvm {
 namespace {

@@ -7,7 +7,7 @@
 // Thread-safety: thread-compatible, like every MemoryBackend.
 #pragma once
 
-#include "storage/backend.h"
+#include "oclvm/storage/backend.h"
 
 namespace oclvm {
 

@@ -1,7 +1,7 @@
 // storage/opencl/cl_check.cc — OpenCL error names and the checked-call helper.
-#include "storage/opencl/cl_check.h"
+#include "oclvm/storage/opencl/cl_check.h"
 
-#include "storage/errors.h"
+#include "oclvm/storage/errors.h"
 
 namespace oclvm::opencl {
 

@@ -13,7 +13,7 @@
 
 #include <string>
 
-#include "storage/device.h"
+#include "oclvm/storage/device.h"
 
 namespace oclvm::opencl {
 

@@ -1,14 +1,14 @@
 // storage/opencl/opencl_backend.cc — OpenCL segments, transfers and device discovery.
-#include "storage/opencl/opencl_backend.h"
+#include "oclvm/storage/opencl/opencl_backend.h"
 
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <vector>
 
-#include "storage/errors.h"
-#include "storage/opencl/cl_check.h"
-#include "storage/opencl/opencl_devices.h"
+#include "oclvm/storage/errors.h"
+#include "oclvm/storage/opencl/cl_check.h"
+#include "oclvm/storage/opencl/opencl_devices.h"
 
 namespace oclvm::opencl {
 

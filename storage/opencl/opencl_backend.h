@@ -17,8 +17,8 @@
 
 #include <string>
 
-#include "storage/backend.h"
-#include "storage/queue.h"
+#include "oclvm/storage/backend.h"
+#include "oclvm/storage/queue.h"
 
 namespace oclvm::opencl {
 

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "storage/backend.h"
-#include "storage/options.h"
+#include "oclvm/storage/backend.h"
+#include "oclvm/storage/options.h"
 
 namespace oclvm::opencl {
 

@@ -133,7 +133,17 @@ oclvm_cli_test(replay.missing_file_exits_2 2
   STDERR "no_such.trace: error: expected a readable trace file, but opening it failed .No such file or directory.")
 oclvm_cli_test(usage.unknown_command 2
   ARGS frobnicate
-  STDERR "oclvm: error: Expected a command .run, replay, devices, help., but got 'frobnicate'" "usage: oclvm")
+  STDERR "oclvm: error: Expected a command .run, replay, devices, version, help., but got 'frobnicate'" "usage: oclvm")
+# The version comes from project(VERSION) in CMakeLists.txt, through the generated oclvm/version.h.
+oclvm_cli_test(version.long_flag 0
+  ARGS --version
+  STDOUT "^oclvm ${PROJECT_VERSION}\n$")
+oclvm_cli_test(version.command 0
+  ARGS version
+  STDOUT "^oclvm ${PROJECT_VERSION}\n$")
+oclvm_cli_test(version.extra_argument_exits_2 2
+  ARGS --version now
+  STDERR "Expected no arguments after '--version', but got 'now'")
 oclvm_cli_test(usage.unknown_flag 2
   ARGS replay ${OCLVM_CLI_DATA}/small.trace --fast
   STDERR "but got '--fast'" "usage: oclvm")

@@ -16,10 +16,10 @@
 #include <string>
 
 #include "adapters/cli/trace.h"
-#include "storage/allocator_registry.h"
-#include "storage/device_manager.h"
-#include "storage/errors.h"
-#include "storage/options.h"
+#include "oclvm/storage/allocator_registry.h"
+#include "oclvm/storage/device_manager.h"
+#include "oclvm/storage/errors.h"
+#include "oclvm/storage/options.h"
 
 namespace oclvm::cli {
 namespace {

@@ -20,9 +20,9 @@
 #include <thread>
 #include <vector>
 
-#include "instructions/builder.h"
-#include "storage/device_manager.h"
-#include "vm/virtual_machine.h"
+#include "oclvm/instructions/builder.h"
+#include "oclvm/storage/device_manager.h"
+#include "oclvm/vm/virtual_machine.h"
 
 namespace {
 

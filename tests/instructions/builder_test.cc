@@ -10,12 +10,12 @@
 #include <string>
 #include <vector>
 
-#include "instructions/builder.h"
-#include "instructions/instructions.h"
-#include "storage/device_manager.h"
-#include "storage/errors.h"
+#include "oclvm/instructions/builder.h"
+#include "oclvm/instructions/instructions.h"
+#include "oclvm/storage/device_manager.h"
+#include "oclvm/storage/errors.h"
 #include "tests/storage/test_util.h"
-#include "vm/virtual_machine.h"
+#include "oclvm/vm/virtual_machine.h"
 
 #define EXPECT_CONTAINS(text, part) \
   EXPECT_NE(std::string(text).find(part), std::string::npos) << "in: " << (text)

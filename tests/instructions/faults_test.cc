@@ -11,12 +11,12 @@
 #include <string>
 #include <vector>
 
-#include "instructions/builder.h"
-#include "storage/device_manager.h"
-#include "storage/errors.h"
-#include "storage/faults.h"
+#include "oclvm/instructions/builder.h"
+#include "oclvm/storage/device_manager.h"
+#include "oclvm/storage/errors.h"
+#include "oclvm/storage/faults.h"
 #include "tests/storage/test_util.h"
-#include "vm/virtual_machine.h"
+#include "oclvm/vm/virtual_machine.h"
 
 namespace oclvm {
 namespace {

@@ -15,12 +15,12 @@
 #include <string>
 #include <vector>
 
-#include "instructions/builder.h"
-#include "instructions/instructions.h"
-#include "storage/device_manager.h"
-#include "storage/errors.h"
+#include "oclvm/instructions/builder.h"
+#include "oclvm/instructions/instructions.h"
+#include "oclvm/storage/device_manager.h"
+#include "oclvm/storage/errors.h"
 #include "tests/storage/test_util.h"
-#include "vm/virtual_machine.h"
+#include "oclvm/vm/virtual_machine.h"
 
 #define EXPECT_CONTAINS(text, part) \
   EXPECT_NE(std::string(text).find(part), std::string::npos) << "in: " << (text)
@@ -835,14 +835,21 @@ TEST_F(VmTest, AListBuiltForAnotherVmIsRefusedWholeAndRunsNothing) {
 
 TEST_F(VmTest, NonReleaseWorkAfterShutdownIsAnError) {
   vm().shutdown();
-  DeviceStats out;
   EXPECT_THROW(
       {
         InstructionsBuilder builder(vm());
-        builder.query_stats(kOpenCL0, &out);
+        builder.empty_cache(kOpenCL0);
         vm().run(builder.take());
       },
       Error);
+}
+
+TEST_F(VmTest, StatisticsCanBeReadAfterShutdown) {
+  auto tensor = make_tensor_storage(vm(), kOpenCL0, {256}, DType::kU8);
+  vm().shutdown();
+  EXPECT_EQ(stats(kOpenCL0).allocation[kAll].current, 1);  // a QueryStats on this thread
+  tensor.reset();
+  EXPECT_EQ(stats(kOpenCL0).allocation[kAll].current, 0);
 }
 
 // ---------------------------------------------------------------------------------------------

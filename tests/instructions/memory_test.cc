@@ -11,12 +11,12 @@
 #include <thread>
 #include <vector>
 
-#include "instructions/builder.h"
-#include "instructions/memory.h"
-#include "storage/device_manager.h"
-#include "storage/errors.h"
+#include "oclvm/instructions/builder.h"
+#include "oclvm/instructions/memory.h"
+#include "oclvm/storage/device_manager.h"
+#include "oclvm/storage/errors.h"
 #include "tests/storage/test_util.h"
-#include "vm/virtual_machine.h"
+#include "oclvm/vm/virtual_machine.h"
 
 namespace oclvm {
 namespace {

@@ -15,9 +15,9 @@
 #include <string>
 #include <vector>
 
-#include "instructions/script.h"
-#include "storage/device_manager.h"
-#include "storage/storage_objects.h"
+#include "oclvm/instructions/script.h"
+#include "oclvm/storage/device_manager.h"
+#include "oclvm/storage/storage_objects.h"
 #include "tests/storage/test_util.h"
 
 namespace oclvm::script {

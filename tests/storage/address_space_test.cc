@@ -11,8 +11,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "storage/address_space.h"
-#include "storage/backend.h"
+#include "oclvm/storage/address_space.h"
+#include "oclvm/storage/backend.h"
 #include "tests/storage/test_util.h"
 
 namespace oclvm {

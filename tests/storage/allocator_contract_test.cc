@@ -16,9 +16,9 @@
 #include <tuple>
 #include <vector>
 
-#include "storage/address_space.h"
-#include "storage/allocator_registry.h"
-#include "storage/errors.h"
+#include "oclvm/storage/address_space.h"
+#include "oclvm/storage/allocator_registry.h"
+#include "oclvm/storage/errors.h"
 #include "tests/storage/test_util.h"
 
 namespace oclvm {

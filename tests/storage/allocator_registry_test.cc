@@ -1,6 +1,6 @@
 // tests/storage/allocator_registry_test.cc — AllocatorRegistry: priority order, choice by name,
 // errors for unknown and duplicate names, and the process-wide registry's built-in allocators.
-#include "storage/allocator_registry.h"
+#include "oclvm/storage/allocator_registry.h"
 
 #include <gtest/gtest.h>
 
@@ -8,8 +8,8 @@
 #include <optional>
 #include <thread>
 
-#include "storage/errors.h"
-#include "storage/system_allocator.h"
+#include "oclvm/storage/errors.h"
+#include "oclvm/storage/system_allocator.h"
 #include "tests/storage/test_util.h"
 
 namespace oclvm {

@@ -6,9 +6,9 @@
 #include <numeric>
 #include <vector>
 
-#include "storage/address_space.h"
-#include "storage/device_manager.h"
-#include "storage/errors.h"
+#include "oclvm/storage/address_space.h"
+#include "oclvm/storage/device_manager.h"
+#include "oclvm/storage/errors.h"
 #include "tests/storage/test_util.h"
 
 namespace oclvm {

@@ -2,7 +2,7 @@
 // rounding, exact split and buddy-merge sequences, arenas of their own for large requests, the
 // cache and the out-of-memory ladder (memory limit and a refusing driver), exact statistics and
 // bad input that must change nothing.
-#include "storage/buddy_allocator.h"
+#include "oclvm/storage/buddy_allocator.h"
 
 #include <gtest/gtest.h>
 
@@ -10,10 +10,10 @@
 #include <bit>
 #include <vector>
 
-#include "storage/address_space.h"
-#include "storage/errors.h"
-#include "storage/options.h"
-#include "storage/system_allocator.h"
+#include "oclvm/storage/address_space.h"
+#include "oclvm/storage/errors.h"
+#include "oclvm/storage/options.h"
+#include "oclvm/storage/system_allocator.h"
 #include "tests/storage/test_util.h"
 
 namespace oclvm {

@@ -4,7 +4,7 @@
 // Every test checks exact statistics and calls check_invariants() after each step; fixtures
 // derive from LeakCheckedTest (no segment or address range may outlive a test) and end with
 // expect_nothing_live.
-#include "storage/caching_allocator.h"
+#include "oclvm/storage/caching_allocator.h"
 
 #include <gtest/gtest.h>
 
@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "storage/errors.h"
+#include "oclvm/storage/errors.h"
 #include "tests/storage/test_util.h"
 
 namespace oclvm {

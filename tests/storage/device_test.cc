@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "storage/device.h"
-#include "storage/errors.h"
+#include "oclvm/storage/device.h"
+#include "oclvm/storage/errors.h"
 
 namespace oclvm {
 namespace {

@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "storage/errors.h"
-#include "storage/faults.h"
-#include "storage/queue.h"
+#include "oclvm/storage/errors.h"
+#include "oclvm/storage/faults.h"
+#include "oclvm/storage/queue.h"
 #include "tests/storage/test_util.h"
 
 #define EXPECT_CONTAINS(text, part) \

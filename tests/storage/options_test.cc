@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "storage/errors.h"
-#include "storage/options.h"
+#include "oclvm/storage/errors.h"
+#include "oclvm/storage/options.h"
 
 namespace oclvm {
 namespace {

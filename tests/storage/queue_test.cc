@@ -10,9 +10,9 @@
 #include <memory>
 #include <vector>
 
-#include "storage/device_manager.h"
-#include "storage/errors.h"
-#include "storage/queue.h"
+#include "oclvm/storage/device_manager.h"
+#include "oclvm/storage/errors.h"
+#include "oclvm/storage/queue.h"
 #include "tests/storage/test_util.h"
 
 namespace oclvm {

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "storage/stats.h"
+#include "oclvm/storage/stats.h"
 #include "tests/storage/test_util.h"
 
 namespace oclvm {

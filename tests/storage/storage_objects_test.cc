@@ -17,10 +17,10 @@
 #include <string>
 #include <vector>
 
-#include "storage/address_space.h"
-#include "storage/errors.h"
-#include "storage/storage_objects.h"
-#include "storage/system_allocator.h"
+#include "oclvm/storage/address_space.h"
+#include "oclvm/storage/errors.h"
+#include "oclvm/storage/storage_objects.h"
+#include "oclvm/storage/system_allocator.h"
 #include "tests/storage/test_util.h"
 
 namespace oclvm {

@@ -1,16 +1,16 @@
 // tests/storage/system_allocator_test.cc — SystemAllocator on PoCL and on the host: one segment per
 // allocation, exact statistics after every step, the memory limit, a refusing driver, and bad
 // handles that must change nothing.
-#include "storage/system_allocator.h"
+#include "oclvm/storage/system_allocator.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <vector>
 
-#include "storage/address_space.h"
-#include "storage/errors.h"
-#include "storage/options.h"
+#include "oclvm/storage/address_space.h"
+#include "oclvm/storage/errors.h"
+#include "oclvm/storage/options.h"
 #include "tests/storage/test_util.h"
 
 namespace oclvm {

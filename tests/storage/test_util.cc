@@ -8,9 +8,9 @@
 #include <sstream>
 #include <type_traits>
 
-#include "storage/address_space.h"
-#include "storage/errors.h"
-#include "storage/queue.h"
+#include "oclvm/storage/address_space.h"
+#include "oclvm/storage/errors.h"
+#include "oclvm/storage/queue.h"
 
 namespace oclvm::testing {
 

@@ -27,11 +27,11 @@
 #include <utility>
 #include <vector>
 
-#include "storage/allocator.h"
-#include "storage/backend.h"
-#include "storage/device.h"
-#include "storage/device_manager.h"
-#include "storage/stats.h"
+#include "oclvm/storage/allocator.h"
+#include "oclvm/storage/backend.h"
+#include "oclvm/storage/device.h"
+#include "oclvm/storage/device_manager.h"
+#include "oclvm/storage/stats.h"
 
 namespace oclvm::testing {
 

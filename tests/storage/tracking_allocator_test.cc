@@ -1,16 +1,16 @@
 // tests/storage/tracking_allocator_test.cc — TrackingAllocator over the system and buddy allocators:
 // records appear and disappear with allocations, carry the stream tag, make a readable leak report,
 // and stay unchanged when the inner allocator rejects a call.
-#include "storage/tracking_allocator.h"
+#include "oclvm/storage/tracking_allocator.h"
 
 #include <gtest/gtest.h>
 
 #include <string>
 
-#include "storage/buddy_allocator.h"
-#include "storage/errors.h"
-#include "storage/options.h"
-#include "storage/system_allocator.h"
+#include "oclvm/storage/buddy_allocator.h"
+#include "oclvm/storage/errors.h"
+#include "oclvm/storage/options.h"
+#include "oclvm/storage/system_allocator.h"
 #include "tests/storage/test_util.h"
 
 namespace oclvm {

@@ -6,10 +6,10 @@
 #include <cstring>
 #include <numeric>
 
-#include "storage/device_manager.h"
-#include "storage/system_allocator.h"
+#include "oclvm/storage/device_manager.h"
+#include "oclvm/storage/system_allocator.h"
 #include "tests/vm/probe.h"
-#include "vm/virtual_machine.h"
+#include "oclvm/vm/virtual_machine.h"
 
 namespace oclvm::vm {
 namespace {

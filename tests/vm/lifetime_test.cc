@@ -6,10 +6,10 @@
 #include <chrono>
 #include <thread>
 
-#include "instructions/builder.h"
-#include "storage/device_manager.h"
-#include "storage/errors.h"
-#include "vm/virtual_machine.h"
+#include "oclvm/instructions/builder.h"
+#include "oclvm/storage/device_manager.h"
+#include "oclvm/storage/errors.h"
+#include "oclvm/vm/virtual_machine.h"
 
 namespace oclvm::vm {
 namespace {

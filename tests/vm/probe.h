@@ -10,7 +10,7 @@
 #include <thread>
 #include <vector>
 
-#include "vm/instruction.h"
+#include "oclvm/vm/instruction.h"
 
 namespace oclvm::vm::testing {
 

@@ -8,10 +8,10 @@
 #include <future>
 #include <thread>
 
-#include "storage/device_manager.h"
-#include "storage/errors.h"
+#include "oclvm/storage/device_manager.h"
+#include "oclvm/storage/errors.h"
 #include "tests/vm/probe.h"
-#include "vm/virtual_machine.h"
+#include "oclvm/vm/virtual_machine.h"
 
 namespace oclvm::vm {
 namespace {

@@ -60,11 +60,11 @@
 #include <vector>
 
 #include "adapters/torch/allocator.h"
-#include "instructions/builder.h"
-#include "storage/backend.h"
-#include "storage/device_manager.h"
-#include "storage/stats.h"
-#include "vm/virtual_machine.h"
+#include "oclvm/instructions/builder.h"
+#include "oclvm/storage/backend.h"
+#include "oclvm/storage/device_manager.h"
+#include "oclvm/storage/stats.h"
+#include "oclvm/vm/virtual_machine.h"
 
 namespace oclvm::torch_adapter {
 namespace {

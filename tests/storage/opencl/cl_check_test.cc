@@ -3,10 +3,10 @@
 // lives under tests/storage/opencl/, mirroring storage/opencl/.
 #include <gtest/gtest.h>
 
-#include "storage/device_manager.h"
-#include "storage/errors.h"
-#include "storage/opencl/cl_check.h"
-#include "storage/opencl/opencl_backend.h"
+#include "oclvm/storage/device_manager.h"
+#include "oclvm/storage/errors.h"
+#include "oclvm/storage/opencl/cl_check.h"
+#include "oclvm/storage/opencl/opencl_backend.h"
 
 namespace oclvm::opencl {
 namespace {

@@ -1,0 +1,211 @@
+// instructions/runtime.cc — Runtime: a DeviceManager and a VirtualMachine owned together, and the
+// wrappers that run one instruction for a caller who wants no lists.
+#include "oclvm/instructions/runtime.h"
+
+#include <cstdio>
+#include <limits>
+#include <mutex>
+#include <new>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "oclvm/storage/device_manager.h"
+#include "oclvm/storage/errors.h"
+#include "oclvm/version.h"
+
+namespace oclvm {
+
+const char* library_version() noexcept { return OCLVM_VERSION_STRING; }
+
+namespace {
+
+// Builds one list with `build(builder)` and runs it synchronously on `vm`.
+template <typename Build>
+void run_one(vm::VirtualMachine& vm, Build&& build) {
+  InstructionsBuilder builder(vm);
+  build(builder);
+  vm.run(builder.take());
+}
+
+}  // namespace
+
+// Note [Runtime core lifetime]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// The devices and the VM live in one Core, shared by the Runtime and by the releaser of every
+// TensorStorage it made. So a storage that outlives the Runtime still finds its allocator: the
+// Runtime's destructor shuts the VM down (drain, join), and the storage's ReleaseTensor later runs
+// on the thread that drops it (runs_after_shutdown). The Core goes with its last reference.
+//
+// Blobs that an embedder allocated with the builder and did not wrap hold no reference: their
+// BlobStorage points at an allocator of the Core. If any is still allocated when the last
+// reference goes, deleting the Core would leave it dangling, so retire() reports it and keeps the
+// Core instead, for the rest of the process, in a list that is never destroyed (reachable, so
+// LeakSanitizer does not call it lost; the VM is already shut down: no thread keeps running). The
+// check reads the allocators through QueryStats, which runs on the caller's thread after
+// shutdown.
+struct Runtime::Core {
+  Core(const Options& options, const vm::VmOptions& vm_options)
+      : devices(options), vm(devices, options, vm_options), device_list(devices.devices()) {}
+
+  // Shuts down, then deletes `core` unless blobs of it are still allocated (see the Note).
+  static void retire(Core* core) noexcept;
+
+  DeviceManager devices;  // declared first: the VM's workers use its backends until they stop
+  vm::VirtualMachine vm;
+  const std::vector<Device> device_list;
+};
+
+namespace {
+
+// " opencl:0 (2 blobs, 8.00 KiB)" for every device of `vm` with live allocations; empty when none.
+std::string live_allocations(vm::VirtualMachine& vm, const std::vector<Device>& devices) {
+  std::string live;
+  for (Device device : devices) {
+    DeviceStats stats;
+    run_one(vm, [&](InstructionsBuilder& b) { b.query_stats(device, &stats); });
+    const Stat& blocks = stats.allocation[static_cast<size_t>(StatType::kAggregate)];
+    const Stat& bytes = stats.allocated_bytes[static_cast<size_t>(StatType::kAggregate)];
+    if (blocks.current > 0) {
+      live += " " + device.str() + " (" + std::to_string(blocks.current) + " blobs, " +
+              format_bytes(static_cast<uint64_t>(bytes.current)) + ")";
+    }
+  }
+  return live;
+}
+
+}  // namespace
+
+void Runtime::Core::retire(Core* core) noexcept {
+  core->vm.shutdown();
+  try {
+    const std::string live = live_allocations(core->vm, core->device_list);
+    if (live.empty()) {
+      delete core;
+      return;
+    }
+    std::fprintf(stderr,
+                 "oclvm: a Runtime was destroyed while blobs allocated through its builder were "
+                 "still live on%s; its devices and allocators are kept (leaked) so that those "
+                 "blobs stay valid. Release every blob (InstructionsBuilder::release) or wrap it "
+                 "in a TensorStorage before destroying the Runtime.\n",
+                 live.c_str());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr,
+                 "oclvm: a Runtime could not check for live blobs at its end (%s); its devices "
+                 "and allocators are kept (leaked)\n",
+                 e.what());
+  }
+  static std::mutex* const kept_mutex = new std::mutex;
+  static std::vector<Core*>* const kept = new std::vector<Core*>;
+  std::lock_guard<std::mutex> lock(*kept_mutex);
+  try {
+    kept->push_back(core);
+  } catch (const std::bad_alloc&) {
+    // Unrecorded, the Core is still never deleted; only a leak checker would notice.
+  }
+}
+
+Runtime::Runtime(const Options& options, const vm::VmOptions& vm_options)
+    : core_(new Core(options, vm_options), &Core::retire) {}
+
+Runtime::~Runtime() {
+  // The Core is retired here, or later by the releaser of the last TensorStorage still alive.
+  core_->vm.shutdown();
+}
+
+const Options& Runtime::options() const { return core_->devices.options(); }
+
+// ---------------------------------------------------------------------------------------------
+// Devices
+
+const std::vector<Device>& Runtime::devices() const { return core_->device_list; }
+
+size_t Runtime::opencl_device_count() const { return core_->devices.opencl_device_count(); }
+
+const DeviceProperties& Runtime::properties(Device device) const {
+  return core_->devices.backend(device).properties();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Storages
+
+std::shared_ptr<TensorStorage> Runtime::create_storage(Device device, const Dims& shape,
+                                                       DType dtype) {
+  return make_tensor_storage(core_->vm, device, shape, dtype, releaser());
+}
+
+std::shared_ptr<TensorStorage> Runtime::create_storage(Device device, size_t bytes) {
+  if (bytes > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+    throw InvalidArgument("Expected a storage of at most " +
+                          std::to_string(std::numeric_limits<int64_t>::max()) +
+                          " bytes, but got " + std::to_string(bytes));
+  }
+  return create_storage(device, Dims{static_cast<int64_t>(bytes)}, DType::kU8);
+}
+
+TensorStorage::Releaser Runtime::releaser() const {
+  // Holding the Core is what lets a storage outlive the Runtime (Note [Runtime core lifetime]).
+  return [core = core_, release = make_vm_releaser(core_->vm)](std::shared_ptr<BlobObject> blob) {
+    release(std::move(blob));
+  };
+}
+
+// ---------------------------------------------------------------------------------------------
+// Instructions
+
+InstructionsBuilder Runtime::builder() { return InstructionsBuilder(core_->vm); }
+
+vm::Stream& Runtime::stream(Device device, vm::StreamRole role, int user_index) {
+  return core_->vm.stream(device, role, user_index);
+}
+
+void Runtime::run(vm::InstructionList&& list) { core_->vm.run(std::move(list)); }
+
+vm::Ticket Runtime::submit(vm::InstructionList&& list) {
+  return core_->vm.submit(std::move(list));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Statistics and allocator control
+
+DeviceStats Runtime::stats(Device device) {
+  DeviceStats stats;
+  run_one(core_->vm, [&](InstructionsBuilder& b) { b.query_stats(device, &stats); });
+  return stats;
+}
+
+uint64_t Runtime::memory_limit(Device device) {
+  DeviceStats stats;
+  uint64_t limit = 0;
+  run_one(core_->vm, [&](InstructionsBuilder& b) { b.query_stats(device, &stats, &limit); });
+  return limit;
+}
+
+void Runtime::set_memory_limit(Device device, uint64_t bytes) {
+  run_one(core_->vm, [&](InstructionsBuilder& b) { b.set_memory_limit(device, bytes); });
+}
+
+void Runtime::reset_peak_stats(Device device) {
+  run_one(core_->vm, [&](InstructionsBuilder& b) { b.reset_stats(device, ResetKind::kPeak); });
+}
+
+void Runtime::reset_accumulated_stats(Device device) {
+  run_one(core_->vm,
+          [&](InstructionsBuilder& b) { b.reset_stats(device, ResetKind::kAccumulated); });
+}
+
+void Runtime::empty_cache(Device device) {
+  run_one(core_->vm, [&](InstructionsBuilder& b) { b.empty_cache(device); });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Lifetime
+
+void Runtime::shutdown() { core_->vm.shutdown(); }
+
+bool Runtime::is_shut_down() const { return core_->vm.is_shut_down(); }
+
+vm::VirtualMachine& Runtime::vm() { return core_->vm; }
+
+}  // namespace oclvm

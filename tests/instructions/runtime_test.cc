@@ -1,0 +1,299 @@
+// tests/instructions/runtime_test.cc — the embedders' Runtime (instructions/runtime.h), through the
+// entry header oclvm/oclvm.h, on real devices.
+//
+// Each test makes its own Runtimes (never the process-wide VM). The fixture checks at the end
+// that nothing is allocated on any device of its Runtime and that no storage fell back to its
+// destructor. Ownership rules that end in a deliberate leak run in a child process (death test).
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "oclvm/oclvm.h"
+#include "tests/storage/test_util.h"
+
+namespace oclvm {
+namespace {
+
+using namespace oclvm::testing;
+
+constexpr Device kOpenCL0{DeviceType::kOpenCL, 0};
+constexpr Device kCpu{DeviceType::kCpu, 0};
+
+#define EXPECT_CONTAINS(text, part) \
+  EXPECT_NE(std::string(text).find(part), std::string::npos) << "in: " << (text)
+
+class RuntimeTest : public ::testing::Test {
+ protected:
+  void SetUp() override { destructor_releases_ = BlobStorage::destructor_releases(); }
+  void TearDown() override {
+    for (Device device : runtime_.devices()) {
+      const DeviceStats stats = runtime_.stats(device);
+      EXPECT_EQ(stats.allocation[kAll].current, 0) << device.str();
+      EXPECT_EQ(stats.allocated_bytes[kAll].current, 0) << device.str();
+    }
+    EXPECT_EQ(BlobStorage::destructor_releases(), destructor_releases_);
+  }
+
+  Runtime runtime_{Options{}};
+  uint64_t destructor_releases_ = 0;
+};
+
+TEST(RuntimeVersionTest, HeadersAndLibraryAgree) {
+  EXPECT_STREQ(kVersion, library_version());
+  EXPECT_STREQ(kVersion, (std::to_string(OCLVM_VERSION_MAJOR) + "." +
+                          std::to_string(OCLVM_VERSION_MINOR) + "." +
+                          std::to_string(OCLVM_VERSION_PATCH)).c_str());
+}
+
+TEST_F(RuntimeTest, ListsTheDevicesOfItsPlatformThenCpu) {
+  const std::vector<Device>& devices = runtime_.devices();
+  ASSERT_EQ(devices.size(), runtime_.opencl_device_count() + 1);
+  EXPECT_EQ(devices.size(), opencl_device_count() + 1) << "the same platform as the process";
+  for (size_t i = 0; i + 1 < devices.size(); ++i) {
+    EXPECT_EQ(devices[i], (Device{DeviceType::kOpenCL, static_cast<DeviceIndex>(i)}));
+    const DeviceProperties& properties = runtime_.properties(devices[i]);
+    EXPECT_FALSE(properties.name.empty());
+    EXPECT_GT(properties.max_alloc_bytes, 0u);
+  }
+  EXPECT_EQ(devices.back(), kCpu);
+  try {
+    runtime_.properties(Device{DeviceType::kOpenCL, 42});
+    FAIL() << "expected InvalidArgument";
+  } catch (const InvalidArgument& e) {
+    EXPECT_CONTAINS(e.what(), "opencl:42");
+  }
+}
+
+TEST(RuntimeOptionsTest, AnUnknownAllocatorOrPlatformCreatesNothing) {
+  Options options;
+  options.allocator = "no_such_allocator";
+  try {
+    Runtime runtime(options);
+    FAIL() << "expected InvalidArgument";
+  } catch (const InvalidArgument& e) {
+    EXPECT_CONTAINS(e.what(), "no_such_allocator");
+    EXPECT_CONTAINS(e.what(), "caching");
+  }
+  Options platform;
+  platform.platform = "no such platform";
+  EXPECT_THROW(Runtime runtime(platform), InvalidArgument);
+}
+
+TEST(RuntimeOptionsTest, TheAllocatorAndLimitComeFromOptions) {
+  Options options;
+  options.allocator = "system";  // no cache: reserved == allocated
+  options.memory_limit = 1 * kMiB;
+  Runtime runtime(options);
+  EXPECT_EQ(runtime.options().allocator, "system");
+  EXPECT_EQ(runtime.memory_limit(kOpenCL0), 1 * kMiB);
+  {
+    auto storage = runtime.create_storage(kOpenCL0, 4096);
+    const DeviceStats stats = runtime.stats(kOpenCL0);
+    EXPECT_EQ(stats.reserved_bytes[kAll].current, stats.allocated_bytes[kAll].current);
+    EXPECT_THROW(runtime.create_storage(kOpenCL0, 2 * kMiB), OutOfMemoryError);
+  }
+  EXPECT_EQ(runtime.stats(kOpenCL0).allocation[kAll].current, 0);
+}
+
+TEST_F(RuntimeTest, StoragesAreReleasedByTheirLastOwner) {
+  std::shared_ptr<TensorStorage> storage = runtime_.create_storage(kOpenCL0, {64, 4}, DType::kF32);
+  ASSERT_NE(storage, nullptr);
+  EXPECT_EQ(storage->blob()->device(), kOpenCL0);
+  EXPECT_EQ(storage->blob()->nbytes(), 1024);
+  EXPECT_EQ(runtime_.stats(kOpenCL0).allocated_bytes[kAll].current, 1024);
+  std::shared_ptr<TensorStorage> view = storage;  // what a tensor view holds
+  storage.reset();
+  EXPECT_EQ(runtime_.stats(kOpenCL0).allocation[kAll].current, 1);
+  view.reset();  // the releaser runs a ReleaseTensor before this returns
+  EXPECT_EQ(runtime_.stats(kOpenCL0).allocation[kAll].current, 0);
+
+  auto empty = runtime_.create_storage(kCpu, 0);
+  EXPECT_EQ(empty->blob()->numel(), 0);
+  EXPECT_EQ(runtime_.stats(kCpu).allocation[kAll].current, 0) << "0 bytes: no device memory";
+}
+
+TEST_F(RuntimeTest, BuildersRunListsAndTheDataRoundTrips) {
+  auto storage = runtime_.create_storage(kOpenCL0, 4096);
+  std::vector<uint8_t> back(4096, 0);
+  InstructionsBuilder builder = runtime_.builder();
+  EXPECT_EQ(&builder.vm(), &runtime_.vm());
+  builder.fill(storage->blob(), 0, 4096, 0x5a);
+  builder.fill(storage->blob(), 1024, 1024, 0x01020304, 4);
+  builder.copy_device_to_host(storage->blob(), 0, back.data(), back.size());
+  runtime_.run(builder.take());
+  EXPECT_EQ(back[0], 0x5a);
+  EXPECT_EQ(back[1024], 0x04);
+  EXPECT_EQ(back[1027], 0x01);
+  EXPECT_EQ(back[4095], 0x5a);
+
+  // The same through submit and a ticket, on a user stream.
+  std::vector<uint8_t> again(16, 0);
+  InstructionsBuilder second = runtime_.builder();
+  vm::Stream& user = runtime_.stream(kOpenCL0, vm::StreamRole::kUser, 1);
+  EXPECT_EQ(user.role(), vm::StreamRole::kUser);
+  second.copy_device_to_host(storage->blob(), 1024, again.data(), again.size(), &user);
+  vm::Ticket ticket = runtime_.submit(second.take());
+  ticket.wait();
+  EXPECT_EQ(again[0], 0x04);
+}
+
+TEST_F(RuntimeTest, BadRequestsThrowAndChangeNothing) {
+  const DeviceStats before = runtime_.stats(kOpenCL0);
+  const uint64_t largest = runtime_.properties(kOpenCL0).max_alloc_bytes;
+  EXPECT_THROW(runtime_.create_storage(kOpenCL0, static_cast<size_t>(largest) + 1),
+               InvalidArgument);
+  EXPECT_THROW(runtime_.create_storage(kOpenCL0, std::numeric_limits<size_t>::max()),
+               InvalidArgument);
+  EXPECT_THROW(runtime_.create_storage(kOpenCL0, {4, -1}, DType::kF32), InvalidArgument);
+  EXPECT_THROW(runtime_.create_storage(Device{DeviceType::kOpenCL, 7}, 64), InvalidArgument);
+  EXPECT_THROW(runtime_.stats(Device{DeviceType::kOpenCL, 7}), InvalidArgument);
+  EXPECT_THROW(runtime_.stream(kOpenCL0, vm::StreamRole::kUser, -1), InvalidArgument);
+  EXPECT_TRUE(same_stats(runtime_.stats(kOpenCL0), before));
+}
+
+TEST_F(RuntimeTest, OutOfMemoryUnderALimitIsTypedAndLeavesNothing) {
+  runtime_.set_memory_limit(kOpenCL0, 4 * kMiB);
+  EXPECT_EQ(runtime_.memory_limit(kOpenCL0), 4 * kMiB);
+  try {
+    runtime_.create_storage(kOpenCL0, 8 * kMiB);
+    FAIL() << "expected OutOfMemoryError";
+  } catch (const OutOfMemoryError& e) {
+    EXPECT_CONTAINS(e.what(), "AllocateBlob");
+    EXPECT_CONTAINS(e.what(), "on opencl:0/compute: Out of memory on opencl:0");
+  }
+  const DeviceStats stats = runtime_.stats(kOpenCL0);
+  EXPECT_EQ(stats.num_ooms, 1);
+  EXPECT_EQ(stats.allocation[kAll].current, 0);
+  runtime_.set_memory_limit(kOpenCL0, 0);
+  EXPECT_EQ(runtime_.memory_limit(kOpenCL0), 0u);
+  auto storage = runtime_.create_storage(kOpenCL0, 8 * kMiB);  // fits without the limit
+}
+
+TEST_F(RuntimeTest, StatisticsResetAndEmptyCache) {
+  { auto storage = runtime_.create_storage(kOpenCL0, 3 * kMiB); }
+  DeviceStats stats = runtime_.stats(kOpenCL0);
+  EXPECT_GT(stats.reserved_bytes[kAll].current, 0) << "the caching allocator keeps the segment";
+  EXPECT_EQ(stats.allocated_bytes[kAll].peak, static_cast<int64_t>(3 * kMiB));
+  runtime_.reset_peak_stats(kOpenCL0);
+  EXPECT_EQ(runtime_.stats(kOpenCL0).allocated_bytes[kAll].peak, 0);
+  runtime_.reset_accumulated_stats(kOpenCL0);
+  EXPECT_EQ(runtime_.stats(kOpenCL0).num_device_alloc, 0);
+  runtime_.empty_cache(kOpenCL0);
+  stats = runtime_.stats(kOpenCL0);
+  EXPECT_EQ(stats.reserved_bytes[kAll].current, 0);
+  EXPECT_EQ(stats.num_device_free, 1);
+}
+
+TEST_F(RuntimeTest, TwoRuntimesAreIndependentAndRefuseEachOthersLists) {
+  Runtime other{Options{}};
+  auto mine = runtime_.create_storage(kOpenCL0, 1024);
+  auto theirs = other.create_storage(kOpenCL0, 2048);
+  EXPECT_EQ(runtime_.stats(kOpenCL0).allocated_bytes[kAll].current, 1024);
+  EXPECT_EQ(other.stats(kOpenCL0).allocated_bytes[kAll].current, 2048);
+
+  InstructionsBuilder builder = other.builder();
+  builder.fill(theirs->blob(), 0, 16, 1);
+  try {
+    runtime_.run(builder.take());
+    FAIL() << "expected InvalidArgument";
+  } catch (const InvalidArgument& e) {
+    EXPECT_CONTAINS(e.what(), "Expected instructions built for this VM");
+  }
+  InstructionsBuilder mixed = runtime_.builder();
+  mixed.fill(theirs->blob(), 0, 16, 1);  // a blob the other runtime has used
+  EXPECT_THROW(runtime_.run(mixed.take()), InvalidArgument);
+}
+
+TEST_F(RuntimeTest, AfterShutdownOnlyReleasesAndStatisticsRun) {
+  auto storage = runtime_.create_storage(kOpenCL0, 512);
+  runtime_.shutdown();
+  runtime_.shutdown();  // idempotent
+  EXPECT_TRUE(runtime_.is_shut_down());
+  EXPECT_EQ(runtime_.stats(kOpenCL0).allocation[kAll].current, 1);
+  InstructionsBuilder builder = runtime_.builder();
+  builder.fill(storage->blob(), 0, 512, 0);
+  try {
+    runtime_.run(builder.take());
+    FAIL() << "expected Error";
+  } catch (const Error& e) {
+    EXPECT_CONTAINS(e.what(), "Expected a running VM, but it has been shut down");
+  }
+  EXPECT_THROW(runtime_.create_storage(kOpenCL0, 512), Error);
+  storage.reset();  // released on this thread
+  EXPECT_EQ(runtime_.stats(kOpenCL0).allocation[kAll].current, 0);
+}
+
+TEST(RuntimeLifetimeTest, StoragesOutliveTheirRuntimeAndAreReleasedLater) {
+  const uint64_t fallbacks = BlobStorage::destructor_releases();
+  std::shared_ptr<TensorStorage> survivor;
+  std::weak_ptr<BlobStorage> memory;
+  auto runtime = std::make_unique<Runtime>(Options{});
+  survivor = runtime->create_storage(kOpenCL0, {1024}, DType::kF64);
+  memory = survivor->blob()->storage();
+  // Its own releaser too: a blob the embedder allocated and wrapped itself.
+  InstructionsBuilder builder = runtime->builder();
+  std::shared_ptr<BlobObject> blob = builder.allocate_blob(builder.stream(kCpu), 256);
+  runtime->run(builder.take());
+  auto wrapped = std::make_shared<TensorStorage>(blob, runtime->releaser());
+  blob.reset();
+  runtime.reset();  // shut down; the storages keep the devices alive
+  EXPECT_FALSE(memory.expired());
+  survivor.reset();  // its ReleaseTensor runs here, on this thread
+  EXPECT_TRUE(memory.expired());
+  wrapped.reset();   // the last reference: the Runtime's devices go now
+  EXPECT_EQ(BlobStorage::destructor_releases(), fallbacks);
+  EXPECT_EQ(TensorStorage::failed_releases(), 0u);
+}
+
+TEST(RuntimeLifetimeDeathTest, ARuntimeDestroyedWithLiveRawBlobsSaysSoAndKeepsThemValid) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        auto runtime = std::make_unique<Runtime>(Options{});
+        InstructionsBuilder builder = runtime->builder();
+        std::shared_ptr<BlobObject> blob = builder.allocate_blob(builder.stream(kOpenCL0), 4096);
+        runtime->run(builder.take());
+        runtime.reset();  // the rule is broken: the blob was never released
+        blob->storage()->check_invariants();  // still valid: its allocator was kept
+        blob.reset();
+        std::exit(BlobStorage::destructor_releases() == 1 ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0),
+      "a Runtime was destroyed while blobs allocated through its builder were still live on "
+      "opencl:0 \\(1 blobs, 4.00 KiB\\)");
+}
+
+// Many threads on one Runtime: storages made and dropped, lists run, statistics read (the
+// ThreadSanitizer run of `make tsan` covers this too).
+TEST_F(RuntimeTest, ManyThreadsShareOneRuntime) {
+  constexpr int kThreads = 4;
+  constexpr int kRounds = 200;
+  std::atomic<int> mismatches{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      const Device device = t % 2 == 0 ? kOpenCL0 : kCpu;
+      for (int round = 0; round < kRounds; ++round) {
+        auto storage = runtime_.create_storage(device, 256 + 64 * static_cast<size_t>(t));
+        std::vector<uint8_t> back(64, 0);
+        InstructionsBuilder builder = runtime_.builder();
+        builder.fill(storage->blob(), 0, 64, static_cast<uint64_t>(t + round) & 0xff);
+        builder.copy_device_to_host(storage->blob(), 0, back.data(), back.size());
+        runtime_.run(builder.take());
+        if (back[63] != static_cast<uint8_t>((t + round) & 0xff)) mismatches.fetch_add(1);
+        if (round % 50 == 0) runtime_.stats(device);
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
+  EXPECT_EQ(mismatches.load(), 0);
+}
+
+}  // namespace
+}  // namespace oclvm
