@@ -4,7 +4,7 @@ BUILD  ?= build
 JOBS   ?= $(shell nproc)
 PY     ?= .venv/bin/python
 
-.PHONY: all setup configure build torch test stress exit-soak demo bench clean
+.PHONY: all setup configure build torch test package stress exit-soak demo bench clean
 .PHONY: torch-stress
 .PHONY: asan tsan sanitize
 .PHONY: fuzz
@@ -29,11 +29,18 @@ torch: setup
 
 test: build torch
 	cd $(BUILD) && ctest --output-on-failure -j 2
+	@bash scripts/check_package.sh $(BUILD)
 	@cmake -S adapters/torch -B build-torch -DOCLVM_TORCH_TESTS=ON >/dev/null
 	@cmake --build build-torch -j $(JOBS) --target oclvm_torch_tests
 	cd build-torch && ctest --output-on-failure
 	OCLVM_EXIT_RUNS=4 $(PY) -m pytest -q tests/torch
 	OCLVM_EXIT_RUNS=4 POCL_DEVICES="pthread pthread" $(PY) -m pytest -q tests/torch
+
+# oclvm as an embedder meets it (design/embedding.md): `cmake --install` into $(BUILD)/package/prefix,
+# then tests/package, examples/quickstart and examples/eager_tensor built as separate CMake
+# projects against that prefix alone, and their tests run (scripts/check_package.sh).
+package: build
+	@bash scripts/check_package.sh $(BUILD)
 
 # The C++ stress program at length: 4 producers x 2 devices x 1,000,000 instructions each, then
 # the same under injected faults (bench/stress.cc; a few minutes).

@@ -1,0 +1,227 @@
+// examples/eager_tensor/tensor_test.cc — tests of the eager tensor example, on real devices.
+//
+// Every test runs on a Runtime of its own; the fixture checks at the end that every byte came
+// back (no live blob on any device) and that no storage was freed by a fallback path. The
+// second device is opencl:1 when there are two OpenCL devices, else cpu.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "oclvm/oclvm.h"
+#include "tensor.h"
+
+namespace eager {
+namespace {
+
+constexpr size_t kAll = static_cast<size_t>(oclvm::StatType::kAggregate);
+
+class TensorTest : public ::testing::Test {
+ protected:
+  void TearDown() override {
+    for (Device device : runtime_.devices()) {
+      const oclvm::DeviceStats stats = runtime_.stats(device);
+      EXPECT_EQ(stats.allocation[kAll].current, 0) << device.str();
+      EXPECT_EQ(stats.allocated_bytes[kAll].current, 0) << device.str();
+    }
+    EXPECT_EQ(oclvm::BlobStorage::destructor_releases(), 0u);
+    EXPECT_EQ(oclvm::TensorStorage::failed_releases(), 0u);
+  }
+
+  int64_t live_bytes(Device device) {
+    return runtime_.stats(device).allocated_bytes[kAll].current;
+  }
+
+  oclvm::Runtime runtime_{oclvm::Options{}};
+  const Device first_{oclvm::DeviceType::kOpenCL, 0};
+  const Device second_ = runtime_.opencl_device_count() > 1
+                             ? Device{oclvm::DeviceType::kOpenCL, 1}
+                             : Device{oclvm::DeviceType::kCpu, 0};
+};
+
+std::vector<float> floats(std::initializer_list<float> values) { return values; }
+
+TEST_F(TensorTest, ViewsShareTheStorageAndSeeEachOthersWrites) {
+  Tensor a = Tensor::arange(runtime_, 12, DType::kF32, first_).view({3, 4});
+  Tensor row = a[1];
+  Tensor column = a.slice(1, 2, 3);
+  Tensor t = a.transpose(0, 1);
+  EXPECT_TRUE(row.shares_storage_with(a));
+  EXPECT_TRUE(column.shares_storage_with(a));
+  EXPECT_TRUE(t.shares_storage_with(a));
+  EXPECT_EQ(row.storage().get(), a.storage().get());
+  EXPECT_EQ(runtime_.stats(first_).allocation[kAll].current, 1) << "views allocate nothing";
+
+  EXPECT_EQ(row.shape(), Shape({4}));
+  EXPECT_EQ(row.storage_offset(), 4);
+  EXPECT_EQ(column.shape(), Shape({3, 1}));
+  EXPECT_EQ(column.strides(), Shape({4, 1}));
+  EXPECT_EQ(column.storage_offset(), 2);
+  EXPECT_EQ(t.shape(), Shape({4, 3}));
+  EXPECT_EQ(t.strides(), Shape({1, 4}));
+  EXPECT_FALSE(t.is_contiguous());
+  EXPECT_TRUE(row.is_contiguous());
+
+  row.fill(-1);
+  EXPECT_EQ(a.to_host<float>(), floats({0, 1, 2, 3, -1, -1, -1, -1, 8, 9, 10, 11}));
+  column.fill(0.5);
+  EXPECT_EQ(a.to_host<float>(), floats({0, 1, 0.5, 3, -1, -1, 0.5, -1, 8, 9, 0.5, 11}));
+  EXPECT_EQ(t.to_host<float>(), floats({0, -1, 8, 1, -1, 9, 0.5, 0.5, 0.5, 3, -1, 11}));
+}
+
+TEST_F(TensorTest, SliceWithStepAndNegativeIndices) {
+  Tensor a = Tensor::arange(runtime_, 10, DType::kI32, first_);
+  EXPECT_EQ(a.slice(0, 1, 9, 3).to_host<int32_t>(), (std::vector<int32_t>{1, 4, 7}));
+  EXPECT_EQ(a.slice(0, -3, 10).to_host<int32_t>(), (std::vector<int32_t>{7, 8, 9}));
+  EXPECT_EQ(a.select(0, -1).to_host<int32_t>(), (std::vector<int32_t>{9}));
+  EXPECT_EQ(a.select(0, -1).dim(), 0);
+  EXPECT_EQ(a.slice(0, 4, 4).numel(), 0);
+  EXPECT_TRUE(a.slice(0, 4, 4).to_host<int32_t>().empty());
+}
+
+TEST_F(TensorTest, BadArgumentsThrowAndChangeNothing) {
+  Tensor a = Tensor::arange(runtime_, 6, DType::kI64, first_).view({2, 3});
+  const int64_t before = live_bytes(first_);
+  EXPECT_THROW(a.select(2, 0), oclvm::InvalidArgument);
+  EXPECT_THROW(a.select(0, 2), oclvm::InvalidArgument);
+  EXPECT_THROW(a.slice(1, 2, 1), oclvm::InvalidArgument);
+  EXPECT_THROW(a.slice(1, 0, 4), oclvm::InvalidArgument);
+  EXPECT_THROW(a.slice(1, 0, 3, 0), oclvm::InvalidArgument);
+  EXPECT_THROW(a.transpose(0, 1).view({6}), oclvm::InvalidArgument);
+  EXPECT_THROW(a.view({4, -1}), oclvm::InvalidArgument);
+  EXPECT_THROW(a.view({-1, -1}), oclvm::InvalidArgument);
+  EXPECT_THROW(a.view({7}), oclvm::InvalidArgument);
+  EXPECT_THROW(a.to_host<int32_t>(), oclvm::InvalidArgument);
+  EXPECT_THROW(a.fill(0.5), oclvm::InvalidArgument);
+  EXPECT_THROW(a.fill(std::nan("")), oclvm::InvalidArgument);
+  EXPECT_THROW(a.copy_from(Tensor::zeros(runtime_, {3, 2}, DType::kI64, first_)),
+               oclvm::InvalidArgument);
+  EXPECT_THROW(Tensor::full(runtime_, {4}, 300, DType::kU8, first_), oclvm::InvalidArgument);
+  EXPECT_THROW(Tensor::empty(runtime_, {2, -1}, DType::kF32, first_), oclvm::InvalidArgument);
+  EXPECT_THROW(Tensor::arange(runtime_, 300, DType::kI8, first_), oclvm::InvalidArgument);
+  const std::vector<float> three(3, 1.0f);
+  EXPECT_THROW(Tensor::from_host<float>(runtime_, three, {2, 2}, first_), oclvm::InvalidArgument);
+  EXPECT_THROW(Tensor::empty(runtime_, {4}, DType::kF32, Device{oclvm::DeviceType::kOpenCL, 99}),
+               oclvm::InvalidArgument);
+  EXPECT_EQ(live_bytes(first_), before);
+  EXPECT_EQ(a.to_host<int64_t>(), (std::vector<int64_t>{0, 1, 2, 3, 4, 5}));
+}
+
+TEST_F(TensorTest, CopyToAnotherDeviceMakesAContiguousCopy) {
+  const std::vector<double> values = {1.5, -2, 3.25, 4, 5, 6};
+  Tensor a = Tensor::from_host<double>(runtime_, values, {2, 3}, first_);
+  Tensor b = a.transpose(0, 1).copy_to(second_);
+  EXPECT_EQ(b.device(), second_);
+  EXPECT_TRUE(b.is_contiguous());
+  EXPECT_FALSE(b.shares_storage_with(a));
+  EXPECT_EQ(b.shape(), Shape({3, 2}));
+  EXPECT_EQ(b.to_host<double>(), (std::vector<double>{1.5, 4, -2, 5, 3.25, 6}));
+  Tensor back = b.copy_to(first_);
+  EXPECT_EQ(back.to_host<double>(), b.to_host<double>());
+  b.fill(0);
+  EXPECT_EQ(a.to_host<double>(), values) << "the copy owns its memory";
+}
+
+TEST_F(TensorTest, CopyFromIntoAStridedViewAcrossDevices) {
+  Tensor a = Tensor::zeros(runtime_, {3, 4}, DType::kI32, first_);
+  Tensor src = Tensor::arange(runtime_, 6, DType::kI32, second_).view({2, 3});
+  a.slice(0, 1, 3).slice(1, 0, 4, 2).copy_from(src.slice(1, 0, 2));  // 2x2 into every other column
+  EXPECT_EQ(a.to_host<int32_t>(), (std::vector<int32_t>{0, 0, 0, 0, 0, 0, 1, 0, 3, 0, 4, 0}));
+}
+
+TEST_F(TensorTest, CopyFromAnOverlappingViewOfTheSameStorage) {
+  Tensor a = Tensor::arange(runtime_, 5, DType::kI16, first_);
+  a.slice(0, 1, 5).copy_from(a.slice(0, 0, 4));  // a shift right by one element
+  EXPECT_EQ(a.to_host<int16_t>(), (std::vector<int16_t>{0, 0, 1, 2, 3}));
+}
+
+TEST_F(TensorTest, FillEveryDtype) {
+  const DType dtypes[] = {DType::kF32, DType::kF16, DType::kBF16, DType::kF64, DType::kI8,
+                          DType::kU8,  DType::kI16, DType::kI32,  DType::kI64, DType::kBool};
+  for (DType dtype : dtypes) {
+    SCOPED_TRACE(oclvm::dtype_name(dtype));
+    Tensor t = Tensor::zeros(runtime_, {2, 5}, dtype, second_);
+    t.slice(1, 1, 5, 2).fill(dtype == DType::kBool ? 1 : 3);
+    const double x = dtype == DType::kBool ? 1 : 3;
+    EXPECT_EQ(t.to_doubles(), (std::vector<double>{0, x, 0, x, 0, 0, x, 0, x, 0}));
+  }
+}
+
+TEST_F(TensorTest, HalfAndBfloat16Conversions) {
+  EXPECT_EQ(float_to_half(1.0f), 0x3c00);
+  EXPECT_EQ(float_to_half(-2.0f), 0xc000);
+  EXPECT_EQ(float_to_half(65504.0f), 0x7bff);
+  EXPECT_EQ(float_to_half(65520.0f), 0x7c00) << "rounds up to infinity";
+  EXPECT_EQ(float_to_half(std::ldexp(1.0f, -24)), 0x0001) << "the smallest subnormal";
+  EXPECT_EQ(float_to_half(std::ldexp(1.0f, -25)), 0x0000) << "a tie rounds to even (zero)";
+  EXPECT_EQ(float_to_half(1.0f + std::ldexp(1.0f, -11)), 0x3c00) << "a tie rounds to even";
+  EXPECT_EQ(float_to_half(1.0f + 3 * std::ldexp(1.0f, -11)), 0x3c02) << "a tie rounds to even";
+  EXPECT_TRUE(std::isnan(half_to_float(float_to_half(std::nanf("")))));
+  for (uint32_t bits = 0; bits < 0x7c00; ++bits) {
+    ASSERT_EQ(float_to_half(half_to_float(static_cast<uint16_t>(bits))), bits);
+  }
+  EXPECT_EQ(float_to_bfloat16(1.0f), 0x3f80);
+  EXPECT_EQ(bfloat16_to_float(float_to_bfloat16(-3.5f)), -3.5f);
+  EXPECT_EQ(float_to_bfloat16(1.0f + std::ldexp(1.0f, -8)), 0x3f80) << "a tie rounds to even";
+}
+
+TEST_F(TensorTest, PrintsLikePyTorch) {
+  Tensor a = Tensor::arange(runtime_, 6, DType::kF32, first_).view({2, 3});
+  EXPECT_EQ(a.to_string(),
+            "tensor([[0., 1., 2.],\n"
+            "        [3., 4., 5.]], device='opencl:0', dtype=f32)");
+  a.select(0, 0).fill(-0.25);
+  EXPECT_EQ(a.to_string(),
+            "tensor([[-0.2500, -0.2500, -0.2500],\n"
+            "        [ 3.0000,  4.0000,  5.0000]], device='opencl:0', dtype=f32)");
+  Tensor cube = Tensor::arange(runtime_, 8, DType::kI64, second_).view({2, 2, 2});
+  EXPECT_EQ(cube.to_string(),
+            "tensor([[[0, 1],\n"
+            "         [2, 3]],\n"
+            "\n"
+            "        [[4, 5],\n"
+            "         [6, 7]]], device='" + second_.str() + "', dtype=i64)");
+  EXPECT_EQ(Tensor::full(runtime_, {2}, 1, DType::kBool, first_).to_string(),
+            "tensor([True, True], device='opencl:0', dtype=bool)");
+  EXPECT_EQ(Tensor::full(runtime_, {}, 2.5, DType::kF16, first_).to_string(),
+            "tensor(2.5000, device='opencl:0', dtype=f16)");
+  EXPECT_EQ(Tensor::empty(runtime_, {0, 3}, DType::kF32, first_).to_string(),
+            "tensor([], size=[0, 3], device='opencl:0', dtype=f32)");
+  const std::string big = Tensor::arange(runtime_, 2000, DType::kI32, first_).to_string();
+  EXPECT_EQ(big, "tensor([   0,    1,    2, ..., 1997, 1998, 1999], device='opencl:0', dtype=i32)");
+}
+
+TEST_F(TensorTest, TheLastTensorOfAStorageReleasesItsMemory) {
+  const int64_t before = live_bytes(first_);
+  auto a = std::make_unique<Tensor>(Tensor::zeros(runtime_, {256}, DType::kF32, first_));
+  std::weak_ptr<oclvm::TensorStorage> storage = a->storage();
+  EXPECT_EQ(live_bytes(first_) - before, 1024);
+  Tensor view = a->slice(0, 128, 256);
+  a.reset();
+  EXPECT_FALSE(storage.expired()) << "the view keeps the storage";
+  EXPECT_EQ(live_bytes(first_) - before, 1024);
+  view = Tensor::zeros(runtime_, {1}, DType::kU8, second_);  // the last owner goes
+  EXPECT_TRUE(storage.expired());
+  EXPECT_EQ(live_bytes(first_), before) << "released through the releaser hook";
+}
+
+TEST(TensorLifetimeTest, TensorsMayOutliveTheirRuntime) {
+  std::unique_ptr<Tensor> survivor;
+  std::weak_ptr<oclvm::BlobStorage> memory;
+  {
+    oclvm::Runtime runtime{oclvm::Options{}};
+    survivor = std::make_unique<Tensor>(
+        Tensor::full(runtime, {64}, 2, DType::kF64, Device{oclvm::DeviceType::kOpenCL, 0}));
+    memory = survivor->storage()->blob()->storage();
+  }
+  EXPECT_FALSE(memory.expired());
+  survivor.reset();  // its ReleaseTensor runs here, on this thread, after the Runtime's shutdown
+  EXPECT_TRUE(memory.expired());
+  EXPECT_EQ(oclvm::BlobStorage::destructor_releases(), 0u);
+}
+
+}  // namespace
+}  // namespace eager
