@@ -25,12 +25,12 @@ using oclvm::DType;
 void print_memory(oclvm::Runtime& runtime, Device device, const char* when) {
   const oclvm::DeviceStats stats = runtime.stats(device);
   const auto all = static_cast<size_t>(oclvm::StatType::kAggregate);
+  auto bytes = [](int64_t n) { return oclvm::format_bytes(static_cast<uint64_t>(n)); };
   std::printf("  %-9s %-28s allocated %10s in %lld blobs, reserved %10s, peak %s\n",
-              device.str().c_str(), when,
-              oclvm::format_bytes(static_cast<uint64_t>(stats.allocated_bytes[all].current)).c_str(),
+              device.str().c_str(), when, bytes(stats.allocated_bytes[all].current).c_str(),
               static_cast<long long>(stats.allocation[all].current),
-              oclvm::format_bytes(static_cast<uint64_t>(stats.reserved_bytes[all].current)).c_str(),
-              oclvm::format_bytes(static_cast<uint64_t>(stats.allocated_bytes[all].peak)).c_str());
+              bytes(stats.reserved_bytes[all].current).c_str(),
+              bytes(stats.allocated_bytes[all].peak).c_str());
 }
 
 int demo() {

@@ -159,7 +159,9 @@ class Printer {
         summarize_(tensor.numel() > kSummarizeAbove) {
     // One format for every cell, chosen from the cells shown.
     bool all_integral = true;
-    visit_shown(0, 0, [&](double v) { all_integral = all_integral && (!std::isfinite(v) || std::trunc(v) == v); });
+    visit_shown(0, 0, [&](double v) {
+      all_integral = all_integral && (!std::isfinite(v) || std::trunc(v) == v);
+    });
     integral_floats_ = all_integral;
     visit_shown(0, 0, [&](double v) { width_ = std::max(width_, cell(v).size()); });
   }
@@ -216,9 +218,10 @@ class Printer {
   std::string dim_text(size_t dim, int64_t base, size_t indent) const {
     if (shape_.empty()) return cell(values_[0]);
     const bool innermost = dim + 1 == shape_.size();
-    const std::string separator =
-        innermost ? ", "
-                  : "," + std::string(shape_.size() - dim - 1, '\n') + std::string(indent + dim + 1, ' ');
+    // Rows of a matrix end in one newline, matrices of a 3-D tensor in two, and so on.
+    const std::string separator = innermost ? ", "
+                                            : "," + std::string(shape_.size() - dim - 1, '\n') +
+                                                  std::string(indent + dim + 1, ' ');
     std::string text = "[";
     bool first = true;
     for (int64_t i : shown(dim)) {
@@ -246,7 +249,7 @@ class Printer {
 
 }  // namespace
 
-// ---- Dtype conversions ---------------------------------------------------------------------------
+// ---- Dtype conversions -------------------------------------------------------------------
 
 uint16_t float_to_half(float value) {
   const uint32_t x = std::bit_cast<uint32_t>(value);
@@ -295,7 +298,7 @@ float bfloat16_to_float(uint16_t bits) {
   return std::bit_cast<float>(static_cast<uint32_t>(bits) << 16);
 }
 
-// ---- Creation ------------------------------------------------------------------------------------
+// ---- Creation ----------------------------------------------------------------------------
 
 Tensor::Tensor(oclvm::Runtime& runtime, std::shared_ptr<oclvm::TensorStorage> storage, Shape shape,
                Shape strides, int64_t storage_offset, DType dtype)
@@ -550,7 +553,8 @@ std::vector<double> Tensor::to_doubles() const {
 }
 
 std::string Tensor::to_string() const {
-  const std::string suffix = "device='" + device().str() + "', dtype=" + oclvm::dtype_name(dtype_) + ")";
+  const std::string suffix =
+      "device='" + device().str() + "', dtype=" + oclvm::dtype_name(dtype_) + ")";
   if (numel() == 0) return "tensor([], size=" + shape_text(shape_) + ", " + suffix;
   const std::vector<double> values = to_doubles();
   const std::string prefix = "tensor(";

@@ -8,7 +8,8 @@
 int main() try {
   oclvm::Runtime runtime(oclvm::Options::from_environment());  // OCLVM_ALLOCATOR, ... apply
   const oclvm::Device device = oclvm::parse_device("opencl:0");
-  std::printf("oclvm %s on %s\n", oclvm::library_version(), runtime.properties(device).name.c_str());
+  std::printf("oclvm %s on %s\n", oclvm::library_version(),
+              runtime.properties(device).name.c_str());
 
   // 1024 floats on the device. The storage's last owner releases them (a ReleaseTensor).
   std::shared_ptr<oclvm::TensorStorage> storage =

@@ -10,7 +10,7 @@
 //   b.fill(storage->blob(), 0, 4096, 0x2a);
 //   std::vector<uint8_t> host(4096);
 //   b.copy_device_to_host(storage->blob(), 0, host.data(), host.size());
-//   runtime.run(b.take());          // returns when everything has completed; throws the first error
+//   runtime.run(b.take());          // returns when all of it has completed; throws the first error
 //   storage.reset();                // the last owner's releaser runs a ReleaseTensor
 //
 // What this header brings in, and where each piece is documented:

@@ -1,5 +1,5 @@
-// tests/instructions/runtime_test.cc — the embedders' Runtime (instructions/runtime.h), through the
-// entry header oclvm/oclvm.h, on real devices.
+// tests/instructions/runtime_test.cc — the embedders' Runtime (instructions/runtime.h), through
+// the entry header oclvm/oclvm.h, on real devices.
 //
 // Each test makes its own Runtimes (never the process-wide VM). The fixture checks at the end
 // that nothing is allocated on any device of its Runtime and that no storage fell back to its

@@ -8,7 +8,8 @@
 int main() {
   oclvm::DeviceManager devices{oclvm::Options{}};
   for (oclvm::Device device : devices.devices()) {
-    std::printf("%s: %s\n", device.str().c_str(), devices.backend(device).properties().name.c_str());
+    const oclvm::DeviceProperties& properties = devices.backend(device).properties();
+    std::printf("%s: %s\n", device.str().c_str(), properties.name.c_str());
   }
   return devices.opencl_device_count() > 0 ? 0 : 1;
 }
