@@ -4,7 +4,7 @@ BUILD  ?= build
 JOBS   ?= $(shell nproc)
 PY     ?= .venv/bin/python
 
-.PHONY: all setup configure build torch test package stress exit-soak demo bench clean
+.PHONY: all setup configure build install torch test package stress exit-soak demo bench clean
 .PHONY: torch-stress
 .PHONY: asan tsan sanitize
 .PHONY: fuzz
@@ -35,6 +35,12 @@ test: build torch
 	cd build-torch && ctest --output-on-failure
 	OCLVM_EXIT_RUNS=4 $(PY) -m pytest -q tests/torch
 	OCLVM_EXIT_RUNS=4 POCL_DEVICES="pthread pthread" $(PY) -m pytest -q tests/torch
+
+# The C++ package for embedders (design/embedding.md): headers under $(PREFIX)/include/oclvm, the
+# libraries, bin/oclvm and lib/cmake/oclvm for find_package(oclvm).
+PREFIX ?= /usr/local
+install: build
+	cmake --install $(BUILD) --prefix $(PREFIX)
 
 # oclvm as an embedder meets it (design/embedding.md): `cmake --install` into $(BUILD)/package/prefix,
 # then tests/package, examples/quickstart and examples/eager_tensor built as separate CMake
