@@ -529,7 +529,10 @@ void Tensor::read_elements(DType as, void* out) const {
   if (numel() == 0) return;
   // One download of the storage span the tensor reaches, then a gather of its runs on the host.
   const size_t size = oclvm::dtype_size(dtype_);
-  const auto [first, last] = element_span(shape_, strides_, storage_offset_);
+  // Not a structured binding: the lambda below captures `first` (clang before 16 refuses that).
+  const std::pair<int64_t, int64_t> reached = element_span(shape_, strides_, storage_offset_);
+  const int64_t first = reached.first;
+  const int64_t last = reached.second;
   std::vector<uint8_t> span(static_cast<size_t>(last - first + 1) * size);
   oclvm::InstructionsBuilder builder = runtime_->builder();
   builder.copy_device_to_host(storage_->blob(), static_cast<size_t>(first) * size, span.data(),
