@@ -7,7 +7,8 @@
 #   4. three separate CMake projects, configured against that prefix alone with
 #      find_package(oclvm), are built and their tests run: tests/package (every header on its
 #      own, the targets, the version), examples/quickstart, examples/eager_tensor (its
-#      GoogleTest suite and demo on one device and on two).
+#      GoogleTest suite and demo on one device and on two); the first and the last again with
+#      clang++-15 when it is there.
 # Usage: scripts/check_package.sh [BUILD_DIR]   (default: build; it must be built already)
 # Exit status non-zero at the first failure, with what failed.
 set -euo pipefail
@@ -76,4 +77,13 @@ say "quickstart output:"
 configure_build_test eager_tensor examples/eager_tensor
 say "eager_tensor_demo on two devices:"
 POCL_DEVICES="basic basic" "$out/eager_tensor/eager_tensor_demo" || fail "eager_tensor_demo"
+# The headers and the example with the other compiler an embedder may use (the package's
+# libraries stay g++'s; both use libstdc++). clang-15 is installed by scripts/setup.sh.
+if command -v clang++-15 >/dev/null; then
+  configure_build_test package.clang tests/package -DCMAKE_CXX_COMPILER=clang++-15 \
+    -DOCLVM_EXPECTED_VERSION="$version" -DOCLVM_EXPECTED_PREFIX="$prefix"
+  configure_build_test eager_tensor.clang examples/eager_tensor -DCMAKE_CXX_COMPILER=clang++-15
+else
+  say "clang++-15 not found: the clang builds are skipped"
+fi
 say "passed: the installed package, its headers, the quickstart and the eager tensor example"
