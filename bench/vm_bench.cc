@@ -7,6 +7,10 @@
 //   BM_Batched               lists of 1000 instructions (500 allocate/release pairs) per vm::Run
 //   BM_Producers/threads:N   N producer threads, thread t on device t % 2 (two devices when
 //                            POCL_DEVICES gives two; one otherwise), each running round trips
+//   BM_StorageOnVm           make_tensor_storage on the process-wide VM, then drop it (its
+//                            releaser runs a ReleaseTensor): a tensor's whole memory life
+//   BM_StorageOnRuntime      the same through an embedder's Runtime (create_storage), whose
+//                            releaser also holds the Runtime's core: what the facade costs
 //
 // After the run, the ratios the targets are stated in are printed from the medians measured in
 // this same run (machines here are shared and noisy; absolute times drift).
@@ -17,6 +21,7 @@
 #include <string>
 
 #include "oclvm/instructions/builder.h"
+#include "oclvm/instructions/runtime.h"
 #include "oclvm/storage/caching_allocator.h"
 #include "oclvm/storage/device_manager.h"
 #include "oclvm/vm/virtual_machine.h"
@@ -94,11 +99,33 @@ void BM_Producers(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * 2 * kPairs);
 }
 
+void BM_StorageOnVm(benchmark::State& state) {
+  vm::VirtualMachine& vm = the_vm();
+  const Device device = device_for(0);
+  make_tensor_storage(vm, device, {kBytes}, DType::kU8).reset();  // warm the cache
+  for (auto _ : state) {
+    std::shared_ptr<TensorStorage> storage = make_tensor_storage(vm, device, {kBytes}, DType::kU8);
+    benchmark::DoNotOptimize(storage.get());
+  }
+}
+
+void BM_StorageOnRuntime(benchmark::State& state) {
+  Runtime runtime{Options{}};
+  const Device device = device_for(0);
+  runtime.create_storage(device, kBytes).reset();  // warm the cache
+  for (auto _ : state) {
+    std::shared_ptr<TensorStorage> storage = runtime.create_storage(device, kBytes);
+    benchmark::DoNotOptimize(storage.get());
+  }
+}
+
 BENCHMARK(BM_DirectAllocatorPair)->Repetitions(5)->ReportAggregatesOnly(true);
 BENCHMARK(BM_RunRoundTrip)->Repetitions(5)->ReportAggregatesOnly(true);
 BENCHMARK(BM_RunRoundTripOneList)->Repetitions(5)->ReportAggregatesOnly(true);
 BENCHMARK(BM_Batched)->Repetitions(5)->ReportAggregatesOnly(true);
 BENCHMARK(BM_Producers)->Threads(1)->Threads(4)->UseRealTime()->Repetitions(5)->ReportAggregatesOnly(true);
+BENCHMARK(BM_StorageOnVm)->Repetitions(5)->ReportAggregatesOnly(true);
+BENCHMARK(BM_StorageOnRuntime)->Repetitions(5)->ReportAggregatesOnly(true);
 
 // Keeps the medians so the ratios can be printed after the run.
 class RatioReporter : public benchmark::ConsoleReporter {
@@ -139,6 +166,11 @@ class RatioReporter : public benchmark::ConsoleReporter {
     std::printf("  producers: 1 thread %.2f M/s, 4 threads on %zu device(s) %.2f M/s: %.2f x (target >= 1.5)\n",
                 one / 1e6, DeviceManager::instance().opencl_device_count(), four / 1e6,
                 one > 0 ? four / one : 0.0);
+    const double on_vm = find("BM_StorageOnVm", "", medians_);
+    const double on_runtime = find("BM_StorageOnRuntime", "", medians_);
+    std::printf("  storage made and dropped, VM:           %8.1f ns\n", on_vm * 1e9);
+    std::printf("  the same through a Runtime:             %8.1f ns  (%.2f x the VM's)\n",
+                on_runtime * 1e9, on_vm > 0 ? on_runtime / on_vm : 0.0);
   }
 
  private:

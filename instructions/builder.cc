@@ -294,19 +294,21 @@ vm::InstructionList InstructionsBuilder::take() { return std::move(list_); }
 // ---------------------------------------------------------------------------------------------
 // Front-end ownership
 
+void release_through(vm::VirtualMachine& vm, std::shared_ptr<BlobObject> blob) {
+  InstructionsBuilder builder(vm);
+  builder.release(std::move(blob));
+  if (vm::StreamWorker::holds_execution_right_on_this_thread()) {
+    // The last owner died inside a dispatch (a callback held the tensor): waiting here could
+    // wait for this very thread, so the release goes out detached (vm/virtual_machine.h).
+    vm.submit_detached(builder.take());
+    return;
+  }
+  // After shutdown the VM runs a ReleaseTensor on this thread (runs_after_shutdown).
+  vm.run(builder.take());
+}
+
 TensorStorage::Releaser make_vm_releaser(vm::VirtualMachine& vm) {
-  return [&vm](std::shared_ptr<BlobObject> blob) {
-    InstructionsBuilder builder(vm);
-    builder.release(std::move(blob));
-    if (vm::StreamWorker::holds_execution_right_on_this_thread()) {
-      // The last owner died inside a dispatch (a callback held the tensor): waiting here could
-      // wait for this very thread, so the release goes out detached (vm/virtual_machine.h).
-      vm.submit_detached(builder.take());
-      return;
-    }
-    // After shutdown the VM runs a ReleaseTensor on this thread (runs_after_shutdown).
-    vm.run(builder.take());
-  };
+  return [&vm](std::shared_ptr<BlobObject> blob) { release_through(vm, std::move(blob)); };
 }
 
 std::shared_ptr<TensorStorage> make_tensor_storage(vm::VirtualMachine& vm, Device device,

@@ -114,6 +114,10 @@ class InstructionsBuilder {
 // for the blob and runs it synchronously (vm::Run), so the memory is back in the allocator and the
 // producer queue is finished when the last front-end owner's destructor returns.
 TensorStorage::Releaser make_vm_releaser(vm::VirtualMachine& vm = vm::VirtualMachine::instance());
+// What that releaser does, for releasers that capture more than the VM: a ReleaseTensor of `blob`
+// run on `vm` — detached when this thread holds a device's execution right (an instruction
+// callback dropped the last owner), where waiting could wait for itself.
+void release_through(vm::VirtualMachine& vm, std::shared_ptr<BlobObject> blob);
 
 // A TensorStorage whose contiguous blob is allocated on `device` by an AllocateBlob run through
 // the VM, released by `releaser` (empty: make_vm_releaser(vm)). Throws what the builder or the

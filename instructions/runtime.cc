@@ -146,8 +146,10 @@ std::shared_ptr<TensorStorage> Runtime::create_storage(Device device, size_t byt
 
 TensorStorage::Releaser Runtime::releaser() const {
   // Holding the Core is what lets a storage outlive the Runtime (Note [Runtime core lifetime]).
-  return [core = core_, release = make_vm_releaser(core_->vm)](std::shared_ptr<BlobObject> blob) {
-    release(std::move(blob));
+  // The capture is one shared_ptr, small enough for std::function's inline storage: making a
+  // storage allocates nothing for its releaser.
+  return [core = core_](std::shared_ptr<BlobObject> blob) {
+    release_through(core->vm, std::move(blob));
   };
 }
 
