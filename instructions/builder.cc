@@ -317,8 +317,21 @@ std::shared_ptr<TensorStorage> make_tensor_storage(vm::VirtualMachine& vm, Devic
   InstructionsBuilder builder(vm);
   std::shared_ptr<BlobObject> blob =
       builder.allocate_blob(builder.stream(device), shape, dtype);
-  // On a throw the blob never got storage and dies here: nothing is held.
-  vm.run(builder.take());
+  try {
+    vm.run(builder.take());
+  } catch (...) {
+    // Usually the AllocateBlob failed and the blob has no storage. But it may have succeeded and
+    // a later step failed (the stream's finish): then the memory goes back through the VM, not
+    // through the blob's destructor on this thread, which may not touch the allocator.
+    if (blob->storage() != nullptr) {
+      try {
+        release_through(vm, blob);
+      } catch (...) {
+        // The first error is the one to report; the release gave the block back regardless.
+      }
+    }
+    throw;
+  }
   if (!releaser) releaser = make_vm_releaser(vm);
   try {
     return std::make_shared<TensorStorage>(blob, std::move(releaser));

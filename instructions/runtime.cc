@@ -7,6 +7,7 @@
 #include <mutex>
 #include <new>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -50,6 +51,8 @@ struct Runtime::Core {
 
   // Shuts down, then deletes `core` unless blobs of it are still allocated (see the Note).
   static void retire(Core* core) noexcept;
+  // Records `core` in a list that is never destroyed: it is never deleted, and stays reachable.
+  static void keep(Core* core) noexcept;
 
   DeviceManager devices;  // declared first: the VM's workers use its backends until they stop
   vm::VirtualMachine vm;
@@ -58,12 +61,12 @@ struct Runtime::Core {
 
 namespace {
 
-// " opencl:0 (2 blobs, 8.00 KiB)" for every device of `vm` with live allocations; empty when none.
+// " opencl:0 (2 blobs, 8.00 KiB)" for every device of a drained `vm` with live allocations;
+// empty when none. Reads the allocators directly: no instruction, no queue.
 std::string live_allocations(vm::VirtualMachine& vm, const std::vector<Device>& devices) {
   std::string live;
   for (Device device : devices) {
-    DeviceStats stats;
-    run_one(vm, [&](InstructionsBuilder& b) { b.query_stats(device, &stats); });
+    const DeviceStats stats = vm.stats_after_shutdown(device);
     const Stat& blocks = stats.allocation[static_cast<size_t>(StatType::kAggregate)];
     const Stat& bytes = stats.allocated_bytes[static_cast<size_t>(StatType::kAggregate)];
     if (blocks.current > 0) {
@@ -77,8 +80,10 @@ std::string live_allocations(vm::VirtualMachine& vm, const std::vector<Device>& 
 }  // namespace
 
 void Runtime::Core::retire(Core* core) noexcept {
-  core->vm.shutdown();
   try {
+    // Already done by ~Runtime in every ordinary path; throws Error from inside an instruction
+    // callback if it was not.
+    core->vm.shutdown();
     const std::string live = live_allocations(core->vm, core->device_list);
     if (live.empty()) {
       delete core;
@@ -96,6 +101,10 @@ void Runtime::Core::retire(Core* core) noexcept {
                  "and allocators are kept (leaked)\n",
                  e.what());
   }
+  keep(core);
+}
+
+void Runtime::Core::keep(Core* core) noexcept {
   static std::mutex* const kept_mutex = new std::mutex;
   static std::vector<Core*>* const kept = new std::vector<Core*>;
   std::lock_guard<std::mutex> lock(*kept_mutex);
@@ -110,8 +119,28 @@ Runtime::Runtime(const Options& options, const vm::VmOptions& vm_options)
     : core_(new Core(options, vm_options), &Core::retire) {}
 
 Runtime::~Runtime() {
-  // The Core is retired here, or later by the releaser of the last TensorStorage still alive.
-  core_->vm.shutdown();
+  if (!vm::StreamWorker::holds_execution_right_on_this_thread()) {
+    // The Core is retired with core_ here, or later by the releaser of the last TensorStorage.
+    core_->vm.shutdown();
+    return;
+  }
+  // Note [A Runtime destroyed inside a callback]: the last owner of the Runtime died inside an
+  // instruction callback (a callback that held it), on a thread that dispatches. Shutting down
+  // here would join the very worker this thread is, or wait for it. A thread of its own shuts
+  // down instead, once this dispatch has returned, and retires the Core.
+  std::shared_ptr<Core> core = std::move(core_);
+  try {
+    std::thread([core]() mutable {
+      core->vm.shutdown();
+      core.reset();
+    }).detach();
+  } catch (const std::exception& e) {
+    // `core` dies below: retire() cannot shut down on this thread either, so it keeps the Core.
+    std::fprintf(stderr,
+                 "oclvm: a Runtime destroyed inside an instruction callback could not start the "
+                 "thread that shuts it down (%s)\n",
+                 e.what());
+  }
 }
 
 const Options& Runtime::options() const { return core_->devices.options(); }

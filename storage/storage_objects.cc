@@ -165,7 +165,9 @@ BlobStorage::BlobStorage(Allocator& allocator, const Allocation& allocation)
 }
 
 BlobStorage::~BlobStorage() {
-  if (released_) return;
+  // An empty allocation (0 bytes) holds no memory: nothing to give back, and its allocator may be
+  // gone already (a Runtime that found no live allocation freed its devices).
+  if (released_ || !allocation_) return;
   // See Note [Unreleased BlobStorage].
   released_ = true;
   destructor_release_count.fetch_add(1, std::memory_order_relaxed);

@@ -46,9 +46,10 @@
 // dropped the last reference, or a Releaser threw before releasing) must neither leak nor fail
 // silently: its destructor deallocates through its allocator on the destroying thread, prints one
 // line on stderr, and counts the event in BlobStorage::destructor_releases(). That count is 0 in a
-// correct run; tests assert it. The fallback assumes the allocator outlives its blobs (it does:
-// allocators are owned per device and outlive every tensor) and that the destroying thread may touch
-// the allocator, which is exactly what the counter exists to flag when it does not hold.
+// correct run; tests assert it. A blob of 0 bytes holds no memory, so its destructor does nothing
+// and counts nothing, released or not. The fallback assumes the allocator outlives its blobs (it
+// does: allocators are owned per device and outlive every tensor) and that the destroying thread
+// may touch the allocator, which is exactly what the counter exists to flag when it does not hold.
 // Exception, Note [Blobs alive at exit]: once exit() has begun, a live BlobStorage destroyed with a
 // static object is left to the operating system, silently (its device's worker may still be
 // running and own the allocator).

@@ -99,7 +99,13 @@ VirtualMachine& VirtualMachine::instance() {
     auto* created = new VirtualMachine(DeviceManager::instance(), DeviceManager::instance().options());
     // Drain and join at exit; tensors destroyed later release on their own thread
     // (runs_after_shutdown). Never deleted, so such releases still find it.
-    std::atexit([] { VirtualMachine::instance().shutdown(); });
+    std::atexit([] {
+      try {
+        VirtualMachine::instance().shutdown();
+      } catch (const Error&) {
+        // exit() from inside an instruction callback: the workers are left to the process's end.
+      }
+    });
     return created;
   }();
   return *vm;
@@ -447,12 +453,20 @@ void VirtualMachine::wake_producers() {
 // Shutdown.
 
 void VirtualMachine::shutdown() {
+  const bool in_dispatch = StreamWorker::holds_execution_right_on_this_thread();
   {
     std::lock_guard<std::mutex> lock(submit_mutex_);
-    if (shut_down_.exchange(true)) {
-      if (!StreamWorker::holds_execution_right_on_this_thread()) wait_drained();
+    if (shut_down_.load()) {
+      if (!in_dispatch) wait_drained();
       return;
     }
+    if (in_dispatch) {
+      // Stopping the workers joins them: one of them may be this thread, or wait for it.
+      throw Error(
+          "Expected shutdown() outside instruction callbacks (Barrier, AccessBlobByCallback), "
+          "but got a call from a thread that dispatches instructions; it would wait for itself");
+    }
+    shut_down_.store(true);
   }
   for (auto& worker : workers_) worker->stop();
   {
@@ -460,6 +474,20 @@ void VirtualMachine::shutdown() {
     drained_ = true;
   }
   drain_cv_.notify_all();
+}
+
+DeviceStats VirtualMachine::stats_after_shutdown(Device device) {
+  StreamWorker& owner = worker(device);
+  {
+    std::lock_guard<std::mutex> lock(drain_mutex_);
+    if (!drained_) {
+      throw Error("Expected a VM that has been shut down and drained, but " + device.str() +
+                  "'s worker may still be running");
+    }
+  }
+  // Late releases take the same mutex to run on their caller's thread (run_after_shutdown).
+  std::lock_guard<std::mutex> lock(owner.execution_mutex());
+  return owner.allocator().stats();
 }
 
 void VirtualMachine::wait_drained() {

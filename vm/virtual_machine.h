@@ -41,6 +41,7 @@
 
 #include "oclvm/storage/device_manager.h"
 #include "oclvm/storage/options.h"
+#include "oclvm/storage/stats.h"
 #include "oclvm/vm/instruction.h"
 #include "oclvm/vm/stream.h"
 #include "oclvm/vm/stream_worker.h"
@@ -131,8 +132,15 @@ class VirtualMachine {
     submit_impl(std::move(list), vm_options_.caller_runs).wait();
   }
 
+  // Drains every pending instruction and joins the workers; idempotent (a second caller waits
+  // for the drain). Throws Error, changing nothing, when called first from a thread that holds a
+  // device's execution right (an instruction callback): it would join the thread it stands in.
   void shutdown();
   bool is_shut_down() const { return shut_down_.load(std::memory_order_acquire); }
+  // After shutdown() has drained: `device`'s allocator statistics, read on this thread under its
+  // worker's execution mutex, with no instruction and no queue (what QueryStats reports). Throws
+  // Error before the drain, InvalidArgument for an unknown device.
+  DeviceStats stats_after_shutdown(Device device);
 
   // Called with every dispatched instruction (for `oclvm run --trace`); set before use.
   void set_trace(std::function<void(const TraceEvent&)> trace) { trace_ = std::move(trace); }

@@ -269,6 +269,98 @@ TEST(RuntimeLifetimeDeathTest, ARuntimeDestroyedWithLiveRawBlobsSaysSoAndKeepsTh
       "opencl:0 \\(1 blobs, 4.00 KiB\\)");
 }
 
+// Regression (review of issue #6): a 0-byte raw blob left unreleased used its allocator after
+// the Runtime had freed it (the Runtime saw no live allocation, rightly, and deleted its core).
+TEST(RuntimeLifetimeTest, AZeroByteRawBlobMayOutliveTheRuntime) {
+  const uint64_t fallbacks = BlobStorage::destructor_releases();
+  std::shared_ptr<BlobObject> blob;
+  {
+    Runtime runtime{Options{}};
+    InstructionsBuilder builder = runtime.builder();
+    blob = builder.allocate_blob(builder.stream(kCpu), Dims{0}, DType::kF32);
+    runtime.run(builder.take());
+    ASSERT_NE(blob->storage(), nullptr);
+  }
+  blob.reset();  // holds no memory: touches nothing
+  EXPECT_EQ(BlobStorage::destructor_releases(), fallbacks);
+}
+
+// Regression (review of issue #6): shutdown() from inside an instruction callback joined the
+// worker the callback ran on (std::system_error: resource deadlock) or hung; it is an Error now.
+TEST_F(RuntimeTest, ShutdownInsideACallbackIsAnErrorAndChangesNothing) {
+  InstructionsBuilder builder = runtime_.builder();
+  builder.barrier(runtime_.stream(kOpenCL0), [this] { runtime_.shutdown(); });
+  try {
+    runtime_.run(builder.take());
+    FAIL() << "expected Error";
+  } catch (const Error& e) {
+    EXPECT_CONTAINS(e.what(), "Expected shutdown() outside instruction callbacks");
+  }
+  EXPECT_FALSE(runtime_.is_shut_down());
+  auto storage = runtime_.create_storage(kOpenCL0, 64);  // still serving
+}
+
+// Regression (review of issue #6): the last owner of a Runtime dying inside one of its own
+// instruction callbacks shut down on that thread, joining itself. A thread of its own shuts down
+// now; a storage dropped later waits for that drain and is released normally.
+TEST(RuntimeLifetimeTest, ARuntimeWhoseLastOwnerDiesInsideACallbackShutsDownElsewhere) {
+  const uint64_t fallbacks = BlobStorage::destructor_releases();
+  for (bool caller_runs : {false, true}) {
+    SCOPED_TRACE(caller_runs ? "dispatched by the caller" : "dispatched by the worker");
+    auto runtime = std::make_shared<Runtime>(Options{}, vm::VmOptions{.caller_runs = caller_runs});
+    std::weak_ptr<Runtime> weak = runtime;
+    std::shared_ptr<TensorStorage> storage = runtime->create_storage(kOpenCL0, 256);
+    InstructionsBuilder builder = runtime->builder();
+    builder.barrier(runtime->stream(kOpenCL0), [held = runtime] {});  // the callback holds it
+    vm::InstructionList list = builder.take();
+    Runtime* raw = runtime.get();
+    runtime.reset();  // the list's callback is the last owner now
+    raw->run(std::move(list));  // the instruction dies after its dispatch: ~Runtime there
+    EXPECT_TRUE(weak.expired());
+    storage.reset();  // waits for the shutdown thread's drain, then releases on this thread
+    EXPECT_EQ(BlobStorage::destructor_releases(), fallbacks);
+  }
+}
+
+// Regression (review of issue #6): the core of a Runtime retired on a thread that dispatches for
+// another Runtime tried to run a QueryStats there, failed, and was leaked every time. It reads
+// the allocators directly now and is freed.
+TEST(RuntimeLifetimeTest, ACoreRetiredInsideAnotherRuntimesCallbackIsFreed) {
+  Runtime other{Options{}};
+  auto runtime = std::make_unique<Runtime>(Options{});
+  std::shared_ptr<TensorStorage> storage = runtime->create_storage(kOpenCL0, 512);
+  runtime.reset();  // shut down; the storage holds the core
+  InstructionsBuilder builder = other.builder();
+  builder.barrier(other.stream(kOpenCL0), [held = std::move(storage)] {});
+  ::testing::internal::CaptureStderr();
+  other.run(builder.take());  // the storage, then the core, die on other's dispatching thread
+  const std::string printed = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(printed, "") << "nothing kept, nothing failed";
+}
+
+// Regression (review of issue #6): when the stream's finish failed after a successful
+// AllocateBlob, create_storage threw with the memory still allocated, and the blob's destructor
+// freed it on the caller's thread, racing with the worker.
+TEST(RuntimeFaultTest, CreateStorageGivesTheMemoryBackWhenAFinishFails) {
+  const uint64_t fallbacks = BlobStorage::destructor_releases();
+  Options options;
+  options.faults = FaultOptions::parse("finish:every=1", "test");
+  Runtime runtime(options);
+  // A queue's finish reaches the driver only with work outstanding: a fill whose finish fails
+  // leaves the compute stream unfinished.
+  std::shared_ptr<TensorStorage> first = runtime.create_storage(kOpenCL0, 256);
+  InstructionsBuilder builder = runtime.builder();
+  builder.fill(first->blob(), 0, 256, 1);
+  EXPECT_THROW(runtime.run(builder.take()), BackendError);
+  // The AllocateBlob succeeds, then the list's finish fails.
+  EXPECT_THROW(runtime.create_storage(kOpenCL0, 4096), BackendError);
+  EXPECT_EQ(BlobStorage::destructor_releases(), fallbacks) << "not freed by the blob's destructor";
+  runtime.vm().devices().backend(kOpenCL0).faults().configure(FaultOptions{});
+  EXPECT_EQ(runtime.stats(kOpenCL0).allocation[kAll].current, 1) << "given back through the VM";
+  first.reset();
+  EXPECT_EQ(runtime.stats(kOpenCL0).allocation[kAll].current, 0);
+}
+
 // Many threads on one Runtime: storages made and dropped, lists run, statistics read (the
 // ThreadSanitizer run of `make tsan` covers this too).
 TEST_F(RuntimeTest, ManyThreadsShareOneRuntime) {
