@@ -21,8 +21,10 @@
 //
 // Thread-safety: thread-safe. Any number of threads may call any member at once, except that the
 // destructor must not race with other calls (as for any object). The VM's rule holds for every
-// call that waits (run, create_storage, stats, ...): not from inside an instruction callback
-// (Barrier, AccessBlobByCallback), where it throws Error instead of waiting for itself.
+// call that waits (run, create_storage, stats, shutdown, ...): not from inside an instruction
+// callback (Barrier, AccessBlobByCallback), where it throws Error instead of waiting for itself.
+// The destructor may run inside a callback (the callback held the last owner): a thread of its
+// own then shuts the VM down once the dispatch has returned.
 #pragma once
 
 #include <cstddef>
@@ -115,6 +117,7 @@ class Runtime {
   // ---- Lifetime -------------------------------------------------------------------------------
   // Drains every pending instruction and joins the workers. Idempotent; a second caller waits
   // for the first. Afterwards only releases and statistics queries run (on the caller's thread).
+  // Throws Error, changing nothing, from inside an instruction callback.
   void shutdown();
   bool is_shut_down() const;
 

@@ -14,7 +14,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
-out="$PWD/$build/package"
+case $build in /*) ;; *) build="$PWD/$build" ;; esac
+out="$build/package"
 prefix="$out/prefix"
 version=$(sed -n 's/^project(oclvm VERSION \([0-9.]*\) .*/\1/p' CMakeLists.txt)
 jobs=$(nproc)
@@ -40,7 +41,8 @@ cmake --install "$build" --prefix "$prefix" >/dev/null
   fail "installed 'oclvm --version' says '$("$prefix/bin/oclvm" --version)', not 'oclvm $version'"
 
 say "installed headers: only oclvm/ includes, no OpenCL, nothing private"
-private=$(find "$prefix/include" -path '*/opencl*' -o -path '*/host/*' -o -name 'address_space.h' \
+private=$(find "$prefix/include/oclvm" -path "$prefix/include/oclvm/storage/opencl*" \
+          -o -path "$prefix/include/oclvm/storage/host*" -o -name 'address_space.h' \
           -o -name '*_allocator.h' ! -name 'allocator.h')
 [ -z "$private" ] || fail "private headers were installed: $private"
 cl=$(grep -rlE '#include [<"](CL/|opencl\.h)' "$prefix/include" || true)
@@ -76,7 +78,10 @@ say "quickstart output:"
 "$out/quickstart/quickstart" || fail "quickstart exited with $?"
 configure_build_test eager_tensor examples/eager_tensor
 say "eager_tensor_demo on two devices:"
-POCL_DEVICES="basic basic" "$out/eager_tensor/eager_tensor_demo" || fail "eager_tensor_demo"
+POCL_DEVICES="basic basic" "$out/eager_tensor/eager_tensor_demo" | tee "$out/demo.out" ||
+  fail "eager_tensor_demo exited with ${PIPESTATUS[0]}"
+grep -q "^using opencl:0 and opencl:1$" "$out/demo.out" ||
+  fail "eager_tensor_demo did not use two OpenCL devices with POCL_DEVICES=\"basic basic\""
 # The headers and the example with the other compiler an embedder may use (the package's
 # libraries stay g++'s; both use libstdc++). clang-15 is installed by scripts/setup.sh.
 if command -v clang++-15 >/dev/null; then

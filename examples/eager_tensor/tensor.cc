@@ -98,13 +98,34 @@ uint64_t encode_integer(double value, DType dtype) {
   return static_cast<uint64_t>(static_cast<Int>(value));
 }
 
+[[noreturn]] void throw_overflow(double value, DType dtype) {
+  throw InvalidArgument(std::string("Expected a value that ") + oclvm::dtype_name(dtype) +
+                        " holds without overflow, but got " + std::to_string(value));
+}
+
+// `value` rounded to float; a finite value beyond float's range is refused (the conversion would
+// be undefined behaviour, and the element infinite).
+float narrow(double value, DType dtype) {
+  if (std::isfinite(value) && std::fabs(value) > std::numeric_limits<float>::max()) {
+    throw_overflow(value, dtype);
+  }
+  return static_cast<float>(value);
+}
+
+// A 16-bit float from `convert`, refusing a finite value that rounds to infinity.
+uint16_t encode_16(double value, DType dtype, uint16_t (*convert)(float), uint16_t infinity) {
+  const uint16_t bits = convert(narrow(value, dtype));
+  if (std::isfinite(value) && (bits & 0x7fffu) == infinity) throw_overflow(value, dtype);
+  return bits;
+}
+
 // `value` as the bits of one element of `dtype` (the low dtype_size bytes count).
 uint64_t encode(double value, DType dtype) {
   switch (dtype) {
-    case DType::kF32: return std::bit_cast<uint32_t>(static_cast<float>(value));
+    case DType::kF32: return std::bit_cast<uint32_t>(narrow(value, dtype));
     case DType::kF64: return std::bit_cast<uint64_t>(value);
-    case DType::kF16: return float_to_half(static_cast<float>(value));
-    case DType::kBF16: return float_to_bfloat16(static_cast<float>(value));
+    case DType::kF16: return encode_16(value, dtype, &float_to_half, 0x7c00u);
+    case DType::kBF16: return encode_16(value, dtype, &float_to_bfloat16, 0x7f80u);
     case DType::kI8: return encode_integer<int8_t>(value, dtype);
     case DType::kU8: return encode_integer<uint8_t>(value, dtype);
     case DType::kI16: return encode_integer<int16_t>(value, dtype);
@@ -139,6 +160,26 @@ double decode(const uint8_t* bytes, DType dtype) {
   return 0.0;
 }
 
+// An integer element (every integer dtype fits in int64).
+int64_t decode_integer(const uint8_t* bytes, DType dtype) {
+  auto load_exact = [bytes](auto zero) {
+    decltype(zero) value;
+    std::memcpy(&value, bytes, sizeof(value));
+    return static_cast<int64_t>(value);
+  };
+  switch (dtype) {
+    case DType::kI8: return load_exact(int8_t{0});
+    case DType::kU8: return load_exact(uint8_t{0});
+    case DType::kI16: return load_exact(int16_t{0});
+    case DType::kI32: return load_exact(int32_t{0});
+    case DType::kI64: return load_exact(int64_t{0});
+    case DType::kBool: return bytes[0] != 0 ? 1 : 0;
+    default: break;
+  }
+  throw InvalidArgument(std::string("Expected an integer dtype, but got ") +
+                        oclvm::dtype_name(dtype));
+}
+
 bool is_floating(DType dtype) {
   return dtype == DType::kF32 || dtype == DType::kF64 || dtype == DType::kF16 ||
          dtype == DType::kBF16;
@@ -149,21 +190,37 @@ bool is_floating(DType dtype) {
 constexpr int64_t kSummarizeAbove = 1000;  // elements; PyTorch's default threshold
 constexpr int64_t kEdgeItems = 3;
 
+// Formats the elements of a tensor, given as bytes in row-major order. Integers are printed from
+// their bytes (exact for every i64); floating-point cells share one format chosen from the cells
+// shown, as PyTorch's: "3." when all are integral, "3.2500" otherwise, "3.2500e+09" when the
+// largest magnitude is at least 1e8 or the smallest non-zero one below 1e-4.
 class Printer {
  public:
-  Printer(const Tensor& tensor, const std::vector<double>& values)
+  Printer(const Tensor& tensor, const std::vector<uint8_t>& bytes)
       : shape_(tensor.shape()),
         strides_(oclvm::contiguous_strides(tensor.shape())),
-        values_(values),
+        bytes_(bytes),
         dtype_(tensor.dtype()),
+        size_(oclvm::dtype_size(tensor.dtype())),
         summarize_(tensor.numel() > kSummarizeAbove) {
-    // One format for every cell, chosen from the cells shown.
-    bool all_integral = true;
-    visit_shown(0, 0, [&](double v) {
-      all_integral = all_integral && (!std::isfinite(v) || std::trunc(v) == v);
-    });
-    integral_floats_ = all_integral;
-    visit_shown(0, 0, [&](double v) { width_ = std::max(width_, cell(v).size()); });
+    if (is_floating(dtype_)) {
+      bool all_integral = true;
+      double largest = 0.0;
+      double smallest_nonzero = 0.0;
+      visit_shown(0, 0, [&](size_t index) {
+        const double v = value(index);
+        if (!std::isfinite(v)) return;
+        all_integral = all_integral && std::trunc(v) == v;
+        const double magnitude = std::fabs(v);
+        largest = std::max(largest, magnitude);
+        if (magnitude > 0.0 && (smallest_nonzero == 0.0 || magnitude < smallest_nonzero)) {
+          smallest_nonzero = magnitude;
+        }
+      });
+      scientific_ = largest >= 1e8 || (smallest_nonzero > 0.0 && smallest_nonzero < 1e-4);
+      integral_floats_ = all_integral && !scientific_;
+    }
+    visit_shown(0, 0, [&](size_t index) { width_ = std::max(width_, cell(index).size()); });
   }
 
   // The nested brackets; `indent` is the column of the outermost '['.
@@ -184,10 +241,11 @@ class Printer {
     return indices;
   }
 
+  // Calls fn(row-major element index) for every element shown.
   template <typename Fn>
   void visit_shown(size_t dim, int64_t base, Fn&& fn) const {
     if (dim == shape_.size()) {
-      fn(values_[static_cast<size_t>(base)]);
+      fn(static_cast<size_t>(base));
       return;
     }
     for (int64_t i : shown(dim)) {
@@ -195,18 +253,17 @@ class Printer {
     }
   }
 
-  std::string cell(double v) const {
-    if (dtype_ == DType::kBool) return v != 0.0 ? "True" : "False";
+  const uint8_t* element(size_t index) const { return bytes_.data() + index * size_; }
+  double value(size_t index) const { return decode(element(index), dtype_); }
+
+  std::string cell(size_t index) const {
+    if (dtype_ == DType::kBool) return element(index)[0] != 0 ? "True" : "False";
+    if (!is_floating(dtype_)) return std::to_string(decode_integer(element(index), dtype_));
+    const double v = value(index);
     if (std::isnan(v)) return "nan";
     if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
     char text[64];
-    if (!is_floating(dtype_)) {
-      std::snprintf(text, sizeof(text), "%lld", static_cast<long long>(v));
-    } else if (integral_floats_) {
-      std::snprintf(text, sizeof(text), "%.0f.", v);
-    } else {
-      std::snprintf(text, sizeof(text), "%.4f", v);
-    }
+    std::snprintf(text, sizeof(text), scientific_ ? "%.4e" : integral_floats_ ? "%.0f." : "%.4f", v);
     return text;
   }
 
@@ -216,7 +273,7 @@ class Printer {
   }
 
   std::string dim_text(size_t dim, int64_t base, size_t indent) const {
-    if (shape_.empty()) return cell(values_[0]);
+    if (shape_.empty()) return cell(0);
     const bool innermost = dim + 1 == shape_.size();
     // Rows of a matrix end in one newline, matrices of a 3-D tensor in two, and so on.
     const std::string separator = innermost ? ", "
@@ -230,7 +287,7 @@ class Printer {
       if (i < 0) {
         text += "...";
       } else if (innermost) {
-        text += padded(cell(values_[static_cast<size_t>(base + i)]));
+        text += padded(cell(static_cast<size_t>(base + i)));
       } else {
         text += dim_text(dim + 1, base + i * strides_[dim], indent);
       }
@@ -239,10 +296,12 @@ class Printer {
   }
 
   const Shape& shape_;
-  const Shape strides_;  // of the row-major values_
-  const std::vector<double>& values_;
+  const Shape strides_;  // of the row-major bytes_
+  const std::vector<uint8_t>& bytes_;
   const DType dtype_;
+  const size_t size_;
   const bool summarize_;
+  bool scientific_ = false;
   bool integral_floats_ = true;
   size_t width_ = 0;
 };
@@ -330,13 +389,16 @@ Tensor Tensor::zeros(oclvm::Runtime& runtime, const Shape& shape, DType dtype, D
 
 Tensor Tensor::arange(oclvm::Runtime& runtime, int64_t n, DType dtype, Device device) {
   if (n < 0) throw InvalidArgument("Expected arange(n) with n >= 0, but got " + std::to_string(n));
+  if (n > 0) encode(static_cast<double>(n - 1), dtype);  // the largest value must fit
+  Tensor tensor = empty(runtime, Shape{n}, dtype, device);  // the size is checked here
   const size_t size = oclvm::dtype_size(dtype);
   std::vector<uint8_t> bytes(static_cast<size_t>(n) * size);
   for (int64_t i = 0; i < n; ++i) {
     const uint64_t bits = encode(static_cast<double>(i), dtype);
     std::memcpy(bytes.data() + static_cast<size_t>(i) * size, &bits, size);  // little-endian
   }
-  return from_host_bytes(runtime, bytes.data(), static_cast<size_t>(n), dtype, Shape{n}, device);
+  tensor.write_all(bytes.data());
+  return tensor;
 }
 
 Tensor Tensor::from_host_bytes(oclvm::Runtime& runtime, const void* values, size_t count,
@@ -347,13 +409,17 @@ Tensor Tensor::from_host_bytes(oclvm::Runtime& runtime, const void* values, size
                           shape_text(shape) + ", but got " + std::to_string(count));
   }
   Tensor tensor = empty(runtime, shape, dtype, device);
-  if (numel > 0) {
-    oclvm::InstructionsBuilder builder = runtime.builder();
-    builder.copy_host_to_device(values, tensor.storage_->blob(), 0,
-                                static_cast<size_t>(numel) * oclvm::dtype_size(dtype));
-    runtime.run(builder.take());
-  }
+  tensor.write_all(values);
   return tensor;
+}
+
+void Tensor::write_all(const void* values) {
+  if (numel() == 0) return;
+  oclvm::InstructionsBuilder builder = runtime_->builder();
+  builder.copy_host_to_device(values, storage_->blob(),
+                              static_cast<size_t>(storage_offset_) * oclvm::dtype_size(dtype_),
+                              static_cast<size_t>(numel()) * oclvm::dtype_size(dtype_));
+  runtime_->run(builder.take());
 }
 
 // ---- Layout ----------------------------------------------------------------------------------
@@ -396,8 +462,10 @@ Tensor Tensor::slice(int64_t dim, int64_t start, int64_t end, int64_t step) cons
   }
   Shape shape = shape_;
   Shape strides = strides_;
-  shape[d] = (end - start + step - 1) / step;
-  strides[d] = strides_[d] * step;
+  // No overflow for any step: the stride is scaled only when a second element exists, and then
+  // step < size.
+  shape[d] = end == start ? 0 : 1 + (end - start - 1) / step;
+  if (shape[d] > 1) strides[d] = strides_[d] * step;
   return with_layout(std::move(shape), std::move(strides), storage_offset_ + start * strides_[d]);
 }
 
@@ -483,6 +551,11 @@ Tensor& Tensor::copy_from(const Tensor& src) {
   // The copies below run one after another: a source sharing this storage is cloned first, so
   // that no run reads what an earlier run wrote.
   const Tensor unaliased = shares_storage_with(src) ? src.copy_to(src.device()) : src;
+  if (src.device() != device() && !unaliased.is_contiguous()) {
+    // Pack it on its own device first (device copies), so that what crosses devices (staged
+    // through the host) is one block, not one copy per run.
+    return copy_from(unaliased.contiguous());
+  }
   // Either this tensor is one block and the source's runs are walked, or the source is made one
   // block and this tensor's runs are walked.
   const bool walk_source = is_contiguous();
@@ -559,9 +632,10 @@ std::string Tensor::to_string() const {
   const std::string suffix =
       "device='" + device().str() + "', dtype=" + oclvm::dtype_name(dtype_) + ")";
   if (numel() == 0) return "tensor([], size=" + shape_text(shape_) + ", " + suffix;
-  const std::vector<double> values = to_doubles();
+  std::vector<uint8_t> bytes(static_cast<size_t>(numel()) * oclvm::dtype_size(dtype_));
+  read_elements(dtype_, bytes.data());
   const std::string prefix = "tensor(";
-  return prefix + Printer(*this, values).body(prefix.size()) + ", " + suffix;
+  return prefix + Printer(*this, bytes).body(prefix.size()) + ", " + suffix;
 }
 
 std::ostream& operator<<(std::ostream& out, const Tensor& tensor) {

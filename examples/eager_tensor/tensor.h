@@ -36,6 +36,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "oclvm/oclvm.h"
@@ -67,7 +68,8 @@ class Tensor {
   static Tensor full(oclvm::Runtime& runtime, const Shape& shape, double value, DType dtype,
                      Device device);
   static Tensor zeros(oclvm::Runtime& runtime, const Shape& shape, DType dtype, Device device);
-  // 0, 1, ..., n - 1 as a 1-D tensor (converted to dtype, which must hold n - 1).
+  // 0, 1, ..., n - 1 as a 1-D tensor (an integer dtype must hold n - 1 exactly; a floating one
+  // rounds as a conversion would, and must not overflow).
   static Tensor arange(oclvm::Runtime& runtime, int64_t n, DType dtype, Device device);
   // A contiguous tensor of `shape` holding `values` (row-major); values.size() must equal the
   // number of elements.
@@ -104,7 +106,9 @@ class Tensor {
 
   // ---- Data ------------------------------------------------------------------------------------
   // Sets every element of this tensor (a view: only its elements) to `value`, converted to the
-  // dtype (InvalidArgument when the dtype cannot hold it: 300 in u8, 0.5 in i32, NaN in i64).
+  // dtype (InvalidArgument when the dtype cannot hold it: 300 in u8, 0.5 in i32, NaN in i64,
+  // 1e5 in f16). f16 and bf16 values are rounded to float first, then to 16 bits (a value
+  // within a rounding step of a 16-bit tie can round differently from a direct rounding).
   Tensor& fill(double value);
   // Copies `src` (same shape; any dtype equal to this one; any device) into this tensor's
   // elements, on this tensor's device.
@@ -118,7 +122,13 @@ class Tensor {
   template <typename T>
   std::vector<T> to_host() const {
     std::vector<T> out(static_cast<size_t>(numel()));
-    read_elements(dtype_of<T>(), out.data());
+    if constexpr (std::is_same_v<T, bool>) {  // std::vector<bool> has no data()
+      std::vector<uint8_t> bytes(out.size());
+      read_elements(DType::kBool, bytes.data());
+      for (size_t i = 0; i < out.size(); ++i) out[i] = bytes[i] != 0;
+    } else {
+      read_elements(dtype_of<T>(), out.data());
+    }
     return out;
   }
   // The elements in row-major order as doubles (every dtype; i64 beyond 2^53 loses precision).
@@ -136,6 +146,8 @@ class Tensor {
   // Downloads the elements in row-major order into `out` (numel() elements of `as`).
   void read_elements(DType as, void* out) const;
   Tensor with_layout(Shape shape, Shape strides, int64_t storage_offset) const;
+  // Uploads numel() elements, row-major, into this contiguous tensor.
+  void write_all(const void* values);
 
   oclvm::Runtime* runtime_;
   std::shared_ptr<oclvm::TensorStorage> storage_;

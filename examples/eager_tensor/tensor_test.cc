@@ -194,6 +194,46 @@ TEST_F(TensorTest, PrintsLikePyTorch) {
   EXPECT_EQ(big, "tensor([   0,    1,    2, ..., 1997, 1998, 1999], device='opencl:0', dtype=i32)");
 }
 
+// Regressions from a review of the example: each of these gave a wrong result or undefined
+// behaviour before.
+TEST_F(TensorTest, EdgeValuesPrintAndConvertExactly) {
+  const std::vector<int64_t> extremes = {std::numeric_limits<int64_t>::max(),
+                                         std::numeric_limits<int64_t>::min(), (1LL << 53) + 1};
+  Tensor big = Tensor::from_host<int64_t>(runtime_, extremes, {3}, first_);
+  EXPECT_EQ(big.to_string(),
+            "tensor([ 9223372036854775807, -9223372036854775808,     9007199254740993], "
+            "device='opencl:0', dtype=i64)");
+  EXPECT_EQ(Tensor::full(runtime_, {2}, 1e300, DType::kF64, first_).to_string(),
+            "tensor([1.0000e+300, 1.0000e+300], device='opencl:0', dtype=f64)");
+  const std::vector<float> small = {1e-5f, 0.5f};
+  EXPECT_EQ(Tensor::from_host<float>(runtime_, small, {2}, first_).to_string(),
+            "tensor([1.0000e-05, 5.0000e-01], device='opencl:0', dtype=f32)");
+  EXPECT_THROW(Tensor::full(runtime_, {2}, 1e10, DType::kF16, first_), oclvm::InvalidArgument);
+  EXPECT_THROW(Tensor::full(runtime_, {2}, 65520, DType::kF16, first_), oclvm::InvalidArgument);
+  EXPECT_THROW(Tensor::full(runtime_, {2}, 1e300, DType::kF32, first_), oclvm::InvalidArgument);
+  EXPECT_THROW(Tensor::full(runtime_, {2}, 1e39, DType::kBF16, first_), oclvm::InvalidArgument);
+  EXPECT_EQ(Tensor::full(runtime_, {1}, 65504, DType::kF16, first_).to_doubles()[0], 65504.0);
+  EXPECT_TRUE(std::isinf(
+      Tensor::full(runtime_, {1}, std::numeric_limits<double>::infinity(), DType::kF16, first_)
+          .to_doubles()[0]))
+      << "an infinite value stays allowed";
+  std::vector<bool> flags = Tensor::full(runtime_, {3}, 1, DType::kBool, first_).to_host<bool>();
+  EXPECT_EQ(flags, (std::vector<bool>{true, true, true}));
+}
+
+TEST_F(TensorTest, SlicesWithHugeStepsAndHugeArangesAreHandled) {
+  Tensor a = Tensor::arange(runtime_, 5, DType::kI32, first_);
+  Tensor one = a.slice(0, 0, 5, std::numeric_limits<int64_t>::max());
+  EXPECT_EQ(one.shape(), Shape({1}));
+  EXPECT_EQ(one.to_host<int32_t>(), (std::vector<int32_t>{0}));
+  EXPECT_EQ(a.slice(0, 1, 5, 3).to_host<int32_t>(), (std::vector<int32_t>{1, 4}));
+  const int64_t before = live_bytes(first_);
+  EXPECT_THROW(Tensor::arange(runtime_, (int64_t{1} << 62) + 1, DType::kF32, first_),
+               oclvm::InvalidArgument);
+  EXPECT_THROW(Tensor::arange(runtime_, 129, DType::kI8, first_), oclvm::InvalidArgument);
+  EXPECT_EQ(live_bytes(first_), before);
+}
+
 TEST_F(TensorTest, TheLastTensorOfAStorageReleasesItsMemory) {
   const int64_t before = live_bytes(first_);
   auto a = std::make_unique<Tensor>(Tensor::zeros(runtime_, {256}, DType::kF32, first_));
