@@ -341,9 +341,17 @@ void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   at::native::cpu_fallback(op, stack);
 }
 
-}  // namespace
+// Note [Registrations that outlive exit]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// TORCH_LIBRARY_IMPL keeps its torch::Library in a static object, and ~Library deregisters the
+// kernels. When C's exit() runs on one thread while another is dispatching an opencl operator
+// (the GIL released), exit's static destructors deregistered the PrivateUse1 fallback under it:
+// a null boxed kernel, SIGSEGV in about 1 run in 400 (tests/torch/test_exit.py,
+// libc_exit_from_thread_mid_work). So the three libraries are made with `new` and never
+// destroyed: the kernels stay registered until the process is gone. The pointers live in
+// statics, so the objects stay reachable (no leak report).
 
-TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+void register_native_kernels(torch::Library& m) {
   m.impl("empty.memory_format", empty_memory_format);
   m.impl("empty_strided", empty_strided);
   m.impl("as_strided", as_strided);
@@ -363,19 +371,33 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("unfold", unfold);
   m.impl("view_as_real", view_as_real);
   m.impl("view_as_complex", view_as_complex);
-}
-
-// convolution and convolution_backward are composite: for this device they would route to
-// convolution_overrideable, whose default kernel only throws. Registered here, they take the
-// boxed CPU fallback whole (autograd stays above: ConvolutionBackward0 calls
-// convolution_backward, which lands here too).
-TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  // convolution and convolution_backward are composite: for this device they would route to
+  // convolution_overrideable, whose default kernel only throws. Registered here, they take the
+  // boxed CPU fallback whole (autograd stays above: ConvolutionBackward0 calls
+  // convolution_backward, which lands here too).
   m.impl("convolution", torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>());
   m.impl("convolution_backward", torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>());
 }
 
-TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
+void register_fallback(torch::Library& m) {
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>());
 }
+
+// A PrivateUse1 IMPL library of namespace `ns`, filled by `init`, never destroyed (Note
+// [Registrations that outlive exit]).
+torch::Library* lasting_library(const char* ns, void (*init)(torch::Library&), uint32_t line) {
+  auto* library = new torch::Library(torch::Library::IMPL, ns,
+                                     std::make_optional(c10::DispatchKey::PrivateUse1), __FILE__,
+                                     line);
+  init(*library);
+  return library;
+}
+
+[[maybe_unused]] torch::Library* const kNativeKernels =
+    lasting_library("aten", &register_native_kernels, __LINE__);
+[[maybe_unused]] torch::Library* const kFallback =
+    lasting_library("_", &register_fallback, __LINE__);
+
+}  // namespace
 
 }  // namespace oclvm::torch_adapter
