@@ -43,8 +43,8 @@ void run_one(vm::VirtualMachine& vm, Build&& build) {
 // reference goes, deleting the Core would leave it dangling, so retire() reports it and keeps the
 // Core instead, for the rest of the process, in a list that is never destroyed (reachable, so
 // LeakSanitizer does not call it lost; the VM is already shut down: no thread keeps running). The
-// check reads the allocators through QueryStats, which runs on the caller's thread after
-// shutdown.
+// check reads the drained VM's allocators directly (VirtualMachine::stats_after_shutdown), with
+// no instruction and no queue, so it works on any thread, also one dispatching for another VM.
 struct Runtime::Core {
   Core(const Options& options, const vm::VmOptions& vm_options)
       : devices(options), vm(devices, options, vm_options), device_list(devices.devices()) {}

@@ -144,12 +144,18 @@ double load(const uint8_t* bytes) {
   return static_cast<double>(value);
 }
 
+uint16_t load_bits16(const uint8_t* bytes) {
+  uint16_t bits;
+  std::memcpy(&bits, bytes, sizeof(bits));
+  return bits;
+}
+
 double decode(const uint8_t* bytes, DType dtype) {
   switch (dtype) {
     case DType::kF32: return load<float>(bytes);
     case DType::kF64: return load<double>(bytes);
-    case DType::kF16: return half_to_float(static_cast<uint16_t>(load<uint16_t>(bytes)));
-    case DType::kBF16: return bfloat16_to_float(static_cast<uint16_t>(load<uint16_t>(bytes)));
+    case DType::kF16: return half_to_float(load_bits16(bytes));
+    case DType::kBF16: return bfloat16_to_float(load_bits16(bytes));
     case DType::kI8: return load<int8_t>(bytes);
     case DType::kU8: return load<uint8_t>(bytes);
     case DType::kI16: return load<int16_t>(bytes);
