@@ -39,3 +39,16 @@ if [ ! -f "$venv_stamp" ] || [ ! -x .venv/bin/python ]; then
   .venv/bin/python -c "import torch; assert torch.__version__.startswith('2.13.0'), torch.__version__"
   touch "$venv_stamp"
 fi
+
+# Test dependencies of the conformance suite (design/conformance.md): PyTorch's OpInfo database
+# needs expecttest and hypothesis to import; the model families build Hugging Face transformers
+# models from small random-initialised configs (pure Python, nothing downloaded at run time).
+# Pinned so that a new release cannot change what make test runs.
+test_deps=("transformers==5.23.0" "expecttest==0.3.0" "hypothesis==6.170.15")
+deps_stamp="$stamp_dir/venv-test-deps-$(echo "${test_deps[*]}" | md5sum | cut -c1-12)"
+if [ ! -f "$deps_stamp" ]; then
+  echo "setup: installing test dependencies into .venv: ${test_deps[*]}"
+  .venv/bin/pip install -q "${test_deps[@]}"
+  .venv/bin/python -c "import transformers, expecttest, hypothesis"
+  touch "$deps_stamp"
+fi

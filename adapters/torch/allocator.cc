@@ -258,12 +258,15 @@ void set_memory_limit(c10::DeviceIndex index, uint64_t bytes) {
   });
 }
 
-uint64_t global_memory_bytes(c10::DeviceIndex index) {
+const DeviceProperties& device_properties(c10::DeviceIndex index) {
   check_device_index(index);
-  return translate_errors([&] {
-    return vm::VirtualMachine::instance().devices().backend(to_oclvm(index)).properties()
-        .global_mem_bytes;
+  return translate_errors([&]() -> const DeviceProperties& {
+    return vm::VirtualMachine::instance().devices().backend(to_oclvm(index)).properties();
   });
+}
+
+uint64_t global_memory_bytes(c10::DeviceIndex index) {
+  return device_properties(index).global_mem_bytes;
 }
 
 uint64_t max_allocation_bytes(c10::DeviceIndex index) {

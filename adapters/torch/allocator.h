@@ -34,6 +34,7 @@
 #include <c10/core/Stream.h>
 
 #include "oclvm/instructions/builder.h"
+#include "oclvm/storage/backend.h"
 #include "oclvm/storage/device.h"
 #include "oclvm/storage/errors.h"
 #include "oclvm/storage/storage_objects.h"
@@ -55,6 +56,8 @@ inline Device to_oclvm(c10::DeviceIndex index) { return Device{DeviceType::kOpen
 uint64_t memory_limit(c10::DeviceIndex index);
 void set_memory_limit(c10::DeviceIndex index, uint64_t bytes);
 uint64_t global_memory_bytes(c10::DeviceIndex index);
+// What the driver says of the device (name, platform, version, memory sizes); checks the index.
+const DeviceProperties& device_properties(c10::DeviceIndex index);
 // The device's largest single allocation (CL_DEVICE_MAX_MEM_ALLOC_SIZE).
 uint64_t max_allocation_bytes(c10::DeviceIndex index);
 

@@ -1,4 +1,4 @@
-// adapters/torch/device.cc — the PrivateUse1 device guard, hooks, default generators and host
+// adapters/torch/device.cc — the PrivateUse1 device guard, hooks and host
 // (pinned) allocator of the "opencl" backend.
 //
 //   Streams     torch streams are VM streams (allocator.h): the default stream is the device's
@@ -10,15 +10,14 @@
 //               events as StreamEvents (RecordEvent / WaitEvent instructions over queue
 //               markers). Every operator returns after its VM sync point, so a stream is idle
 //               when no operator is running on it; synchronize/query still ask the device.
-//   Hooks       at::PrivateUse1HooksInterface: availability, generators (CPU generators tagged
-//               with the opencl device: random ops run on the host through the fallback),
+//   Hooks       at::PrivateUse1HooksInterface: availability, generators (generator.h: the
+//               device's random state is a CPU generator's, which the fallback hands CPU kernels),
 //               getDeviceFromPtr through AddressSpace::resolve, pinned memory, storage resize.
 //   HostAllocator  plain host memory for pin_memory(): PoCL shares the host's memory, and no
 //               transfer needs page-locked staging (each returns after its sync point). Tracks
 //               its blocks for is_pinned and keeps torch's HostStats (no cache).
 //
 // Thread-safety: all of them are thread-safe; the current device is per thread.
-#include <ATen/CPUGeneratorImpl.h>
 #include <ATen/core/CachingHostAllocator.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <c10/core/DeviceGuard.h>
@@ -35,6 +34,7 @@
 #include <vector>
 
 #include "adapters/torch/allocator.h"
+#include "adapters/torch/generator.h"
 #include "oclvm/storage/address_space.h"
 #include "oclvm/storage/backend.h"
 #include "oclvm/vm/virtual_machine.h"
@@ -183,6 +183,18 @@ class GuardImpl final : public c10::impl::DeviceGuardImplInterface {
     return previous;
   }
   c10::DeviceIndex deviceCount() const noexcept override { return device_count(); }
+  // torch.accelerator.get_device_capability: every dtype a tensor can have on the device (the
+  // CPU's kernels compute them all) except the quantized ones, which have no opencl kernels.
+  c10::DeviceCapability getDeviceCapability(c10::Device device) const override {
+    check_device_index(device.index() < 0 ? current_device() : device.index());
+    c10::DeviceCapability capability;
+    capability.capability_data.supported_scalar_types.has_QInt8 = false;
+    capability.capability_data.supported_scalar_types.has_QUInt8 = false;
+    capability.capability_data.supported_scalar_types.has_QInt32 = false;
+    capability.capability_data.supported_scalar_types.has_QUInt4x2 = false;
+    capability.capability_data.supported_scalar_types.has_QUInt2x4 = false;
+    return capability;
+  }
 
   void synchronizeStream(const c10::Stream& stream) const override {
     finish_streams({&vm_stream(stream)});
@@ -257,14 +269,6 @@ class GuardImpl final : public c10::impl::DeviceGuardImplInterface {
   }
 };
 C10_REGISTER_GUARD_IMPL(PrivateUse1, GuardImpl);
-
-class Generator final : public at::CPUGeneratorImpl {
- public:
-  explicit Generator(c10::DeviceIndex index) {
-    device_ = c10::Device(kType, index);
-    key_set_ = c10::DispatchKeySet(c10::DispatchKey::PrivateUse1);
-  }
-};
 
 class HostAllocator final : public at::HostAllocator {
  public:
@@ -348,21 +352,12 @@ class Hooks final : public at::PrivateUse1HooksInterface {
   bool isBuilt() const override { return true; }
   bool isAvailable() const override { return device_count() > 0; }
   const at::Generator& getDefaultGenerator(c10::DeviceIndex index) const override {
-    static const std::vector<at::Generator> generators = [] {
-      std::vector<at::Generator> all;
-      for (c10::DeviceIndex d = 0; d < device_count(); ++d) {
-        all.push_back(at::make_generator<Generator>(d));
-      }
-      return all;
-    }();
-    const c10::DeviceIndex d = index < 0 ? current_device() : index;
-    check_device_index(d);
-    return generators[static_cast<size_t>(d)];
+    return default_generator(index);
   }
   at::Generator getNewGenerator(c10::DeviceIndex index) const override {
     const c10::DeviceIndex d = index < 0 ? current_device() : index;
     check_device_index(d);
-    return at::make_generator<Generator>(d);
+    return at::make_generator<DeviceGenerator>(d);
   }
   at::Device getDeviceFromPtr(void* data) const override {
     const ResolvedAddress where = AddressSpace::instance().resolve(reinterpret_cast<uintptr_t>(data));

@@ -17,19 +17,29 @@
 //   live_blocks() -> int       blocks CLDeviceAllocator handed out and not yet released (tests)
 //   device_of_address(int) -> int   the PrivateUse1 hooks' getDeviceFromPtr (tests); RuntimeError
 //                              for an address outside opencl memory
+//   device_properties(int) -> dict  name, platform, version, total_memory, max_allocation,
+//                              base_addr_align (bytes)
+//   manual_seed(int, int)      seeds the device's default generator (generator.h)
+//   seed(int) -> int           seeds it nondeterministically; returns the seed
+//   initial_seed(int) -> int   its current seed
+//   get_rng_state(int) -> bytes     its state (the CPU generator's layout)
+//   set_rng_state(int, bytes)  sets it; ValueError for bytes of another length, nothing changed
 //
 // Thread-safety: as the C++ side; the GIL is released around nothing (no call here blocks long).
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
 #include <ATen/core/CachingHostAllocator.h>
+#include <ATen/ops/empty.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <c10/util/Exception.h>
 
+#include <cstring>
 #include <string>
 #include <utility>
 
 #include "adapters/torch/allocator.h"
+#include "adapters/torch/generator.h"
 
 namespace oclvm::torch_adapter {
 namespace {
@@ -161,6 +171,110 @@ PyObject* py_device_of_address(PyObject*, PyObject* arg) {
   }
 }
 
+PyObject* py_device_properties(PyObject*, PyObject* arg) {
+  c10::DeviceIndex index = 0;
+  if (!parse_index(arg, &index)) return nullptr;
+  const DeviceProperties* found = nullptr;
+  PyObject* none = guarded([&] {
+    found = &device_properties(index);
+    Py_RETURN_NONE;
+  });
+  if (none == nullptr) return nullptr;
+  Py_DECREF(none);
+  const DeviceProperties& properties = *found;
+  PyObject* dict = PyDict_New();
+  if (dict == nullptr) return nullptr;
+  const std::pair<const char*, const std::string*> texts[] = {
+      {"name", &properties.name}, {"platform", &properties.platform},
+      {"version", &properties.version}};
+  bool ok = true;
+  for (const auto& [key, text] : texts) {
+    PyObject* value = PyUnicode_DecodeUTF8(text->data(), static_cast<Py_ssize_t>(text->size()),
+                                           "replace");
+    ok = ok && value != nullptr && PyDict_SetItemString(dict, key, value) == 0;
+    Py_XDECREF(value);
+  }
+  ok = ok && put(dict, "total_memory", static_cast<int64_t>(properties.global_mem_bytes)) &&
+       put(dict, "max_allocation", static_cast<int64_t>(properties.max_alloc_bytes)) &&
+       put(dict, "base_addr_align", static_cast<int64_t>(properties.base_addr_align_bytes));
+  if (!ok) {
+    Py_DECREF(dict);
+    return nullptr;
+  }
+  return dict;
+}
+
+// The default generator of the device named by `arg`, or null with a Python error set.
+at::Generator* generator_of(PyObject* arg) {
+  c10::DeviceIndex index = 0;
+  if (!parse_index(arg, &index)) return nullptr;
+  return const_cast<at::Generator*>(&default_generator(index));
+}
+
+PyObject* py_manual_seed(PyObject*, PyObject* args) {
+  PyObject* index_arg = nullptr;
+  PyObject* seed_arg = nullptr;
+  if (!PyArg_ParseTuple(args, "OO", &index_arg, &seed_arg)) return nullptr;
+  // As torch.manual_seed: any integer, taken modulo 2^64 (negative seeds included).
+  const unsigned long long seed = PyLong_AsUnsignedLongLongMask(seed_arg);
+  if (PyErr_Occurred()) return nullptr;
+  at::Generator* generator = generator_of(index_arg);
+  if (generator == nullptr) return nullptr;
+  return guarded([&] {
+    generator->set_current_seed(seed);
+    Py_RETURN_NONE;
+  });
+}
+
+PyObject* py_seed(PyObject*, PyObject* arg) {
+  at::Generator* generator = generator_of(arg);
+  if (generator == nullptr) return nullptr;
+  return guarded([&] { return PyLong_FromUnsignedLongLong(generator->seed()); });
+}
+
+PyObject* py_initial_seed(PyObject*, PyObject* arg) {
+  at::Generator* generator = generator_of(arg);
+  if (generator == nullptr) return nullptr;
+  return guarded([&] { return PyLong_FromUnsignedLongLong(generator->current_seed()); });
+}
+
+PyObject* py_get_rng_state(PyObject*, PyObject* arg) {
+  at::Generator* generator = generator_of(arg);
+  if (generator == nullptr) return nullptr;
+  return guarded([&] {
+    const at::Tensor state = generator->get_state();
+    return PyBytes_FromStringAndSize(static_cast<const char*>(state.const_data_ptr()),
+                                     static_cast<Py_ssize_t>(state.nbytes()));
+  });
+}
+
+PyObject* py_set_rng_state(PyObject*, PyObject* args) {
+  PyObject* index_arg = nullptr;
+  PyObject* state_arg = nullptr;
+  if (!PyArg_ParseTuple(args, "OO", &index_arg, &state_arg)) return nullptr;
+  if (!PyBytes_Check(state_arg)) {
+    PyErr_Format(PyExc_TypeError, "Expected the state as bytes, but got %s",
+                 Py_TYPE(state_arg)->tp_name);
+    return nullptr;
+  }
+  at::Generator* generator = generator_of(index_arg);
+  if (generator == nullptr) return nullptr;
+  const auto size = static_cast<int64_t>(PyBytes_GET_SIZE(state_arg));
+  const int64_t expected = generator->get_state().numel();
+  if (size != expected) {
+    PyErr_Format(PyExc_ValueError, "Expected an RNG state of %lld bytes, but got %lld bytes",
+                 static_cast<long long>(expected), static_cast<long long>(size));
+    return nullptr;
+  }
+  return guarded([&] {
+    at::Tensor state = at::empty({size}, at::TensorOptions().dtype(at::kByte));
+    std::memcpy(state.mutable_data_ptr(), PyBytes_AS_STRING(state_arg),
+                static_cast<size_t>(size));
+    generator->set_state(state);
+    Py_RETURN_NONE;
+  });
+}
+
 PyMethodDef kMethods[] = {
     {"device_count", py_device_count, METH_NOARGS, "Number of OpenCL devices."},
     {"current_device", py_current_device, METH_NOARGS, "This thread's current device index."},
@@ -171,6 +285,12 @@ PyMethodDef kMethods[] = {
     {"host_memory_stats", py_host_memory_stats, METH_NOARGS, "Pinned-memory allocator stats."},
     {"live_blocks", py_live_blocks, METH_NOARGS, "Live blocks of the opencl allocator."},
     {"device_of_address", py_device_of_address, METH_O, "Device index of an opencl address."},
+    {"device_properties", py_device_properties, METH_O, "What the driver says of a device."},
+    {"manual_seed", py_manual_seed, METH_VARARGS, "Seed a device's default generator."},
+    {"seed", py_seed, METH_O, "Seed a device's default generator nondeterministically."},
+    {"initial_seed", py_initial_seed, METH_O, "The seed of a device's default generator."},
+    {"get_rng_state", py_get_rng_state, METH_O, "The state of a device's default generator."},
+    {"set_rng_state", py_set_rng_state, METH_VARARGS, "Set a device's default generator state."},
     {nullptr, nullptr, 0, nullptr},
 };
 

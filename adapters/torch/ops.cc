@@ -44,6 +44,8 @@
 #include <vector>
 
 #include "adapters/torch/allocator.h"
+#include "adapters/torch/fallback.h"
+#include "adapters/torch/registration.h"
 #include "oclvm/vm/virtual_machine.h"
 
 namespace oclvm::torch_adapter {
@@ -90,8 +92,29 @@ void host_to_device(const void* host, const at::Tensor& dst, size_t bytes) {
   });
 }
 
+// Note [Conjugate and negative bits in copies]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A lazily conjugated (x.conj() of a complex tensor) or negated tensor stores its elements
+// unchanged and carries a bit saying how to read them. The Conjugate and Negative fallbacks
+// materialise such a tensor with clone -> copy_ -> this device's _copy_from, with the bit still
+// set on the source or the destination; ignoring it there sent the fallback back into the same
+// clone until the stack overflowed. So the copies move stored bytes, and every host-side view of
+// device bytes carries the device tensor's bits (with_bits_of): ATen's CPU copy_ then converts
+// between the two representations, and a plain byte copy is used only when both sides read their
+// bytes the same way (same_bits).
+at::Tensor with_bits_of(const at::Tensor& like, at::Tensor host) {
+  if (like.is_conj()) host = at::_conj(host);
+  if (like.is_neg()) host = at::_neg_view(host);
+  return host;
+}
+
+bool same_bits(const at::Tensor& a, const at::Tensor& b) {
+  return a.is_conj() == b.is_conj() && a.is_neg() == b.is_neg();
+}
+
 // A device tensor's span read into host memory: `span` is the 1-D CPU tensor holding it, `view`
-// the CPU tensor with the device tensor's sizes and strides over it.
+// the CPU tensor with the device tensor's sizes and strides over it (the stored elements: no
+// conjugate or negative bit; see values()).
 struct HostSpan {
   at::Tensor span;
   at::Tensor view;
@@ -104,19 +127,23 @@ HostSpan read_span(const at::Tensor& src) {
   return HostSpan{span, span.as_strided(src.sizes(), src.strides(), 0)};
 }
 
+// A CPU tensor reading as the device tensor `src` reads (its bits applied to the stored bytes).
+at::Tensor host_values(const at::Tensor& src) { return with_bits_of(src, read_span(src).view); }
+
 void write_span(const at::Tensor& dst, const HostSpan& host) {
   host_to_device(host.span.data_ptr(), dst, static_cast<size_t>(host.span.numel()) * item_bytes(dst));
 }
 
-// dst (device) := src (CPU, any layout and dtype, broadcastable to dst).
+// dst (device) := src (CPU, any layout, dtype and conjugate/negative bits, broadcastable to dst).
+// Staging tensors carry dst's bits, so what lands on the device is dst's stored representation.
 void write_from_host(const at::Tensor& dst, const at::Tensor& src) {
   if (dst.numel() == 0) return;
   if (dst.is_contiguous()) {
     at::Tensor staged = src;
     if (!(src.is_contiguous() && src.scalar_type() == dst.scalar_type() &&
-          src.sizes().equals(dst.sizes()))) {
+          src.sizes().equals(dst.sizes()) && same_bits(src, dst))) {
       staged = at::empty(dst.sizes(), dst.options().device(at::kCPU));
-      staged.copy_(src);
+      with_bits_of(dst, staged).copy_(src);
     }
     host_to_device(staged.data_ptr(), dst, dst.nbytes());
     return;
@@ -125,12 +152,12 @@ void write_from_host(const at::Tensor& dst, const at::Tensor& src) {
     // Permuted but gapless (a transpose, channels-last): its span is exactly its elements, so a
     // host tensor with the same strides is the whole span and nothing needs reading first.
     at::Tensor staged = at::empty_strided(dst.sizes(), dst.strides(), dst.options().device(at::kCPU));
-    staged.copy_(src);
+    with_bits_of(dst, staged).copy_(src);
     host_to_device(staged.data_ptr(), dst, dst.nbytes());
     return;
   }
   HostSpan host = read_span(dst);  // read-modify-write: gaps of dst keep their bytes
-  host.view.copy_(src);
+  with_bits_of(dst, host.view).copy_(src);
   write_span(dst, host);
 }
 
@@ -217,13 +244,16 @@ const at::Tensor& resize_(const at::Tensor& self, c10::SymIntArrayRef sym_size,
 
 at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
   if (self.numel() == 0) return dst;
+  // Note [Conjugate and negative bits in copies]: bytes move unconverted only between tensors
+  // that read them alike.
   const bool same_layout = self.scalar_type() == dst.scalar_type() && self.is_contiguous() &&
-                           dst.is_contiguous() && self.sizes().equals(dst.sizes());
+                           dst.is_contiguous() && self.sizes().equals(dst.sizes()) &&
+                           same_bits(self, dst);
   if (dst.is_cpu()) {  // device -> host
     if (same_layout) {
       device_to_host(self, dst.data_ptr(), dst.nbytes());
     } else {
-      dst.copy_(read_span(self).view);
+      dst.copy_(host_values(self));
     }
   } else if (self.is_cpu()) {  // host -> device
     write_from_host(dst, self);
@@ -235,8 +265,8 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
       builder.copy(from.blob, from.offset, to.blob, to.offset, dst.nbytes(), &stream_of(dst));
       vm::Run(builder.take());
     });
-  } else {  // device -> device with strides or dtype conversion: through the host
-    write_from_host(dst, read_span(self).view);
+  } else {  // device -> device with strides, dtype conversion or other bits: through the host
+    write_from_host(dst, host_values(self));
   }
   return dst;
 }
@@ -250,7 +280,7 @@ at::Scalar local_scalar_dense(const at::Tensor& self) {
   TORCH_CHECK(self.numel() == 1, "Expected a tensor with one element, but got ", self.numel());
   at::Tensor host = at::empty({}, self.options().device(at::kCPU));
   device_to_host(self, host.data_ptr(), item_bytes(self));
-  return host.item();
+  return with_bits_of(self, host).item();
 }
 
 at::Tensor& set_storage(at::Tensor& self, c10::Storage source) {
@@ -301,8 +331,14 @@ at::Tensor& fill_scalar(at::Tensor& self, const at::Scalar& value) {
   if (self.numel() == 0) return self;
   const size_t width = item_bytes(self);
   if (self.is_contiguous() && (width == 1 || width == 2 || width == 4 || width == 8)) {
-    // The element's bit pattern, converted by ATen's own scalar rules.
-    const at::Tensor element = at::scalar_tensor(value, self.options().device(at::kCPU));
+    // The element's bit pattern, converted by ATen's own scalar rules, as self stores it (Note
+    // [Conjugate and negative bits in copies]).
+    at::Tensor element = at::scalar_tensor(value, self.options().device(at::kCPU));
+    if (!same_bits(element, self)) {
+      const at::Tensor stored = at::empty_like(element);
+      with_bits_of(self, stored).copy_(element);
+      element = stored;
+    }
     uint64_t pattern = 0;
     std::memcpy(&pattern, element.data_ptr(), width);
     const BlobRef to = element0(self);
@@ -314,7 +350,7 @@ at::Tensor& fill_scalar(at::Tensor& self, const at::Scalar& value) {
     return self;
   }
   HostSpan host = read_span(self);
-  host.view.fill_(value);
+  with_bits_of(self, host.view).fill_(value);
   write_span(self, host);
   return self;
 }
@@ -337,19 +373,29 @@ at::Tensor view_as_real(const at::Tensor& self) { return at::native::view_as_rea
 
 at::Tensor view_as_complex(const at::Tensor& self) { return at::native::view_as_complex(self); }
 
-void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  at::native::cpu_fallback(op, stack);
+// Note [Shallow copies between the CPU and the device]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// `param.data = tensor` (and so nn.Module.to / _apply, which keeps Parameter objects, optimizer
+// references and tied weights by assigning .data) is allowed only between tensors whose TensorImpl
+// types are compatible. c10's own rule counts the CPU and the GPU backends as one dense family
+// but not PrivateUse1, so on the device Module.to made new Parameters: tied embeddings came
+// apart, an optimizer made before .to() held dead tensors, and `cpu_param.data = device_tensor`
+// raised. The rule is the dispatched operator _has_compatible_shallow_copy_type (composite for
+// every other backend; the Python side and VariableHooks::set_data call it), so a kernel for this
+// device extends the dense family to opencl tensors: any two strided, dense tensors of the CPU or
+// an opencl device are compatible, as two CUDA or CPU tensors are. Everything else keeps c10's
+// answer. The impl is a plain TensorImpl on both sides, so shallow_copy_from is well defined.
+bool is_dense_here(const at::Tensor& t) {
+  return t.layout() == c10::kStrided && !t.is_quantized() && !t.is_nested() &&
+         (t.is_cpu() || t.device().type() == c10::DeviceType::PrivateUse1);
 }
 
-// Note [Registrations that outlive exit]
-// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// TORCH_LIBRARY_IMPL keeps its torch::Library in a static object, and ~Library deregisters the
-// kernels. When C's exit() runs on one thread while another is dispatching an opencl operator
-// (the GIL released), exit's static destructors deregistered the PrivateUse1 fallback under it:
-// a null boxed kernel, SIGSEGV in about 1 run in 400 (tests/torch/test_exit.py,
-// libc_exit_from_thread_mid_work). So the three libraries are made with `new` and never
-// destroyed: the kernels stay registered until the process is gone. The pointers live in
-// statics, so the objects stay reachable (no leak report).
+bool has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& from) {
+  if (is_dense_here(self) && is_dense_here(from)) return true;
+  return self.unsafeGetTensorImpl()->has_compatible_shallow_copy_type(from.key_set());
+}
+
+}  // namespace
 
 void register_native_kernels(torch::Library& m) {
   m.impl("empty.memory_format", empty_memory_format);
@@ -371,6 +417,7 @@ void register_native_kernels(torch::Library& m) {
   m.impl("unfold", unfold);
   m.impl("view_as_real", view_as_real);
   m.impl("view_as_complex", view_as_complex);
+  m.impl("_has_compatible_shallow_copy_type", has_compatible_shallow_copy_type);
   // convolution and convolution_backward are composite: for this device they would route to
   // convolution_overrideable, whose default kernel only throws. Registered here, they take the
   // boxed CPU fallback whole (autograd stays above: ConvolutionBackward0 calls
@@ -378,26 +425,5 @@ void register_native_kernels(torch::Library& m) {
   m.impl("convolution", torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>());
   m.impl("convolution_backward", torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>());
 }
-
-void register_fallback(torch::Library& m) {
-  m.fallback(torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>());
-}
-
-// A PrivateUse1 IMPL library of namespace `ns`, filled by `init`, never destroyed (Note
-// [Registrations that outlive exit]).
-torch::Library* lasting_library(const char* ns, void (*init)(torch::Library&), uint32_t line) {
-  auto* library = new torch::Library(torch::Library::IMPL, ns,
-                                     std::make_optional(c10::DispatchKey::PrivateUse1), __FILE__,
-                                     line);
-  init(*library);
-  return library;
-}
-
-[[maybe_unused]] torch::Library* const kNativeKernels =
-    lasting_library("aten", &register_native_kernels, __LINE__);
-[[maybe_unused]] torch::Library* const kFallback =
-    lasting_library("_", &register_fallback, __LINE__);
-
-}  // namespace
 
 }  // namespace oclvm::torch_adapter

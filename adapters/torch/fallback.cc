@@ -1,0 +1,148 @@
+// adapters/torch/fallback.cc — the boxed CPU fallback with the device's generators and the
+// mutations schemas do not mark (fallback.h).
+#include "adapters/torch/fallback.h"
+
+#include <ATen/ATen.h>
+#include <ATen/native/CPUFallback.h>
+
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "adapters/torch/allocator.h"
+#include "adapters/torch/generator.h"
+
+namespace oclvm::torch_adapter {
+namespace {
+
+constexpr c10::DeviceType kType = c10::DeviceType::PrivateUse1;
+
+// Note [Mutations the schema does not mark]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// at::native::cpu_fallback copies back only the arguments whose schema carries a write
+// annotation (`Tensor(a!)`). A few CPU kernels also update arguments their schema leaves
+// unmarked; through the plain fallback the device tensor would keep its old value and a model
+// would silently evaluate wrong (BatchNorm's running statistics stayed at their initial values).
+// For these operators the fallback hands the kernel a CPU copy of each such argument and copies
+// it back into the device tensor afterwards. The list was found by running every operator of
+// PyTorch's OpInfo database and real modules on the CPU and comparing every unmarked tensor
+// argument before and after (tests/torch/conformance/unmarked_mutations.md).
+struct UnmarkedWrites {
+  std::string_view op;        // qualified name, e.g. "aten::native_batch_norm"
+  std::string_view overload;  // "" for the default overload
+  std::vector<std::string_view> arguments;
+};
+
+const std::vector<UnmarkedWrites>& unmarked_writes() {
+  static const std::vector<UnmarkedWrites>* const table = new std::vector<UnmarkedWrites>{
+      {"aten::native_batch_norm", "", {"running_mean", "running_var"}},
+      {"aten::batch_norm_update_stats", "", {"running_mean", "running_var"}},
+  };
+  return *table;
+}
+
+// What the fallback needs to know about an operator, from its schema.
+struct OperatorFacts {
+  std::vector<size_t> generators;       // arguments of type Generator or Generator?
+  std::vector<size_t> unmarked_writes;  // arguments the CPU kernel writes unannounced
+};
+
+bool is_generator(const c10::TypePtr& type) {
+  if (type->kind() == c10::TypeKind::GeneratorType) return true;
+  const auto* optional = type->castRaw<c10::OptionalType>();
+  return optional != nullptr && optional->getElementType()->kind() == c10::TypeKind::GeneratorType;
+}
+
+OperatorFacts learn(const c10::FunctionSchema& schema) {
+  OperatorFacts facts;
+  const std::vector<c10::Argument>& arguments = schema.arguments();
+  for (size_t i = 0; i < arguments.size(); ++i) {
+    if (is_generator(arguments[i].type())) facts.generators.push_back(i);
+  }
+  for (const UnmarkedWrites& entry : unmarked_writes()) {
+    if (schema.name() != entry.op || schema.overload_name() != entry.overload) continue;
+    for (const std::string_view name : entry.arguments) {
+      const std::optional<int> index = schema.argumentIndexWithName(name);
+      TORCH_INTERNAL_ASSERT(index.has_value(), "no argument ", name, " in ", schema);
+      facts.unmarked_writes.push_back(static_cast<size_t>(*index));
+    }
+  }
+  return facts;
+}
+
+// The facts of `op`, learnt on this thread's first call of it. An operator's schema lives as long
+// as its registration, so its address identifies it.
+const OperatorFacts& facts_of(const c10::OperatorHandle& op) {
+  thread_local std::unordered_map<const c10::FunctionSchema*, OperatorFacts> known;
+  const c10::FunctionSchema& schema = op.schema();
+  auto it = known.find(&schema);
+  if (it == known.end()) it = known.emplace(&schema, learn(schema)).first;
+  return it->second;
+}
+
+// The opencl device an operator works on: its first opencl tensor argument's, else its device
+// argument's, else the current device.
+c10::DeviceIndex device_of_arguments(const torch::jit::Stack& stack, size_t begin) {
+  for (size_t i = begin; i < stack.size(); ++i) {
+    const c10::IValue& value = stack[i];
+    if (value.isTensor()) {
+      const at::Tensor& tensor = value.toTensor();
+      if (tensor.defined() && tensor.device().type() == kType) return tensor.device().index();
+    } else if (value.isTensorList()) {
+      for (const at::Tensor& tensor : value.toTensorList().vec()) {
+        if (tensor.defined() && tensor.device().type() == kType) return tensor.device().index();
+      }
+    } else if (value.isDevice() && value.toDevice().type() == kType) {
+      return value.toDevice().index();
+    }
+  }
+  return current_device();
+}
+
+// Note [Random operators on the device]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A CPU kernel accepts only a CPU generator, and one given no generator draws from the CPU's
+// default generator. So a random operator of a device tensor gets, in place of its generator
+// argument, the host generator behind the opencl generator the caller passed, or behind the
+// device's default generator when the caller passed none: the device has a random stream of its
+// own (seeded by torch.opencl.manual_seed and torch.manual_seed, saved by get_rng_state), and
+// since that stream is the CPU's algorithm, equal seeds give the device the CPU's numbers.
+// A CPU generator passed explicitly is left as it is (the CPU kernel accepts it).
+void substitute_generators(const OperatorFacts& facts, size_t begin, torch::jit::Stack* stack) {
+  for (const size_t index : facts.generators) {
+    c10::IValue& value = (*stack)[begin + index];
+    if (value.isNone()) {
+      value = host_generator(default_generator(device_of_arguments(*stack, begin)));
+    } else if (value.isGenerator()) {
+      value = host_generator(value.toGenerator());
+    }
+  }
+}
+
+}  // namespace
+
+void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const OperatorFacts& facts = facts_of(op);
+  const size_t begin = stack->size() - op.schema().arguments().size();
+  if (!facts.generators.empty()) substitute_generators(facts, begin, stack);
+  if (facts.unmarked_writes.empty()) {
+    at::native::cpu_fallback(op, stack);
+    return;
+  }
+  // Note [Mutations the schema does not mark]: the kernel updates CPU stand-ins, written back.
+  std::vector<std::pair<at::Tensor, at::Tensor>> written;  // (device tensor, CPU stand-in)
+  for (const size_t index : facts.unmarked_writes) {
+    c10::IValue& value = (*stack)[begin + index];
+    if (!value.isTensor()) continue;  // an optional argument given as None
+    const at::Tensor device = value.toTensor();
+    if (!device.defined() || device.device().type() != kType) continue;
+    at::Tensor host = device.cpu();
+    value = host;
+    written.emplace_back(device, std::move(host));
+  }
+  at::native::cpu_fallback(op, stack);
+  for (auto& [device, host] : written) device.copy_(host);
+}
+
+}  // namespace oclvm::torch_adapter

@@ -1,0 +1,78 @@
+// adapters/torch/registration.cc — every registration of the adapter's operators with torch's
+// dispatcher, in one place (the allocator, guard, hooks and host allocator register beside their
+// classes, through c10's own registration macros).
+//
+//   aten   / PrivateUse1           native kernels (ops.cc) and the fused RNN cells (rnn_cells.cc)
+//   _      / PrivateUse1           the boxed CPU fallback for every other operator (fallback.h)
+//   aten   / AutocastPrivateUse1   the mixed-precision policy (autocast.cc)
+//   _      / AutocastPrivateUse1   fall through for every other operator
+//   aten   / Conjugate, Negative   _copy_from and _copy_from_and_resize fall through to this
+//                                  device's kernels, which resolve the bits themselves
+//
+// Thread-safety: static initialisation only.
+#include <torch/library.h>
+
+#include <optional>
+
+#include "adapters/torch/fallback.h"
+#include "adapters/torch/registration.h"
+
+namespace oclvm::torch_adapter {
+namespace {
+
+// Note [Registrations that outlive exit]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// TORCH_LIBRARY_IMPL keeps its torch::Library in a static object, and ~Library deregisters the
+// kernels. When C's exit() runs on one thread while another is dispatching an opencl operator
+// (the GIL released), exit's static destructors deregistered the PrivateUse1 fallback under it:
+// a null boxed kernel, SIGSEGV in about 1 run in 400 (tests/torch/test_exit.py,
+// libc_exit_from_thread_mid_work). So the libraries are made with `new` and never destroyed: the
+// kernels stay registered until the process is gone. The pointers live in statics, so the
+// objects stay reachable (no leak report).
+
+// An IMPL library of namespace `ns` for dispatch key `key`, filled by `init`, never destroyed.
+torch::Library* lasting_library(const char* ns, c10::DispatchKey key,
+                                void (*init)(torch::Library&), uint32_t line) {
+  auto* library = new torch::Library(torch::Library::IMPL, ns, std::make_optional(key), __FILE__,
+                                     line);
+  init(*library);
+  return library;
+}
+
+void register_device_kernels(torch::Library& m) {
+  register_native_kernels(m);
+  register_rnn_cells(m);
+}
+
+void register_fallback(torch::Library& m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>());
+}
+
+// Note [Conjugate and negative bits in copies] (ops.cc): the Conjugate and Negative fallbacks
+// materialise a lazily conjugated or negated argument by clone, and clone of a device tensor copies
+// through _copy_from; a fallback that intercepts _copy_from itself would clone again, forever (the
+// stack overflowed). These two operators therefore reach the device's kernels with the bits set.
+// Only backends outside the CPU and CUDA call them, so no other device is affected.
+void pass_bits_through(torch::Library& m) {
+  m.impl("_copy_from", torch::CppFunction::makeFallthrough());
+  m.impl("_copy_from_and_resize", torch::CppFunction::makeFallthrough());
+}
+
+constexpr c10::DispatchKey kDevice = c10::DispatchKey::PrivateUse1;
+constexpr c10::DispatchKey kAutocast = c10::DispatchKey::AutocastPrivateUse1;
+
+[[maybe_unused]] torch::Library* const kDeviceKernels =
+    lasting_library("aten", kDevice, &register_device_kernels, __LINE__);
+[[maybe_unused]] torch::Library* const kDeviceFallback =
+    lasting_library("_", kDevice, &register_fallback, __LINE__);
+[[maybe_unused]] torch::Library* const kAutocastKernels =
+    lasting_library("aten", kAutocast, &register_autocast_kernels, __LINE__);
+[[maybe_unused]] torch::Library* const kAutocastFallthrough =
+    lasting_library("_", kAutocast, &register_autocast_fallthrough, __LINE__);
+[[maybe_unused]] torch::Library* const kConjugateCopies =
+    lasting_library("aten", c10::DispatchKey::Conjugate, &pass_bits_through, __LINE__);
+[[maybe_unused]] torch::Library* const kNegativeCopies =
+    lasting_library("aten", c10::DispatchKey::Negative, &pass_bits_through, __LINE__);
+
+}  // namespace
+}  // namespace oclvm::torch_adapter
