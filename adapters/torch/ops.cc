@@ -418,12 +418,31 @@ void register_native_kernels(torch::Library& m) {
   m.impl("view_as_real", view_as_real);
   m.impl("view_as_complex", view_as_complex);
   m.impl("_has_compatible_shallow_copy_type", has_compatible_shallow_copy_type);
-  // convolution and convolution_backward are composite: for this device they would route to
-  // convolution_overrideable, whose default kernel only throws. Registered here, they take the
-  // boxed CPU fallback whole (autograd stays above: ConvolutionBackward0 calls
-  // convolution_backward, which lands here too).
-  m.impl("convolution", torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>());
-  m.impl("convolution_backward", torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>());
+  // Note [Composite kernels the CPU does not use]
+  // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+  // An operator with both a CPU kernel and a CompositeExplicitAutograd kernel runs the composite
+  // on this device: the boxed fallback is reached
+  // only by operators with no kernel for PrivateUse1 at all. Two kinds of them matter:
+  //   - convolution / convolution_backward: the composite sends a PrivateUse1 device to
+  //     convolution_overrideable, whose default kernel only throws;
+  //   - the rest compute the same values by another route than the CPU's kernel (LayerNorm and
+  //     GroupNorm through batch norm, ...), so results differed from the CPU's in the last bits,
+  //     and AdamW amplified that into parameter differences of 1e-6 (GPT-2, ViT).
+  // Registered here, they take the boxed CPU fallback whole and compute exactly what the CPU
+  // computes; autograd stays above them (their backward operators land here too). The list is
+  // every aten operator that has both a CPU and a CompositeExplicitAutograd kernel, as torch
+  // 2.13's dispatcher reports them (tests/torch/test_fallback_routes.py recomputes it). Three
+  // CompositeImplicitAutograd operators also have CPU kernels (mish_backward, silu_backward,
+  // native_channel_shuffle); they stay composite, since a backend kernel would take autograd's
+  // decomposition away from them.
+  static constexpr const char* kCpuKernelsOverComposites[] = {
+      "convolution", "convolution_backward",
+      "_stack", "_stack.out", "addr", "addr.out", "all.dims", "all.dims_out", "any.dims",
+      "any.dims_out", "linalg__powsum", "native_group_norm", "native_layer_norm",
+  };
+  for (const char* name : kCpuKernelsOverComposites) {
+    m.impl(name, torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>());
+  }
 }
 
 }  // namespace oclvm::torch_adapter

@@ -2,7 +2,8 @@
 // dispatcher, in one place (the allocator, guard, hooks and host allocator register beside their
 // classes, through c10's own registration macros).
 //
-//   aten   / PrivateUse1           native kernels (ops.cc) and the fused RNN cells (rnn_cells.cc)
+//   aten   / PrivateUse1           native kernels (ops.cc), the fused RNN cells (rnn_cells.cc),
+//                                  native_dropout (dropout.cc)
 //   _      / PrivateUse1           the boxed CPU fallback for every other operator (fallback.h)
 //   aten   / AutocastPrivateUse1   the mixed-precision policy (autocast.cc)
 //   _      / AutocastPrivateUse1   fall through for every other operator
@@ -42,6 +43,7 @@ torch::Library* lasting_library(const char* ns, c10::DispatchKey key,
 void register_device_kernels(torch::Library& m) {
   register_native_kernels(m);
   register_rnn_cells(m);
+  register_dropout(m);
 }
 
 void register_fallback(torch::Library& m) {

@@ -12,6 +12,8 @@ namespace oclvm::torch_adapter {
 void register_native_kernels(torch::Library& m);
 // aten kernels for PrivateUse1 (rnn_cells.cc): the fused LSTM and GRU cells and their backward.
 void register_rnn_cells(torch::Library& m);
+// aten kernels for PrivateUse1 (dropout.cc): native_dropout drawing from the device's generator.
+void register_dropout(torch::Library& m);
 // aten kernels for AutocastPrivateUse1 (autocast.cc): the mixed-precision policy.
 void register_autocast_kernels(torch::Library& m);
 // The AutocastPrivateUse1 fallback for every other operator of every namespace: fall through.

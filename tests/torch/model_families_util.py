@@ -1,0 +1,206 @@
+"""Shared machinery of tests/torch/test_model_families.py: train a model on the CPU and a copy of it
+on the `opencl` device, step for step, and compare.
+
+A `Family` says how to build a small random-initialised model on the CPU (with a fixed seed), the
+batches it trains on (CPU tensors, made from their own generator so that building them draws
+nothing from the global one) and how to get a scalar loss from a model and a batch.
+`train_both_and_compare` is the scenario every training test runs:
+
+  1. build the CPU model, deep-copy it, and move the copy with `model.to("opencl")` — the user's
+     path; the optimizer of the device model is made before the move or after it;
+  2. `torch.manual_seed(seed)` right before each side's loop, then the same steps on each side;
+  3. the losses (and gradient norms when clipping) equal, every parameter and buffer equals the
+     CPU's, tied parameters are still one Parameter object with one data_ptr on the device;
+  4. after the scenario has dropped everything, `torch.opencl.memory_allocated()` is back where it
+     started.
+
+What "equal" means: every operator runs the CPU's kernel (through the device's CPU fallback), so
+the device should give the CPU's bits; comparisons allow rtol 1e-5 / atol 1e-6 (`EXACT`) for
+kernels that the device path picks differently, and `BF16` (rtol 2e-2, atol 2e-2: a few units in
+bfloat16's 8-bit mantissa) under autocast. `assert_state_close` names the worst tensor and its
+largest difference when they are not close.
+"""
+import contextlib
+import copy
+import dataclasses
+import gc
+from typing import Any, Callable
+
+import torch
+from torch.testing import assert_close
+
+DEV = "opencl"
+
+EXACT = dict(rtol=1e-5, atol=1e-6)
+BF16 = dict(rtol=2e-2, atol=2e-2)
+
+
+@dataclasses.dataclass(frozen=True)
+class Family:
+    """A model to train: `build()` returns it on the CPU, initialised from a fixed seed;
+    `batches(n)` returns n batches of CPU tensors (any nesting of dict / tuple / list);
+    `loss(model, batch)` returns a scalar loss tensor."""
+    name: str
+    build: Callable[[], torch.nn.Module]
+    batches: Callable[[int], list]
+    loss: Callable[[torch.nn.Module, Any], torch.Tensor]
+
+
+def to_device(data, device):
+    """`data` with every tensor in it moved to `device` (dicts, tuples and lists are rebuilt)."""
+    if isinstance(data, torch.Tensor):
+        return data.to(device)
+    if isinstance(data, dict):
+        return {k: to_device(v, device) for k, v in data.items()}
+    if isinstance(data, (tuple, list)):
+        return type(data)(to_device(v, device) for v in data)
+    return data
+
+
+def tie_groups(model: torch.nn.Module) -> list[list[str]]:
+    """The names of parameters that are one Parameter object, for every object with two or more."""
+    by_object: dict[int, list[str]] = {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        by_object.setdefault(id(p), []).append(name)
+    return [names for names in by_object.values() if len(names) > 1]
+
+
+def assert_ties_kept(model: torch.nn.Module, groups: list[list[str]]) -> None:
+    """Every group of names of `groups` is still one Parameter object, with one data_ptr."""
+    params = dict(model.named_parameters(remove_duplicate=False))
+    for names in groups:
+        objects = {id(params[n]) for n in names}
+        pointers = {params[n].data_ptr() for n in names}
+        assert len(objects) == 1 and len(pointers) == 1, (
+            f"Expected {names} to stay one tied Parameter, but got {len(objects)} objects at "
+            f"{len(pointers)} addresses")
+
+
+def move_to_device(model: torch.nn.Module) -> torch.nn.Module:
+    """`model.to(DEV)` as a user writes it; checks that every parameter and buffer is on the
+    device and that tied parameters stayed tied."""
+    groups = tie_groups(model)
+    moved = model.to(DEV)
+    assert moved is model
+    for name, t in list(model.named_parameters()) + list(model.named_buffers()):
+        assert t.device.type == DEV, f"Expected {name} on {DEV}, but got {t.device}"
+    assert_ties_kept(model, groups)
+    return model
+
+
+def max_difference(got: torch.Tensor, expected: torch.Tensor) -> float:
+    if got.dtype == torch.bool or not got.dtype.is_floating_point:
+        return float((got.cpu().long() - expected.long()).abs().max()) if got.numel() else 0.0
+    return float((got.cpu().double() - expected.double()).abs().max()) if got.numel() else 0.0
+
+
+def assert_state_close(device_model, cpu_model, tolerance=EXACT) -> None:
+    """Every parameter and buffer of `device_model` is on the device and close to `cpu_model`'s;
+    on failure the message lists every tensor that differs with its largest difference."""
+    expected = dict(cpu_model.named_parameters())
+    expected.update(cpu_model.named_buffers())
+    got = dict(device_model.named_parameters())
+    got.update(device_model.named_buffers())
+    assert got.keys() == expected.keys()
+    differing = []
+    for name, t in got.items():
+        assert t.device.type == DEV, f"Expected {name} on {DEV}, but got {t.device}"
+        try:
+            assert_close(t.detach().cpu(), expected[name].detach(), **tolerance)
+        except AssertionError:
+            worst = max_difference(t.detach(), expected[name])
+            differing.append(f"{name}: max |diff| {worst:.3g}")
+    assert not differing, ("Parameters and buffers differ from the CPU's:\n  "
+                           + "\n  ".join(differing))
+
+
+@dataclasses.dataclass
+class Run:
+    """What one side's training produced, on the CPU: the loss and (when clipping) the total
+    gradient norm of every step."""
+    losses: list
+    grad_norms: list
+
+
+def train(model, optimizer, family: Family, batches, device, *, seed: int, clip=None,
+          autocast_dtype=None, after_step=None) -> Run:
+    """`len(batches)` steps of `optimizer` on `model` in train mode, seeded with
+    `torch.manual_seed(seed)` right before the loop. `clip`: clip_grad_norm_ to that norm;
+    `autocast_dtype`: the forward runs under torch.autocast of the device's type;
+    `after_step(i)`: called after step i (0-based)."""
+    model.train()
+    device_type = torch.device(device).type
+    run = Run([], [])
+    torch.manual_seed(seed)
+    for i, batch in enumerate(batches):
+        batch = to_device(batch, device)
+        optimizer.zero_grad(set_to_none=True)
+        autocast = (torch.autocast(device_type=device_type, dtype=autocast_dtype)
+                    if autocast_dtype is not None else contextlib.nullcontext())
+        with autocast:
+            loss = family.loss(model, batch)
+        loss.backward()
+        if clip is not None:
+            run.grad_norms.append(torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+                                  .detach().cpu())
+        optimizer.step()
+        run.losses.append(loss.detach().cpu())
+        del loss, batch
+        if after_step is not None:
+            after_step(i)
+    return run
+
+
+def assert_memory_returns(scenario: Callable[[], Any]) -> Any:
+    """Runs `scenario()` (which must return nothing that holds device memory) and checks that
+    the device's allocated bytes after a garbage collection equal those before it."""
+    gc.collect()
+    before = torch.opencl.memory_allocated()
+    result = scenario()
+    gc.collect()
+    after = torch.opencl.memory_allocated()
+    assert after == before, f"Expected memory_allocated() back at {before} bytes, but got {after}"
+    return result
+
+
+def train_both_and_compare(family: Family, make_optimizer, *, steps=3, seed=0,
+                           optimizer_before_move=False, clip=None, autocast_dtype=None,
+                           tolerance=EXACT, check=None) -> None:
+    """The whole scenario of the module docstring. `make_optimizer(params)` builds each side's
+    optimizer; `check(cpu_model, device_model)` adds family-specific checks at the end."""
+
+    def scenario():
+        cpu = family.build()
+        device_model = copy.deepcopy(cpu)
+        groups = tie_groups(cpu)
+        opt_cpu = make_optimizer(cpu.parameters())
+        if optimizer_before_move:
+            opt_dev = make_optimizer(device_model.parameters())
+            move_to_device(device_model)
+            for group in opt_dev.param_groups:
+                for p in group["params"]:
+                    assert p.device.type == DEV, (
+                        "Expected the optimizer made before .to() to hold the moved Parameters, "
+                        f"but one is on {p.device}")
+        else:
+            move_to_device(device_model)
+            opt_dev = make_optimizer(device_model.parameters())
+        batches = family.batches(steps)
+        kwargs = dict(seed=seed, clip=clip, autocast_dtype=autocast_dtype)
+        expected = train(cpu, opt_cpu, family, batches, "cpu", **kwargs)
+        got = train(device_model, opt_dev, family, batches, DEV, **kwargs)
+        assert_close(torch.stack(got.losses), torch.stack(expected.losses), **tolerance,
+                     msg=lambda m: f"losses differ: {got.losses} vs {expected.losses}\n{m}")
+        if clip is not None:
+            assert_close(torch.stack(got.grad_norms), torch.stack(expected.grad_norms),
+                         **tolerance)
+        assert_state_close(device_model, cpu, tolerance)
+        assert_ties_kept(device_model, groups)
+        for state in opt_dev.state.values():
+            for name, value in state.items():
+                if isinstance(value, torch.Tensor) and value.dim() > 0:
+                    assert value.device.type == DEV, f"optimizer state {name} on {value.device}"
+        if check is not None:
+            check(cpu, device_model)
+
+    assert_memory_returns(scenario)

@@ -1,0 +1,448 @@
+"""Models written by others train on the `opencl` device exactly as on the CPU.
+
+Every model is a small random-initialised configuration built in this file (nothing is
+downloaded): transformers' GPT-2 (tied embeddings; training and greedy generation with a KV
+cache), BERT masked LM (padding in the attention mask), T5 (encoder-decoder with labels) and ViT;
+torch.nn LSTM and GRU language models (dropout between layers) and a channels-last CNN with
+BatchNorm2d; then the training machinery around a model: SGD with momentum, Adam and AdamW with
+and without foreach, gradient clipping, activation checkpointing over dropout, bfloat16 autocast,
+and state_dict round trips through torch.save / torch.load in both directions.
+
+Every training scenario (tests/torch/model_families_util.py) builds the model on the CPU, moves a
+deep copy with `model.to("opencl")`, makes the device optimizer before or after that move, seeds
+both sides with torch.manual_seed right before their loops and asserts: equal losses, every
+parameter and buffer equal to the CPU's (rtol 1e-5; a bfloat16 tolerance under autocast), tied
+weights still one Parameter on the device, and device memory back where it started. One test
+trains 100 steps and asserts that the allocated bytes do not grow between step 10 and step 100.
+"""
+import copy
+import io
+
+import pytest
+import torch
+import transformers
+from torch.testing import assert_close
+from torch.utils.checkpoint import checkpoint
+
+from model_families_util import (BF16, DEV, EXACT, Family, assert_memory_returns,
+                                 assert_state_close, assert_ties_kept, move_to_device, tie_groups,
+                                 train, train_both_and_compare)
+
+# Device memory after each passing test equals before (tests/torch/conftest.py).
+pytestmark = pytest.mark.usefixtures("nothing_leaks")
+
+transformers.logging.set_verbosity_error()
+
+VOCAB = 64
+
+
+def seeded(seed, build):
+    """`build()` run right after torch.manual_seed(seed): the same initial weights every time."""
+    def make():
+        torch.manual_seed(seed)
+        return build()
+    return make
+
+
+def generator(seed=1):
+    return torch.Generator().manual_seed(seed)
+
+
+# ---------------------------------------------------------------------------------------------
+# transformers
+
+def gpt2_config():
+    return transformers.GPT2Config(vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=2,
+                                   n_positions=32, bos_token_id=1, eos_token_id=2,
+                                   pad_token_id=0)
+
+
+def gpt2_batches(n):
+    g = generator()
+    batches = []
+    for _ in range(n):
+        ids = torch.randint(3, VOCAB, (4, 12), generator=g)
+        batches.append({"input_ids": ids, "labels": ids})
+    return batches
+
+
+def padded_tokens(g, lengths, width):
+    """Token ids (3..VOCAB) and an attention mask for sequences of `lengths`, padded with 0."""
+    ids = torch.randint(3, VOCAB, (len(lengths), width), generator=g)
+    mask = torch.zeros(len(lengths), width, dtype=torch.long)
+    for row, length in enumerate(lengths):
+        mask[row, :length] = 1
+    return ids * mask, mask
+
+
+def bert_batches(n):
+    g = generator()
+    batches = []
+    for _ in range(n):
+        ids, mask = padded_tokens(g, [12, 9, 6, 12], 12)
+        chosen = (torch.rand(ids.shape, generator=g) < 0.3) & mask.bool()
+        chosen[:, 0] = True                                    # at least one label per row
+        labels = torch.where(chosen, ids, torch.full_like(ids, -100))
+        batches.append({"input_ids": torch.where(chosen, torch.ones_like(ids), ids),  # 1: [MASK]
+                        "attention_mask": mask, "labels": labels})
+    return batches
+
+
+def t5_batches(n):
+    g = generator()
+    batches = []
+    for _ in range(n):
+        ids, mask = padded_tokens(g, [10, 7, 4], 10)
+        labels, label_mask = padded_tokens(g, [6, 3, 5], 6)
+        batches.append({"input_ids": ids, "attention_mask": mask,
+                        "labels": labels.masked_fill(label_mask == 0, -100)})
+    return batches
+
+
+def vit_batches(n):
+    g = generator()
+    return [{"pixel_values": torch.randn(4, 3, 16, 16, generator=g),
+             "labels": torch.randint(0, 5, (4,), generator=g)} for _ in range(n)]
+
+
+def hf_loss(model, batch):
+    return model(**batch).loss
+
+
+def build_gpt2():
+    return transformers.GPT2LMHeadModel(gpt2_config())
+
+
+def build_bert():
+    return transformers.BertForMaskedLM(transformers.BertConfig(
+        vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+        intermediate_size=64, max_position_embeddings=32, pad_token_id=0))
+
+
+def build_t5():
+    return transformers.T5ForConditionalGeneration(transformers.T5Config(
+        vocab_size=VOCAB, d_model=32, d_kv=16, d_ff=64, num_layers=2, num_decoder_layers=2,
+        num_heads=2, relative_attention_num_buckets=8, decoder_start_token_id=0, pad_token_id=0,
+        eos_token_id=2))
+
+
+def build_vit():
+    return transformers.ViTForImageClassification(transformers.ViTConfig(
+        image_size=16, patch_size=4, num_channels=3, hidden_size=32, num_hidden_layers=2,
+        num_attention_heads=2, intermediate_size=64, hidden_dropout_prob=0.1,
+        attention_probs_dropout_prob=0.1, num_labels=5))
+
+
+GPT2 = Family("gpt2", seeded(11, build_gpt2), gpt2_batches, hf_loss)
+BERT = Family("bert_mlm", seeded(12, build_bert), bert_batches, hf_loss)
+T5 = Family("t5", seeded(13, build_t5), t5_batches, hf_loss)
+VIT = Family("vit", seeded(14, build_vit), vit_batches, hf_loss)
+
+
+# ---------------------------------------------------------------------------------------------
+# torch.nn
+
+class RecurrentLM(torch.nn.Module):
+    """Embedding -> two-layer nn.LSTM or nn.GRU (batch_first, dropout between layers) -> Linear."""
+
+    def __init__(self, cell: str):
+        super().__init__()
+        self.embed = torch.nn.Embedding(40, 16)
+        rnn = {"lstm": torch.nn.LSTM, "gru": torch.nn.GRU}[cell]
+        self.rnn = rnn(16, 24, num_layers=2, batch_first=True, dropout=0.25)
+        self.head = torch.nn.Linear(24, 40)
+
+    def forward(self, tokens):
+        out, _ = self.rnn(self.embed(tokens))
+        return self.head(out)
+
+
+def lm_batches(n):
+    g = generator()
+    return [torch.randint(0, 40, (4, 10), generator=g) for _ in range(n)]
+
+
+def lm_loss(model, tokens):
+    logits = model(tokens[:, :-1])
+    return torch.nn.functional.cross_entropy(logits.reshape(-1, 40), tokens[:, 1:].reshape(-1))
+
+
+def build_cnn():
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3, padding=1, bias=False), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+        torch.nn.Conv2d(8, 8, 3, stride=2, padding=1, bias=False), torch.nn.BatchNorm2d(8),
+        torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(8, 4))
+    return model.to(memory_format=torch.channels_last)
+
+
+def image_batches(n):
+    g = generator()
+    return [(torch.randn(4, 3, 12, 12, generator=g).contiguous(memory_format=torch.channels_last),
+             torch.randint(0, 4, (4,), generator=g)) for _ in range(n)]
+
+
+def classify_loss(model, batch):
+    images, labels = batch
+    return torch.nn.functional.cross_entropy(model(images), labels)
+
+
+LSTM = Family("lstm_lm", seeded(21, lambda: RecurrentLM("lstm")), lm_batches, lm_loss)
+GRU = Family("gru_lm", seeded(22, lambda: RecurrentLM("gru")), lm_batches, lm_loss)
+CNN = Family("cnn_bn_channels_last", seeded(23, build_cnn), image_batches, classify_loss)
+
+
+# ---------------------------------------------------------------------------------------------
+# a small MLP for the optimizer, clipping, autocast and memory tests
+
+def build_mlp():
+    return torch.nn.Sequential(
+        torch.nn.Linear(12, 32), torch.nn.LayerNorm(32), torch.nn.GELU(), torch.nn.Dropout(0.2),
+        torch.nn.Linear(32, 32), torch.nn.Tanh(), torch.nn.Linear(32, 5))
+
+
+def regression_batches(n):
+    g = generator()
+    return [(torch.randn(8, 12, generator=g), torch.randn(8, 5, generator=g)) for _ in range(n)]
+
+
+def mse_loss(model, batch):
+    x, y = batch
+    return torch.nn.functional.mse_loss(model(x).float(), y)
+
+
+class CheckpointedMLP(torch.nn.Module):
+    """A block with dropout run through torch.utils.checkpoint (non-reentrant, RNG preserved)."""
+
+    def __init__(self):
+        super().__init__()
+        self.inp = torch.nn.Linear(12, 32)
+        self.block = torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.GELU(),
+                                         torch.nn.Dropout(0.3), torch.nn.Linear(32, 32))
+        self.out = torch.nn.Linear(32, 5)
+
+    def forward(self, x):
+        h = torch.relu(self.inp(x))
+        h = h + checkpoint(self.block, h, use_reentrant=False)
+        return self.out(h)
+
+
+MLP = Family("mlp", seeded(31, build_mlp), regression_batches, mse_loss)
+CHECKPOINTED = Family("checkpointed_mlp", seeded(32, CheckpointedMLP), regression_batches,
+                      mse_loss)
+
+
+def sgd(params):
+    return torch.optim.SGD(params, lr=0.05, momentum=0.9)
+
+
+def adamw(params):
+    return torch.optim.AdamW(params, lr=1e-3)
+
+
+# ---------------------------------------------------------------------------------------------
+# the tests
+
+FAMILIES = [GPT2, BERT, T5, VIT, LSTM, GRU, CNN]
+by_name = pytest.mark.parametrize("family", FAMILIES, ids=lambda f: f.name)
+both_orders = pytest.mark.parametrize("optimizer_before_move", [False, True],
+                                      ids=["opt_after_to", "opt_before_to"])
+
+
+@by_name
+def test_to_keeps_parameters_and_ties(family):
+    """Module.to(device) keeps every Parameter object (as on CUDA: an optimizer made before
+    still holds the model's parameters) and keeps tied parameters one Parameter."""
+    def scenario():
+        model = family.build()
+        groups = tie_groups(model)
+        before = {name: p for name, p in model.named_parameters(remove_duplicate=False)}
+        model.to(DEV)
+        replaced = [name for name, p in model.named_parameters(remove_duplicate=False)
+                    if p is not before[name]]
+        assert not replaced, f"Module.to replaced the Parameters {replaced}"
+        assert_ties_kept(model, groups)
+    assert_memory_returns(scenario)
+
+
+def cnn_eval_matches(cpu, dev):
+    """After training: BatchNorm's running statistics (compared with every buffer) drive eval
+    mode, so eval outputs equal the CPU's; the weights kept their channels-last layout."""
+    images, _ = image_batches(1)[0]
+    cpu.eval()
+    dev.eval()
+    with torch.no_grad():
+        assert_close(dev(images.to(DEV)).cpu(), cpu(images), **EXACT)
+    assert dev[0].weight.is_contiguous(memory_format=torch.channels_last)
+
+
+EXTRA_CHECKS = {CNN.name: cnn_eval_matches}
+
+
+@by_name
+@both_orders
+def test_family_trains_as_on_cpu(family, optimizer_before_move):
+    """Three steps (AdamW for the transformers, SGD with momentum for the torch.nn models) give
+    the CPU's losses, parameters and buffers; tied weights stay tied; memory comes back."""
+    make_optimizer = adamw if family in (GPT2, BERT, T5, VIT) else sgd
+    train_both_and_compare(family, make_optimizer, steps=3, seed=5,
+                           optimizer_before_move=optimizer_before_move,
+                           check=EXTRA_CHECKS.get(family.name))
+
+
+def test_gpt2_greedy_generation_with_kv_cache():
+    """generate(do_sample=False, use_cache=True) on the device picks the CPU's tokens."""
+    def scenario():
+        cpu = GPT2.build().eval()
+        dev = move_to_device(copy.deepcopy(cpu))
+        ids, mask = padded_tokens(generator(3), [5, 5], 5)
+        kwargs = dict(do_sample=False, use_cache=True, max_new_tokens=8, pad_token_id=0)
+        expected = cpu.generate(input_ids=ids, attention_mask=mask, **kwargs)
+        got = dev.generate(input_ids=ids.to(DEV), attention_mask=mask.to(DEV), **kwargs)
+        assert got.device.type == DEV
+        assert torch.equal(got.cpu(), expected), f"{got.cpu().tolist()} vs {expected.tolist()}"
+    assert_memory_returns(scenario)
+
+
+@pytest.mark.parametrize("foreach", [True, False], ids=["foreach", "for_loop"])
+@pytest.mark.parametrize("optimizer", [
+    lambda p, foreach: torch.optim.SGD(p, lr=0.05, momentum=0.9, foreach=foreach),
+    lambda p, foreach: torch.optim.Adam(p, lr=1e-2, foreach=foreach),
+    lambda p, foreach: torch.optim.AdamW(p, lr=1e-2, weight_decay=0.1, foreach=foreach),
+], ids=["sgd_momentum", "adam", "adamw"])
+@both_orders
+def test_optimizer_steps_as_on_cpu(optimizer, foreach, optimizer_before_move):
+    train_both_and_compare(MLP, lambda p: optimizer(p, foreach), steps=5, seed=6,
+                           optimizer_before_move=optimizer_before_move)
+
+
+def test_clip_grad_norm_as_on_cpu():
+    # the MLP's gradient norms are far above 0.05, so every step clips
+    train_both_and_compare(MLP, sgd, steps=5, seed=7, clip=0.05)
+
+
+def test_activation_checkpointing_with_dropout_as_on_cpu():
+    train_both_and_compare(CHECKPOINTED, sgd, steps=4, seed=8)
+
+
+def test_device_random_stream_is_its_own():
+    """As on CUDA, the device draws from its own default generator (with the CPU's algorithm, so
+    one seed gives the CPU's dropout masks): torch.manual_seed and torch.opencl.manual_seed seed
+    it, CPU draws do not advance it, and torch.opencl.get_rng_state / set_rng_state save and
+    restore it (torch.utils.checkpoint's preserve_rng_state saves the device's state with them)."""
+    def scenario():
+        x = torch.ones(256)
+        torch.manual_seed(4)
+        expected = torch.nn.functional.dropout(x, 0.5, True)
+        torch.manual_seed(4)
+        torch.rand(10)                                         # a CPU draw in between
+        got = torch.nn.functional.dropout(x.to(DEV), 0.5, True).cpu()
+        assert torch.equal(got, expected), "a CPU draw shifted the device's dropout mask"
+        torch.opencl.manual_seed(5)
+        first = torch.rand(8, device=DEV).cpu()
+        torch.opencl.manual_seed(5)
+        assert torch.equal(torch.rand(8, device=DEV).cpu(), first)
+        state = torch.opencl.get_rng_state()
+        first = torch.rand(8, device=DEV).cpu()
+        torch.opencl.set_rng_state(state)
+        assert torch.equal(torch.rand(8, device=DEV).cpu(), first)
+    assert_memory_returns(scenario)
+
+
+def test_explicit_device_generator_as_on_cpu():
+    """A torch.Generator of the device passed to a random op gives the CPU generator's numbers."""
+    def scenario():
+        got = torch.randn(6, device=DEV, generator=torch.Generator(DEV).manual_seed(1))
+        assert torch.equal(got.cpu(), torch.randn(6, generator=torch.Generator().manual_seed(1)))
+    assert_memory_returns(scenario)
+
+
+@pytest.mark.parametrize("family", [MLP, GPT2], ids=lambda f: f.name)
+def test_bfloat16_autocast_as_on_cpu(family):
+    """autocast on the device keeps the CPU's casts: bfloat16 matmuls, float32 parameters.
+    Compared with a bfloat16 tolerance (rtol = atol = 2e-2): the two sides run the same kernels
+    in the same dtypes only if the device's autocast policy is the CPU's."""
+    def check(cpu, dev):
+        linear = dev[0] if family is MLP else dev.lm_head
+        with torch.autocast(device_type=DEV, dtype=torch.bfloat16):
+            y = linear(torch.randn(2, linear.in_features, device=DEV))
+        assert y.dtype == torch.bfloat16 and linear.weight.dtype == torch.float32
+    train_both_and_compare(family, adamw if family is GPT2 else sgd, steps=3, seed=9,
+                           autocast_dtype=torch.bfloat16, tolerance=BF16, check=check)
+
+
+def saved(obj) -> io.BytesIO:
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    buffer.seek(0)
+    return buffer
+
+
+def test_state_dict_round_trips_between_device_and_cpu():
+    """A device model's state saved and loaded into a fresh CPU model and a fresh device model
+    (map_location "cpu", "opencl" and none), and a CPU model's state loaded onto the device;
+    tied weights stay tied and share storage after loading; the optimizer's state moves too:
+    training resumed on the CPU from the device's checkpoint equals training continued on the
+    device."""
+    def scenario():
+        dev = move_to_device(GPT2.build())
+        groups = tie_groups(dev)
+        opt = adamw(dev.parameters())
+        batches = GPT2.batches(3)
+        train(dev, opt, GPT2, batches[:2], DEV, seed=1)
+        state = dev.state_dict()
+        checkpoint_bytes = saved({"model": state, "optimizer": opt.state_dict()}).getvalue()
+
+        def loaded(map_location):
+            return torch.load(io.BytesIO(checkpoint_bytes), map_location=map_location)
+
+        for map_location, where in [("cpu", "cpu"), (DEV, DEV), (None, DEV)]:
+            sd = loaded(map_location)["model"]
+            assert all(v.device.type == where for v in sd.values()), map_location
+            # state_dict keeps both names of tied weights; they must still share one storage
+            tied = ["transformer.wte.weight", "lm_head.weight"]
+            if tied[1] in sd:
+                assert sd[tied[0]].data_ptr() == sd[tied[1]].data_ptr(), map_location
+            fresh = GPT2.build()
+            if where == DEV:
+                move_to_device(fresh)
+            fresh.load_state_dict(sd)
+            assert_ties_kept(fresh, groups)
+            for name, v in fresh.state_dict().items():
+                assert torch.equal(v.cpu(), state[name].cpu()), (map_location, name)
+
+        # CPU -> device: a CPU model's trained state onto a fresh device model
+        cpu = GPT2.build()
+        train(cpu, adamw(cpu.parameters()), GPT2, batches[:2], "cpu", seed=1)
+        sd = torch.load(saved(cpu.state_dict()), map_location=DEV)
+        fresh = move_to_device(GPT2.build())
+        fresh.load_state_dict(sd)
+        assert_ties_kept(fresh, groups)
+        assert_state_close(fresh, cpu, dict(rtol=0, atol=0))
+
+        # resume: the device's checkpoint continued on the CPU equals the device continuing
+        resumed = GPT2.build()
+        checkpoint_cpu = loaded("cpu")
+        resumed.load_state_dict(checkpoint_cpu["model"])
+        resumed_opt = adamw(resumed.parameters())
+        resumed_opt.load_state_dict(checkpoint_cpu["optimizer"])
+        expected = train(resumed, resumed_opt, GPT2, batches[2:], "cpu", seed=2)
+        got = train(dev, opt, GPT2, batches[2:], DEV, seed=2)
+        assert_close(torch.stack(got.losses), torch.stack(expected.losses), **EXACT)
+        assert_state_close(dev, resumed)
+    assert_memory_returns(scenario)
+
+
+def test_no_memory_growth_over_100_steps():
+    """Allocated bytes after step 10 equal those after step 100 (Adam's state, gradients and the
+    autograd graph are all made by step 10; nothing may accumulate after)."""
+    def scenario():
+        model = move_to_device(MLP.build())
+        opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+        seen = {}
+
+        def after_step(i):
+            if i + 1 in (10, 100):
+                seen[i + 1] = torch.opencl.memory_allocated()
+        train(model, opt, MLP, MLP.batches(100), DEV, seed=10, after_step=after_step)
+        assert seen[100] == seen[10], f"memory_allocated grew: {seen}"
+    assert_memory_returns(scenario)
