@@ -7,7 +7,7 @@ PY     ?= .venv/bin/python
 .PHONY: all setup configure build install torch test package stress exit-soak demo bench clean
 .PHONY: torch-stress
 .PHONY: asan tsan sanitize
-.PHONY: fuzz
+.PHONY: fuzz opinfo
 
 all: build
 
@@ -34,7 +34,7 @@ test: build torch
 	@cmake --build build-torch -j $(JOBS) --target oclvm_torch_tests
 	cd build-torch && ctest --output-on-failure
 	OCLVM_EXIT_RUNS=4 $(PY) -m pytest -q tests/torch
-	OCLVM_EXIT_RUNS=4 POCL_DEVICES="pthread pthread" $(PY) -m pytest -q tests/torch
+	OCLVM_EXIT_RUNS=4 OCLVM_OPINFO=0 POCL_DEVICES="pthread pthread" $(PY) -m pytest -q tests/torch
 
 # The C++ package for embedders (design/embedding.md): headers under $(PREFIX)/include/oclvm, the
 # libraries, bin/oclvm and lib/cmake/oclvm for find_package(oclvm).
@@ -105,6 +105,13 @@ tsan: setup
 	cd build-tsan && $(SAN_ENV) $(TSAN_ENV) ctest --output-on-failure -j 2
 
 sanitize: asan tsan
+
+# PyTorch's OpInfo corpus, every sample of every operator in six dtypes, device against the CPU
+# (design/conformance.md); rewrites design/opinfo.md. Resumes from build/opinfo.jsonl when it
+# exists (delete it for a fresh sweep). About half an hour on two cores.
+opinfo: torch
+	$(PY) tests/torch/conformance/opinfo_sweep.py --out $(BUILD)/opinfo.jsonl --resume \
+	  --table design/opinfo.md
 
 demo: build torch
 	$(PY) examples/torch_demo.py

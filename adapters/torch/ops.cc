@@ -40,6 +40,9 @@
 #include <torch/library.h>
 
 #include <cstring>
+#include <optional>
+#include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -395,6 +398,44 @@ bool has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& 
   return self.unsafeGetTensorImpl()->has_compatible_shallow_copy_type(from.key_set());
 }
 
+// Note [Composite kernels the CPU does not use]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// An operator with both a CPU kernel and an explicit composite kernel (CompositeExplicitAutograd,
+// or CompositeExplicitAutogradNonFunctional: the functional and in-place forms of structured
+// operators) runs the composite on this device: the boxed fallback is reached only by operators
+// with no kernel for PrivateUse1 at all. The composite computes the same values by another route
+// than the CPU's kernel: LayerNorm and GroupNorm through batch norm differed from the CPU in the
+// last bits, which AdamW amplified into parameter differences of 1e-6 (GPT-2, ViT); a functional
+// operator allocated its result on the device, then ran its out= form through the fallback,
+// which copied the uninitialised result to the host and back, and warned when the structured
+// meta's shape differed from the kernel's (mse_loss). So every such operator takes the boxed CPU
+// fallback whole and computes exactly what the CPU computes, with one copy each way; autograd
+// stays above (their backward operators land here too). The set is read from the dispatcher when
+// the library loads, so it follows the torch it runs with (tests/torch/test_fallback_routes.py
+// checks it); operators with a native kernel here (registered before) keep it. The three
+// CompositeImplicitAutograd operators that also have CPU kernels (mish_backward, silu_backward,
+// native_channel_shuffle) stay composite: a backend kernel would take autograd's decomposition
+// away from them.
+void route_cpu_kernels_over_composites(torch::Library& m) {
+  c10::Dispatcher& dispatcher = c10::Dispatcher::singleton();
+  constexpr std::string_view kAten = "aten::";
+  for (const c10::OperatorName& name : dispatcher.getAllOpNames()) {
+    if (name.name.rfind(kAten, 0) != 0) continue;
+    const std::optional<c10::OperatorHandle> op = dispatcher.findOp(name);
+    if (!op || !op->hasKernelForDispatchKey(c10::DispatchKey::CPU) ||
+        op->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1)) {
+      continue;
+    }
+    if (!op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd) &&
+        !op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional)) {
+      continue;
+    }
+    std::string qualified = name.name.substr(kAten.size());
+    if (!name.overload_name.empty()) qualified += "." + name.overload_name;
+    m.impl(qualified.c_str(), torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>());
+  }
+}
+
 }  // namespace
 
 void register_native_kernels(torch::Library& m) {
@@ -418,31 +459,13 @@ void register_native_kernels(torch::Library& m) {
   m.impl("view_as_real", view_as_real);
   m.impl("view_as_complex", view_as_complex);
   m.impl("_has_compatible_shallow_copy_type", has_compatible_shallow_copy_type);
-  // Note [Composite kernels the CPU does not use]
-  // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-  // An operator with both a CPU kernel and a CompositeExplicitAutograd kernel runs the composite
-  // on this device: the boxed fallback is reached
-  // only by operators with no kernel for PrivateUse1 at all. Two kinds of them matter:
-  //   - convolution / convolution_backward: the composite sends a PrivateUse1 device to
-  //     convolution_overrideable, whose default kernel only throws;
-  //   - the rest compute the same values by another route than the CPU's kernel (LayerNorm and
-  //     GroupNorm through batch norm, ...), so results differed from the CPU's in the last bits,
-  //     and AdamW amplified that into parameter differences of 1e-6 (GPT-2, ViT).
-  // Registered here, they take the boxed CPU fallback whole and compute exactly what the CPU
-  // computes; autograd stays above them (their backward operators land here too). The list is
-  // every aten operator that has both a CPU and a CompositeExplicitAutograd kernel, as torch
-  // 2.13's dispatcher reports them (tests/torch/test_fallback_routes.py recomputes it). Three
-  // CompositeImplicitAutograd operators also have CPU kernels (mish_backward, silu_backward,
-  // native_channel_shuffle); they stay composite, since a backend kernel would take autograd's
-  // decomposition away from them.
-  static constexpr const char* kCpuKernelsOverComposites[] = {
-      "convolution", "convolution_backward",
-      "_stack", "_stack.out", "addr", "addr.out", "all.dims", "all.dims_out", "any.dims",
-      "any.dims_out", "linalg__powsum", "native_group_norm", "native_layer_norm",
-  };
-  for (const char* name : kCpuKernelsOverComposites) {
-    m.impl(name, torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>());
-  }
+  // convolution and convolution_backward are composite: for this device they would route to
+  // convolution_overrideable, whose default kernel only throws. Registered here, they take the
+  // boxed CPU fallback whole (autograd stays above: ConvolutionBackward0 calls
+  // convolution_backward, which lands here too).
+  m.impl("convolution", torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>());
+  m.impl("convolution_backward", torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>());
+  route_cpu_kernels_over_composites(m);
 }
 
 }  // namespace oclvm::torch_adapter

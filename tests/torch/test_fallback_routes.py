@@ -1,29 +1,38 @@
 """The operators the device routes to the CPU fallback although they have a composite kernel.
 
-ops.cc (Note [Composite kernels the CPU does not use]) registers the CPU fallback for every aten
-operator that has both a CPU kernel and a CompositeExplicitAutograd kernel, so the device computes
-what the CPU computes instead of the composite's different route (LayerNorm through batch norm
-gave last-bit differences that AdamW amplified). This recomputes that set from the dispatcher of
-the installed torch, so a torch that adds such an operator fails here instead of silently
-diverging, and checks LayerNorm and GroupNorm agree with the CPU bit for bit.
+ops.cc (Note [Composite kernels the CPU does not use]) routes to the CPU fallback every aten
+operator that has both a CPU kernel and an explicit composite kernel, so the device computes what
+the CPU computes instead of the composite's different route (LayerNorm through batch norm gave
+last-bit differences that AdamW amplified; mse_loss warned about a resized output). This recomputes
+that set from the dispatcher and checks each has an opencl kernel, and checks LayerNorm, GroupNorm
+and mse_loss agree with the CPU bit for bit, without warnings.
 """
 import torch
 
-KEY = "CompositeExplicitAutograd"
+import warnings
+
+KEYS = ("CompositeExplicitAutograd", "CompositeExplicitAutogradNonFunctional")
 
 
 def _ops_with_cpu_and_composite():
     has = torch._C._dispatch_has_kernel_for_dispatch_key
     return {name for name in torch._C._dispatch_get_all_op_names()
-            if name.startswith("aten::") and has(name, "CPU") and has(name, KEY)}
+            if name.startswith("aten::") and has(name, "CPU")
+            and any(has(name, key) for key in KEYS)}
 
 
 def test_every_cpu_kernel_over_a_composite_is_routed_to_the_fallback():
     unrouted = sorted(name for name in _ops_with_cpu_and_composite()
                       if not torch._C._dispatch_has_kernel_for_dispatch_key(name, "PrivateUse1"))
     assert unrouted == [], (
-        f"Expected every operator with a CPU and a {KEY} kernel to have an opencl kernel "
-        f"(ops.cc kCpuKernelsOverComposites), but these have none: {unrouted}")
+        f"Expected every operator with a CPU and an explicit composite kernel to have an opencl "
+        f"kernel (ops.cc route_cpu_kernels_over_composites), but these have none: {unrouted}")
+
+
+def test_the_routed_set_is_large_and_holds_arithmetic():
+    routed = _ops_with_cpu_and_composite()
+    assert {"aten::add.Tensor", "aten::native_layer_norm", "aten::mse_loss"} <= routed
+    assert len(routed) > 300
 
 
 def test_layer_norm_and_group_norm_equal_the_cpu_bit_for_bit():
@@ -34,3 +43,13 @@ def test_layer_norm_and_group_norm_equal_the_cpu_bit_for_bit():
         on_device = module.to("opencl")(x.to("opencl")).cpu()
         module.to("cpu")
         assert torch.equal(on_cpu, on_device), f"{module}: differs from the CPU"
+
+
+def test_mse_loss_equals_the_cpu_without_warnings():
+    a, b = torch.randn(8, 5), torch.randn(8, 5)
+    for reduction in ("mean", "sum", "none"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            got = torch.nn.functional.mse_loss(a.to("opencl"), b.to("opencl"),
+                                               reduction=reduction).cpu()
+        assert torch.equal(got, torch.nn.functional.mse_loss(a, b, reduction=reduction))
