@@ -37,6 +37,7 @@ struct UnmarkedWrites {
 const std::vector<UnmarkedWrites>& unmarked_writes() {
   static const std::vector<UnmarkedWrites>* const table = new std::vector<UnmarkedWrites>{
       {"aten::native_batch_norm", "", {"running_mean", "running_var"}},
+      {"aten::native_batch_norm", "out", {"running_mean", "running_var"}},
       {"aten::batch_norm_update_stats", "", {"running_mean", "running_var"}},
   };
   return *table;

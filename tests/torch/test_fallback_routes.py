@@ -53,3 +53,22 @@ def test_mse_loss_equals_the_cpu_without_warnings():
             got = torch.nn.functional.mse_loss(a.to("opencl"), b.to("opencl"),
                                                reduction=reduction).cpu()
         assert torch.equal(got, torch.nn.functional.mse_loss(a, b, reduction=reduction))
+
+
+def test_attention_chooses_the_cpus_kernel_and_equals_it_bit_for_bit():
+    """attention.cc registers the CPU's kernel choice for the device (the math decomposition
+    differed from the CPU's flash kernel in the last bits); forward and gradients match."""
+    torch.manual_seed(0)
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        q, k, v = (torch.randn(2, 4, 8, 16, dtype=dtype) for _ in range(3))
+        for causal in (False, True):
+            expected = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+            got = torch.nn.functional.scaled_dot_product_attention(
+                q.to("opencl"), k.to("opencl"), v.to("opencl"), is_causal=causal).cpu()
+            assert torch.equal(got, expected), (dtype, causal)
+    leaves = [torch.randn(2, 4, 8, 16, requires_grad=True) for _ in range(3)]
+    on_device = [t.detach().to("opencl").requires_grad_() for t in leaves]
+    torch.nn.functional.scaled_dot_product_attention(*leaves).sum().backward()
+    torch.nn.functional.scaled_dot_product_attention(*on_device).sum().backward()
+    for cpu_leaf, device_leaf in zip(leaves, on_device):
+        assert torch.equal(cpu_leaf.grad, device_leaf.grad.cpu())
