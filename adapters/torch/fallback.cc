@@ -12,6 +12,7 @@
 
 #include "adapters/torch/allocator.h"
 #include "adapters/torch/generator.h"
+#include "adapters/torch/host_view.h"
 
 namespace oclvm::torch_adapter {
 namespace {
@@ -121,29 +122,82 @@ void substitute_generators(const OperatorFacts& facts, size_t begin, torch::jit:
   }
 }
 
+// Note [Inputs of CPU kernels laid out as on the CPU]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// ATen's fallback copies each device argument to the CPU compact and resolved: a strided view
+// becomes contiguous, a lazily conjugated or negated tensor (matrix products reach the device
+// with the bits set: BLAS takes a conjugate-transpose flag) becomes materialised. The CPU kernel
+// then saw other operands than in the CPU run and could take another route — a vectorised loop
+// instead of a strided one, a materialised conjugate instead of the flag — and round
+// differently: complex gradients of householder_product differed by 7e-6 relative. So each
+// read-only tensor argument is handed to the CPU kernel as a host view laid out as on the device
+// (same strides and bits, over a copy of its span: host_view.h), when its span is compact;
+// a view with large gaps keeps ATen's compact copy (copying its span would cost more than the
+// parity is worth). Written arguments keep ATen's handling, which writes them back.
+// Returns whether it replaced any argument.
+bool inputs_to_host(const c10::FunctionSchema& schema, size_t begin, torch::jit::Stack* stack) {
+  const std::vector<c10::Argument>& arguments = schema.arguments();
+  bool replaced = false;
+  for (size_t i = 0; i < arguments.size(); ++i) {
+    c10::IValue& value = (*stack)[begin + i];
+    if (!value.isTensor()) continue;
+    const at::Tensor& tensor = value.toTensor();
+    if (!tensor.defined() || tensor.device().type() != kType || !span_is_compact(tensor)) {
+      continue;
+    }
+    const c10::AliasInfo* alias = arguments[i].alias_info();
+    if (alias != nullptr && alias->isWrite()) continue;
+    value = host_view(tensor);
+    replaced = true;
+  }
+  return replaced;
+}
+
+// Moves the tensor results the fallback left on the CPU to `device`.
+void results_to(const c10::Device& device, size_t begin, torch::jit::Stack* stack) {
+  for (size_t i = begin; i < stack->size(); ++i) {
+    c10::IValue& value = (*stack)[i];
+    if (value.isTensor()) {
+      const at::Tensor& tensor = value.toTensor();
+      if (tensor.defined() && tensor.is_cpu()) value = tensor.to(device);
+    } else if (value.isTensorList()) {
+      std::vector<at::Tensor> moved = value.toTensorList().vec();
+      for (at::Tensor& tensor : moved) {
+        if (tensor.defined() && tensor.is_cpu()) tensor = tensor.to(device);
+      }
+      value = c10::List<at::Tensor>(moved);
+    }
+  }
+}
+
 }  // namespace
 
 void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const OperatorFacts& facts = facts_of(op);
-  const size_t begin = stack->size() - op.schema().arguments().size();
+  const c10::FunctionSchema& schema = op.schema();
+  const size_t begin = stack->size() - schema.arguments().size();
   if (!facts.generators.empty()) substitute_generators(facts, begin, stack);
-  if (facts.unmarked_writes.empty()) {
-    at::native::cpu_fallback(op, stack);
-    return;
-  }
+  const c10::Device device(kType, device_of_arguments(*stack, begin));
   // Note [Mutations the schema does not mark]: the kernel updates CPU stand-ins, written back.
   std::vector<std::pair<at::Tensor, at::Tensor>> written;  // (device tensor, CPU stand-in)
   for (const size_t index : facts.unmarked_writes) {
     c10::IValue& value = (*stack)[begin + index];
     if (!value.isTensor()) continue;  // an optional argument given as None
-    const at::Tensor device = value.toTensor();
-    if (!device.defined() || device.device().type() != kType) continue;
-    at::Tensor host = device.cpu();
+    const at::Tensor target = value.toTensor();
+    if (!target.defined() || target.device().type() != kType) continue;
+    at::Tensor host = target.cpu();
     value = host;
-    written.emplace_back(device, std::move(host));
+    written.emplace_back(target, std::move(host));
   }
+  const bool moved_inputs = inputs_to_host(schema, begin, stack);
   at::native::cpu_fallback(op, stack);
-  for (auto& [device, host] : written) device.copy_(host);
+  // Note [Inputs of CPU kernels laid out as on the CPU]: ATen's fallback puts the results on the
+  // device of the first tensor argument, which may now be a host view: results left on the CPU
+  // are moved to the device.
+  if (moved_inputs || !written.empty()) {
+    results_to(device, stack->size() - schema.returns().size(), stack);
+  }
+  for (auto& [target, host] : written) target.copy_(host);
 }
 
 }  // namespace oclvm::torch_adapter

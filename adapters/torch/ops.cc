@@ -48,6 +48,7 @@
 
 #include "adapters/torch/allocator.h"
 #include "adapters/torch/fallback.h"
+#include "adapters/torch/host_view.h"
 #include "adapters/torch/registration.h"
 #include "oclvm/vm/virtual_machine.h"
 
@@ -412,13 +413,18 @@ bool has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& 
 // fallback whole and computes exactly what the CPU computes, with one copy each way; autograd
 // stays above (their backward operators land here too). The set is read from the dispatcher when
 // the library loads, so it follows the torch it runs with (tests/torch/test_fallback_routes.py
-// checks it); operators with a native kernel here (registered before) keep it. The three
-// CompositeImplicitAutograd operators that also have CPU kernels (mish_backward, silu_backward,
-// native_channel_shuffle) stay composite: a backend kernel would take autograd's decomposition
-// away from them.
+// checks it); operators with a native kernel here (registered before) keep it. Of the three
+// CompositeImplicitAutograd operators that also have CPU kernels, mish_backward and silu_backward
+// are routed too (float16 gradients differed): autograd calls them only when no graph is being
+// built — with create_graph it uses their infinitely differentiable forms — so no decomposition is
+// lost. native_channel_shuffle stays composite: a backend kernel would take autograd's
+// decomposition away from it.
 void route_cpu_kernels_over_composites(torch::Library& m) {
   c10::Dispatcher& dispatcher = c10::Dispatcher::singleton();
   constexpr std::string_view kAten = "aten::";
+  for (const char* backward : {"mish_backward", "silu_backward"}) {
+    m.impl(backward, torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>());
+  }
   for (const c10::OperatorName& name : dispatcher.getAllOpNames()) {
     if (name.name.rfind(kAten, 0) != 0) continue;
     const std::optional<c10::OperatorHandle> op = dispatcher.findOp(name);
@@ -437,6 +443,13 @@ void route_cpu_kernels_over_composites(torch::Library& m) {
 }
 
 }  // namespace
+
+at::Tensor host_view(const at::Tensor& device) { return host_values(device); }
+
+bool span_is_compact(const at::Tensor& t) {
+  constexpr int64_t kSlack = 64;  // elements: small tensors are always worth one transfer
+  return span_elements(t) <= 2 * t.numel() + kSlack;
+}
 
 void register_native_kernels(torch::Library& m) {
   m.impl("empty.memory_format", empty_memory_format);
