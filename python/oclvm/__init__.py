@@ -2,20 +2,31 @@
 
 Importing the package (or ``import torch`` with the package installed: it is a ``torch.backends``
 entry point) renames PrivateUse1 to ``opencl``, loads the native module ``oclvm._C`` (which
-registers the allocator, device guard, hooks and operators), registers this module as
+registers the allocator, device guard, hooks, generators and operators), registers this module as
 ``torch.opencl`` and generates ``Tensor.opencl()``, ``Tensor.is_opencl``, ``Module.opencl()`` and
 the storage methods.
 
-``torch.opencl`` follows ``torch.cuda``'s names: is_available, device_count, current_device,
-set_device, synchronize, memory_stats, memory_allocated, max_memory_allocated, memory_reserved,
-max_memory_reserved, reset_peak_memory_stats, reset_accumulated_memory_stats, empty_cache,
-mem_get_info, memory_summary, set_per_process_memory_fraction, get_per_process_memory_fraction,
-host_memory_stats,
-device (context manager; torch.load uses it), and the streams: Stream, Event, current_stream,
-default_stream, set_stream, stream (context manager). The memory functions read the statistics of
-the device's oclvm allocator through ``torch.accelerator`` (the same c10::DeviceAllocator behind
-both). A stream is a VM stream with its own OpenCL queue; an Event is a marker of one.
+``torch.opencl`` follows ``torch.cuda``'s names and signatures:
+
+- devices: is_available, is_initialized, init, device_count, current_device, set_device, device
+  (context manager; torch.load uses it), synchronize, get_device_name, get_device_properties
+  (a DeviceProperties), get_device_capability (the device's OpenCL version as (major, minor));
+- memory: memory_stats, memory_allocated, max_memory_allocated, memory_reserved,
+  max_memory_reserved, reset_peak_memory_stats, reset_accumulated_memory_stats, empty_cache,
+  mem_get_info, memory_summary, set_per_process_memory_fraction, get_per_process_memory_fraction,
+  host_memory_stats. They read the statistics of the device's oclvm allocator through
+  ``torch.accelerator`` (the same c10::DeviceAllocator behind both);
+- random numbers, on each device's default generator (a CPU Mersenne Twister owned by the device:
+  random operators run CPU kernels, and its state has the CPU generator's layout): manual_seed,
+  manual_seed_all, seed, seed_all, initial_seed, get_rng_state, set_rng_state, get_rng_state_all,
+  set_rng_state_all. ``torch.manual_seed`` and ``torch.seed`` reach manual_seed_all;
+- streams: Stream and Event (classes: ``isinstance`` works), current_stream, default_stream,
+  set_stream, stream (context manager). A stream is a VM stream with its own OpenCL queue; an
+  event is a marker of one (Note [Event instances are torch.Event]).
 """
+import atexit
+import dataclasses
+import re
 import sys
 
 import torch
@@ -29,12 +40,16 @@ if torch._C._get_privateuse1_backend_name() != BACKEND:
 from . import _C  # noqa: E402  (static initialisers register allocator, guard, hooks, kernels)
 
 __all__ = [
-    "is_available", "is_initialized", "device_count", "current_device", "set_device",
-    "synchronize", "memory_stats", "memory_allocated", "max_memory_allocated", "memory_reserved",
+    "is_available", "is_initialized", "init", "device_count", "current_device", "set_device",
+    "device", "synchronize", "get_device_name", "get_device_properties", "get_device_capability",
+    "DeviceProperties",
+    "memory_stats", "memory_allocated", "max_memory_allocated", "memory_reserved",
     "max_memory_reserved", "reset_peak_memory_stats", "reset_accumulated_memory_stats",
-    "empty_cache", "mem_get_info", "manual_seed", "manual_seed_all", "memory_summary",
-    "set_per_process_memory_fraction", "get_per_process_memory_fraction", "host_memory_stats", "device", "Stream",
-    "Event", "current_stream", "default_stream", "set_stream", "stream",
+    "empty_cache", "mem_get_info", "memory_summary", "set_per_process_memory_fraction",
+    "get_per_process_memory_fraction", "host_memory_stats",
+    "manual_seed", "manual_seed_all", "seed", "seed_all", "initial_seed", "get_rng_state",
+    "set_rng_state", "get_rng_state_all", "set_rng_state_all",
+    "Stream", "Event", "current_stream", "default_stream", "set_stream", "stream",
 ]
 
 
@@ -55,7 +70,17 @@ def is_available() -> bool:
 
 
 def is_initialized() -> bool:
+    """Always true: the devices are opened when the package is imported."""
     return True
+
+
+# torch.utils.checkpoint saves and restores a device module's RNG state only when the module's
+# `_initialized` is true (torch.cuda's lazy-init flag); the devices are open from the import on.
+_initialized = True
+
+
+def init() -> None:
+    """Nothing to do (torch.cuda.init's counterpart): importing the package opened the devices."""
 
 
 def _lazy_init() -> None:
@@ -63,6 +88,9 @@ def _lazy_init() -> None:
 
 
 def _is_in_bad_fork() -> bool:
+    """False: oclvm does not track forks (torch.cuda refuses forked children). torch.manual_seed
+    and torch.seed seed the device (through manual_seed_all) only when this function and
+    manual_seed_all both exist and this one answers False (torch.random._seed_custom_device)."""
     return False
 
 
@@ -103,36 +131,234 @@ def synchronize(device=None) -> None:
     torch.accelerator.synchronize(_index(device))
 
 
-# Stream and Event return torch.Stream / torch.Event objects rather than subclasses: torch's
-# Event.elapsed_time (and friends) accept only the exact torch types.
-def Stream(device=None, priority: int = 0) -> torch.Stream:
-    """A new stream of an opencl device (default: the current one): a VM user stream with its own
-    OpenCL queue. OpenCL queues have no priorities; `priority` is accepted and has no effect."""
-    return torch.Stream(device=torch.device(BACKEND, _index(device)), priority=priority)
+# ---------------------------------------------------------------------------------------------
+# Device information
 
 
-def Event(enable_timing: bool = False, blocking: bool = False,
-          interprocess: bool = False) -> torch.Event:
-    """An event of the opencl device: a marker of the stream it is recorded on. With
-    enable_timing, elapsed_time() gives the milliseconds between two recorded events (host time
-    at which the recorded work had completed)."""
-    if interprocess:
-        raise ValueError("Expected interprocess=False: opencl events cannot be shared between "
-                         "processes")
-    return torch.Event(device=BACKEND, enable_timing=enable_timing, blocking=blocking)
+def _native(name: str):
+    """oclvm._C's function `name`; a clear error when the installed native module predates it."""
+    function = getattr(_C, name, None)
+    if function is None:
+        raise RuntimeError(f"Expected oclvm._C.{name}, but the installed native module has none: "
+                           "reinstall the oclvm package")
+    return function
 
 
-def current_stream(device=None) -> torch.Stream:
+_OPENCL_VERSION = re.compile(r"OpenCL (\d+)\.(\d+)")
+
+
+@dataclasses.dataclass(frozen=True, repr=False)
+class DeviceProperties:
+    """What the OpenCL driver reports of one opencl device (torch.cuda's _CudaDeviceProperties in
+    spirit). Immutable; made by get_device_properties()."""
+
+    name: str             # the device's name (CL_DEVICE_NAME)
+    platform: str         # its platform's name (CL_PLATFORM_NAME)
+    version: str          # CL_DEVICE_VERSION: "OpenCL <major>.<minor> <vendor text>"
+    major: int            # the OpenCL version, parsed from `version`
+    minor: int
+    total_memory: int     # global memory, bytes
+    max_allocation: int   # the largest single buffer the device allows, bytes
+    base_addr_align: int  # alignment of every buffer's address, bytes
+
+    def __repr__(self) -> str:
+        mib = 1 << 20
+        return (f"DeviceProperties(name={self.name!r}, platform={self.platform!r}, "
+                f"version={self.version!r}, major={self.major}, minor={self.minor}, "
+                f"total_memory={self.total_memory // mib}MB, "
+                f"max_allocation={self.max_allocation // mib}MB, "
+                f"base_addr_align={self.base_addr_align})")
+
+
+def _opencl_version(version: str) -> tuple:
+    """(major, minor) of an OpenCL device version string ("OpenCL 3.0 PoCL ..." -> (3, 0))."""
+    match = _OPENCL_VERSION.match(version)
+    if match is None:
+        raise RuntimeError(f"Expected a device version of the form 'OpenCL <major>.<minor> ...', "
+                           f"but got {version!r}")
+    return int(match.group(1)), int(match.group(2))
+
+
+def get_device_properties(device=None) -> DeviceProperties:
+    """The properties of an opencl device (int, str or torch.device; None: the current one).
+    Every key of oclvm._C.device_properties becomes a field: a key the class does not know is a
+    TypeError, so a change of the native side cannot go unnoticed."""
+    native = _native("device_properties")(_index(device))
+    major, minor = _opencl_version(native["version"])
+    return DeviceProperties(major=major, minor=minor, **native)
+
+
+def get_device_name(device=None) -> str:
+    """The OpenCL name of an opencl device (None: the current one)."""
+    return get_device_properties(device).name
+
+
+def get_device_capability(device=None) -> tuple:
+    """(major, minor): the OpenCL version the device supports, torch.cuda's compute capability
+    counterpart. torch.accelerator.get_device_capability gives the supported dtypes instead."""
+    properties = get_device_properties(device)
+    return properties.major, properties.minor
+
+
+# ---------------------------------------------------------------------------------------------
+# Random numbers: each device's default generator (adapters/torch/generator.h).
+
+_SEED_MIN = -(1 << 63)
+_SEED_MASK = (1 << 64) - 1
+
+
+def _checked_seed(seed) -> int:
+    """`seed` read as torch.Generator.manual_seed reads it: int(seed) in [-2**63, 2**64), negative
+    values taken modulo 2**64 (torch.manual_seed(-1) seeds 2**64 - 1)."""
+    seed = int(seed)
+    if not _SEED_MIN <= seed <= _SEED_MASK:
+        raise ValueError(f"Expected a seed in [-2**63, 2**64), but got {seed}")
+    return seed & _SEED_MASK
+
+
+def manual_seed(seed: int) -> None:
+    """Seeds the current device's default generator."""
+    seed = _checked_seed(seed)
+    _native("manual_seed")(current_device(), seed)
+
+
+def manual_seed_all(seed: int) -> None:
+    """Seeds the default generator of every opencl device (torch.manual_seed calls this)."""
+    seed = _checked_seed(seed)
+    for index in range(device_count()):
+        _native("manual_seed")(index, seed)
+
+
+def seed() -> None:
+    """Seeds the current device's default generator with a nondeterministic number."""
+    _native("seed")(current_device())
+
+
+def seed_all() -> None:
+    """Seeds every device's default generator with one nondeterministic number (as torch.cuda:
+    the first device draws it, the others take the same)."""
+    if device_count() == 0:
+        return
+    shared = _native("seed")(0)
+    for index in range(1, device_count()):
+        _native("manual_seed")(index, shared)
+
+
+def initial_seed() -> int:
+    """The seed of the current device's default generator."""
+    return _native("initial_seed")(current_device())
+
+
+def get_rng_state(device="opencl") -> torch.Tensor:
+    """The state of the device's default generator (int, str or torch.device; "opencl": the
+    current device) as a new 1-D uint8 CPU tensor, in the CPU generator's layout."""
+    state = _native("get_rng_state")(_index(device))
+    return torch.frombuffer(bytearray(state), dtype=torch.uint8)
+
+
+def _state_bytes(new_state) -> bytes:
+    """The bytes of an RNG state tensor; TypeError / ValueError for anything but a 1-D uint8
+    tensor (its length is the native side's to check)."""
+    if not isinstance(new_state, torch.Tensor):
+        raise TypeError(f"Expected the RNG state as a torch.uint8 tensor, but got "
+                        f"{type(new_state).__name__}")
+    if new_state.dtype != torch.uint8:
+        raise TypeError(f"Expected the RNG state as a torch.uint8 tensor, but got a tensor of "
+                        f"{new_state.dtype}")
+    if new_state.dim() != 1:
+        raise ValueError(f"Expected a 1-D RNG state (what get_rng_state returns), but got shape "
+                         f"{tuple(new_state.shape)}")
+    return bytes(new_state.detach().cpu().tolist())
+
+
+def set_rng_state(new_state: torch.Tensor, device="opencl") -> None:
+    """Sets the state of the device's default generator to `new_state` (from get_rng_state, or
+    torch.get_rng_state(): the layouts agree). A state of the wrong type, shape or length is
+    refused and changes nothing."""
+    index = _index(device)
+    _native("set_rng_state")(index, _state_bytes(new_state))
+
+
+def get_rng_state_all() -> list:
+    """get_rng_state of every device, in index order."""
+    return [get_rng_state(index) for index in range(device_count())]
+
+
+def set_rng_state_all(new_states) -> None:
+    """set_rng_state(state, i) for the i-th of `new_states`."""
+    for index, state in enumerate(new_states):
+        set_rng_state(state, index)
+
+
+# ---------------------------------------------------------------------------------------------
+# Streams and events
+
+
+class Stream(torch.Stream):
+    """A stream of an opencl device: a VM stream with its own in-order OpenCL queue. Like
+    torch.cuda.Stream: ``Stream(device=None, priority=0)`` makes a new stream of the device
+    (None: the current one); ``Stream(stream_id=..., device_index=..., device_type=...)`` names an
+    existing one. OpenCL queues have no priorities: `priority` is accepted and has no effect.
+    Every torch API taking a torch.Stream takes it (checked for torch 2.13)."""
+
+    def __new__(cls, device=None, priority: int = 0, **kwargs):
+        if kwargs:
+            made = super().__new__(cls, priority=priority, **kwargs)
+        else:
+            made = super().__new__(cls, device=torch.device(BACKEND, _index(device)),
+                                   priority=priority)
+        if made.device.type != BACKEND:
+            raise ValueError(f"Expected a stream of an {BACKEND} device, but got one of "
+                             f"{made.device}")
+        return made
+
+
+def _as_stream(plain: torch.Stream) -> Stream:
+    return Stream(stream_id=plain.stream_id, device_index=plain.device_index,
+                  device_type=plain.device_type)
+
+
+# Note [Event instances are torch.Event]
+# torch 2.13 accepts only objects whose type is exactly torch.Event in two places: the argument
+# of Event.elapsed_time ("expected other to be a torch.Event object") and the event given to
+# Stream.record_event. Instances of a Python subclass could never be timed against each other.
+# So calling torch.opencl.Event makes a plain torch.Event of the opencl device, and the class's
+# metaclass makes isinstance(x, torch.opencl.Event) true for every torch.Event of an opencl device
+# (also those that Stream.record_event() returns). issubclass(torch.opencl.Event, torch.Event)
+# holds; type(torch.opencl.Event()) is torch.Event.
+class _EventType(type):
+    def __instancecheck__(cls, instance) -> bool:
+        if type.__instancecheck__(cls, instance):
+            return True
+        return type(instance) is torch.Event and instance.device.type == BACKEND
+
+
+class Event(torch.Event, metaclass=_EventType):
+    """An event of the opencl device: a marker of the stream it is recorded on (torch.cuda.Event's
+    signature). With enable_timing, elapsed_time() gives the milliseconds between two recorded
+    events (host time at which the recorded work had completed). Makes a torch.Event: see Note
+    [Event instances are torch.Event]. `blocking` has no effect (synchronize() always waits on
+    the host); interprocess events are refused."""
+
+    def __new__(cls, enable_timing: bool = False, blocking: bool = False,
+                interprocess: bool = False):
+        if interprocess:
+            raise ValueError("Expected interprocess=False: opencl events cannot be shared "
+                             "between processes")
+        return torch.Event(device=BACKEND, enable_timing=enable_timing, blocking=blocking)
+
+
+def current_stream(device=None) -> Stream:
     """This thread's current stream of the device (its default stream until set)."""
-    return torch.accelerator.current_stream(_index(device))
+    return _as_stream(torch.accelerator.current_stream(_index(device)))
 
 
-def default_stream(device=None) -> torch.Stream:
+def default_stream(device=None) -> Stream:
     """The device's default stream (oclvm's compute stream of that device)."""
     index = _index(device)
     # Stream id 0 is the default stream of every opencl device (adapters/torch/allocator.h).
-    return torch.Stream(stream_id=0, device_index=index,
-                        device_type=current_stream(index).device_type)
+    return Stream(stream_id=0, device_index=index,
+                  device_type=torch.accelerator.current_stream(index).device_type)
 
 
 def set_stream(stream: torch.Stream) -> None:
@@ -168,15 +394,6 @@ class stream:
 
 def get_amp_supported_dtype():
     return [torch.float16, torch.bfloat16]
-
-
-def manual_seed(seed: int) -> None:
-    torch.Generator(device=f"{BACKEND}:{current_device()}").manual_seed(seed)
-
-
-def manual_seed_all(seed: int) -> None:
-    for i in range(device_count()):
-        torch.Generator(device=f"{BACKEND}:{i}").manual_seed(seed)
 
 
 def memory_stats(device=None) -> dict:
@@ -268,3 +485,16 @@ if not hasattr(torch, BACKEND):
 
 def _autoload() -> None:
     """Entry point of the ``torch.backends`` group: importing the package did the work."""
+
+
+def _drain_autograd_at_exit() -> None:
+    """Before the interpreter finalises: let autograd's opencl threads drop the last backward
+    (Note [Autograd threads at exit] in adapters/torch/module.cc; without it a script ending
+    right after backward() aborted in about 1 run in 6)."""
+    try:
+        _C.drain_autograd()
+    except RuntimeError:
+        pass  # a device that fails now has nothing left to drain; exit goes on
+
+
+atexit.register(_drain_autograd_at_exit)

@@ -33,7 +33,8 @@ What "exit() from another thread" means for a Python user, and what is tested:
     static torch::Library objects exit() destroyed: the deregistration of the PrivateUse1 CPU
     fallback raced with a thread dispatching through it (a null boxed kernel in
     c10::impl::BoxedKernelWrapper::call). The libraries are never destroyed now (Note
-    [Registrations that outlive exit], adapters/torch/ops.cc): 1,800 runs in a row were clean.
+    [Registrations that outlive exit], adapters/torch/registration.cc): 1,800 runs in a row
+    were clean.
     Not tested: the same call through ctypes.CDLL, which releases the GIL, so the other threads
     go on running Python code against a torch whose static destructors have run: torch itself
     then raises ("RuntimeError: unknown parameter type", "NotImplementedError: Could not run
@@ -59,6 +60,7 @@ import oclvm  # noqa: F401  (registers torch.opencl for the skip condition below
 RUNS = int(os.environ.get("OCLVM_EXIT_RUNS", "20"))  # runs of each main script
 EXTRA_RUNS = max(1, RUNS // 4)                           # runs of the variants
 MAIN = {"plain", "uncaught_exception", "joined_threads", "daemon_threads_holding_tensors",
+        "ends_right_after_backward",
         "os_exit_from_thread_mid_work", "signal_exit_from_thread_mid_work",
         "libc_exit_from_thread_mid_work"}
 TIMEOUT = 90  # seconds per run; a hang at exit fails the test instead of blocking the suite
@@ -107,6 +109,15 @@ def start(exit_fn):
 
 SCRIPTS = {
     "plain": ("import torch, oclvm; x=torch.ones(1000, device='opencl'); y=x*2", 0, ""),
+    # Regression: autograd's opencl thread dropped the finished backward (and the Python objects
+    # it held) while the interpreter finalised: "terminate called without an active exception",
+    # an abort in 2 of 12 runs on a loaded machine (Note [Autograd threads at exit],
+    # adapters/torch/module.cc).
+    "ends_right_after_backward": ("""
+        import torch, oclvm
+        y = torch.randn(3, device="opencl", requires_grad=True)
+        (y * y).sum().backward()
+        """, 0, ""),
     "globals_views_cycles_grad": ("""
         import torch, oclvm
         x = torch.arange(4096.0, device="opencl")
