@@ -183,16 +183,22 @@ class GuardImpl final : public c10::impl::DeviceGuardImplInterface {
     return previous;
   }
   c10::DeviceIndex deviceCount() const noexcept override { return device_count(); }
-  // torch.accelerator.get_device_capability: every dtype a tensor can have on the device (the
-  // CPU's kernels compute them all) except the quantized ones, which have no opencl kernels.
+  // torch.accelerator.get_device_capability: the dtypes a device tensor can have and convert
+  // from and to (the CPU's kernels compute them). Left out, as the CPU cannot convert them either:
+  // the quantized types, the bit-packed containers (bits*), the sub-byte integers and float4.
   c10::DeviceCapability getDeviceCapability(c10::Device device) const override {
     check_device_index(device.index() < 0 ? current_device() : device.index());
     c10::DeviceCapability capability;
-    capability.capability_data.supported_scalar_types.has_QInt8 = false;
-    capability.capability_data.supported_scalar_types.has_QUInt8 = false;
-    capability.capability_data.supported_scalar_types.has_QInt32 = false;
-    capability.capability_data.supported_scalar_types.has_QUInt4x2 = false;
-    capability.capability_data.supported_scalar_types.has_QUInt2x4 = false;
+    auto& types = capability.capability_data.supported_scalar_types;
+    types.has_QInt8 = types.has_QUInt8 = types.has_QInt32 = false;
+    types.has_QUInt4x2 = types.has_QUInt2x4 = false;
+    types.has_Bits1x8 = types.has_Bits2x4 = types.has_Bits4x2 = false;
+    types.has_Bits8 = types.has_Bits16 = false;
+    types.has_Float4_e2m1fn_x2 = false;
+    types.has_UInt1 = types.has_UInt2 = types.has_UInt3 = types.has_UInt4 = false;
+    types.has_UInt5 = types.has_UInt6 = types.has_UInt7 = false;
+    types.has_Int1 = types.has_Int2 = types.has_Int3 = types.has_Int4 = false;
+    types.has_Int5 = types.has_Int6 = types.has_Int7 = false;
     return capability;
   }
 

@@ -5,6 +5,7 @@
 #include <ATen/ATen.h>
 #include <ATen/native/CPUFallback.h>
 
+#include <optional>
 #include <string_view>
 #include <unordered_map>
 #include <utility>
@@ -83,9 +84,10 @@ const OperatorFacts& facts_of(const c10::OperatorHandle& op) {
   return it->second;
 }
 
-// The opencl device an operator works on: its first opencl tensor argument's, else its device
-// argument's, else the current device.
-c10::DeviceIndex device_of_arguments(const torch::jit::Stack& stack, size_t begin) {
+// The opencl device of an operator's first opencl tensor argument, else of its device argument;
+// none when no argument is on an opencl device.
+std::optional<c10::DeviceIndex> first_device_argument(const torch::jit::Stack& stack,
+                                                      size_t begin) {
   for (size_t i = begin; i < stack.size(); ++i) {
     const c10::IValue& value = stack[i];
     if (value.isTensor()) {
@@ -99,7 +101,12 @@ c10::DeviceIndex device_of_arguments(const torch::jit::Stack& stack, size_t begi
       return value.toDevice().index();
     }
   }
-  return current_device();
+  return std::nullopt;
+}
+
+// The opencl device an operator works on: its first device argument's, else the current device.
+c10::DeviceIndex device_of_arguments(const torch::jit::Stack& stack, size_t begin) {
+  return first_device_argument(stack, begin).value_or(current_device());
 }
 
 // Note [Random operators on the device]
@@ -110,14 +117,21 @@ c10::DeviceIndex device_of_arguments(const torch::jit::Stack& stack, size_t begi
 // device's default generator when the caller passed none: the device has a random stream of its
 // own (seeded by torch.opencl.manual_seed and torch.manual_seed, saved by get_rng_state), and
 // since that stream is the CPU's algorithm, equal seeds give the device the CPU's numbers.
-// A CPU generator passed explicitly is left as it is (the CPU kernel accepts it).
+// A generator of the other kind is refused as CUDA and the CPU refuse it, with their message: an
+// opencl generator given to an operator on CPU tensors (its dispatch key brings the operator
+// here), and a CPU generator given to an operator on device tensors.
 void substitute_generators(const OperatorFacts& facts, size_t begin, torch::jit::Stack* stack) {
   for (const size_t index : facts.generators) {
     c10::IValue& value = (*stack)[begin + index];
     if (value.isNone()) {
       value = host_generator(default_generator(device_of_arguments(*stack, begin)));
     } else if (value.isGenerator()) {
-      value = host_generator(value.toGenerator());
+      const at::Generator generator = value.toGenerator();
+      const bool on_device = first_device_argument(*stack, begin).has_value();
+      const c10::DeviceType expected = on_device ? kType : c10::DeviceType::CPU;
+      TORCH_CHECK(generator.device().type() == expected, "Expected a '", expected,
+                  "' device type for generator but found '", generator.device().type(), "'");
+      value = host_generator(generator);
     }
   }
 }
