@@ -119,7 +119,22 @@ c10::DataPtr CLDeviceAllocator::allocate(size_t bytes) {
     vm::VirtualMachine& vm = vm::VirtualMachine::instance();
     InstructionsBuilder builder(vm);
     std::shared_ptr<BlobObject> blob = builder.allocate_blob(current_vm_stream(index), bytes);
-    vm.run(builder.take());  // on a throw the blob has no storage and dies here
+    try {
+      vm.run(builder.take());
+    } catch (...) {
+      // Usually the AllocateBlob failed and the blob has no storage. But it may have succeeded
+      // and the stream's finish failed: then the block goes back through the VM (as in
+      // make_tensor_storage), not through the blob's destructor ("destroyed without being
+      // released", seen under injected finish faults).
+      if (blob->storage() != nullptr) {
+        try {
+          release_through(vm, blob);
+        } catch (...) {
+          // The first error is the one to report; the release gave the block back regardless.
+        }
+      }
+      throw;
+    }
     try {
       return new TensorStorage(blob, make_vm_releaser(vm));  // owns the release from here on
     } catch (...) {

@@ -214,4 +214,22 @@ void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   for (auto& [target, host] : written) target.copy_(host);
 }
 
+void cpu_fallback_on_one_device(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const size_t count = op.schema().arguments().size();
+  std::optional<c10::Device> device;
+  for (size_t i = stack->size() - count; i < stack->size(); ++i) {
+    const c10::IValue& value = (*stack)[i];
+    if (!value.isTensor()) continue;
+    const at::Tensor& tensor = value.toTensor();
+    if (!tensor.defined() || (tensor.is_cpu() && tensor.dim() == 0)) continue;
+    if (!device) {
+      device = tensor.device();
+      continue;
+    }
+    TORCH_CHECK(tensor.device() == *device, "Expected all tensors to be on the same device, but "
+                "found at least two devices, ", *device, " and ", tensor.device(), "!");
+  }
+  cpu_fallback(op, stack);
+}
+
 }  // namespace oclvm::torch_adapter

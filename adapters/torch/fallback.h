@@ -23,4 +23,11 @@ namespace oclvm::torch_adapter {
 // native kernels that only need to route an operator to the CPU.
 void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 
+// cpu_fallback after the check the operators' composite kernels made on this device (structured
+// operators' meta functions): every tensor argument on one device, a CPU 0-dim tensor aside.
+// For the operators routed from their composites to the fallback (ops.cc, Note [Composite
+// kernels the CPU does not use]); a mismatch raises "Expected all tensors to be on the same
+// device, ..." as on CUDA and changes nothing.
+void cpu_fallback_on_one_device(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+
 }  // namespace oclvm::torch_adapter

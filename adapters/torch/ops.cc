@@ -410,7 +410,9 @@ bool has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& 
 // operator allocated its result on the device, then ran its out= form through the fallback,
 // which copied the uninitialised result to the host and back, and warned when the structured
 // meta's shape differed from the kernel's (mse_loss). So every such operator takes the boxed CPU
-// fallback whole and computes exactly what the CPU computes, with one copy each way; autograd
+// fallback whole and computes exactly what the CPU computes, with one copy each way, after the
+// one check their composites made here: all tensors on one device (cpu_fallback_on_one_device:
+// `opencl + cpu` raised there and must go on raising); autograd
 // stays above (their backward operators land here too). The set is read from the dispatcher when
 // the library loads, so it follows the torch it runs with (tests/torch/test_fallback_routes.py
 // checks it); operators with a native kernel here (registered before) keep it. Of the three
@@ -438,7 +440,8 @@ void route_cpu_kernels_over_composites(torch::Library& m) {
     }
     std::string qualified = name.name.substr(kAten.size());
     if (!name.overload_name.empty()) qualified += "." + name.overload_name;
-    m.impl(qualified.c_str(), torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>());
+    m.impl(qualified.c_str(),
+           torch::CppFunction::makeFromBoxedFunction<&cpu_fallback_on_one_device>());
   }
 }
 

@@ -11,6 +11,8 @@ import torch
 
 import warnings
 
+import pytest
+
 KEYS = ("CompositeExplicitAutograd", "CompositeExplicitAutogradNonFunctional")
 
 
@@ -72,3 +74,15 @@ def test_attention_chooses_the_cpus_kernel_and_equals_it_bit_for_bit():
     torch.nn.functional.scaled_dot_product_attention(*on_device).sum().backward()
     for cpu_leaf, device_leaf in zip(leaves, on_device):
         assert torch.equal(cpu_leaf.grad, device_leaf.grad.cpu())
+
+
+def test_routed_operators_still_refuse_tensors_of_another_device():
+    """The composites checked that every tensor is on one device; routed to the fallback, the
+    check stays (cpu_fallback_on_one_device): `opencl + cpu` raises as on CUDA, a CPU scalar
+    tensor is still welcome."""
+    x = torch.arange(4.0, device="opencl")
+    with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
+        x + torch.ones(4)
+    with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
+        torch.mul(torch.ones(4), x)
+    assert torch.equal((x + torch.tensor(2.0)).cpu(), torch.arange(4.0) + 2)
