@@ -9,9 +9,17 @@
     memcpy in torch, and numpy's single-threaded `np.copyto`). Reported as percent of the
     faster host copy (target: >= 70%).
 
+(c) Per-operator cost: tiny operators (`x + y`, `x.add_(y)`, `relu`, `sum`) on 16, 256 and 4096
+    float32 elements, each timed over a loop on both devices (median of REPEATS); reported per
+    operator and as the median ratio opencl / cpu over all of them.
+(d) Training steps, steady state (after warm-up steps), median step time on each device:
+    the demo's MLP 32-64-4 with SGD + momentum (batch 64), and a GPT-2-style decoder from
+    Hugging Face transformers (4 layers x 128, 4 heads, batch 8 x 64 tokens, AdamW), skipped
+    when transformers is not installed. Reported as ratios opencl / cpu.
+
 Run: `make bench`, or `PYTHONPATH=build-torch/python .venv/bin/python bench/torch_bench.py`.
 Options: --iters N (allocation loop length, default 100000), --repeats N (default 5),
---mib N (copy size, default 64).
+--mib N (copy size, default 64), --steps N (timed training steps, default 20).
 """
 import argparse
 import statistics
@@ -49,11 +57,96 @@ def best_seconds(fn, repeats: int) -> float:
     return min(times)
 
 
+def op_seconds(fn, iters: int, repeats: int) -> float:
+    """Median over `repeats` of the seconds per call of `fn` in a loop of `iters` calls."""
+    for _ in range(min(iters, 50)):
+        fn()
+    runs = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(iters):
+            fn()
+        runs.append((time.perf_counter() - start) / iters)
+    return statistics.median(runs)
+
+
+TINY_OPS = {
+    "x + y": lambda x, y: x + y,
+    "x.add_(y)": lambda x, y: x.add_(y),
+    "relu": lambda x, y: torch.relu(x),
+    "sum": lambda x, y: x.sum(),
+}
+
+
+def tiny_operators(iters: int, repeats: int) -> list:
+    """[(label, cpu seconds, opencl seconds)] per (operator, size)."""
+    rows = []
+    for size in (16, 256, 4096):
+        x, y = torch.randn(size), torch.randn(size)
+        operands = {"cpu": (x.clone(), y), "opencl": (x.to("opencl"), y.to("opencl"))}
+        for name, op in TINY_OPS.items():
+            seconds = {device: op_seconds(lambda: op(*operands[device]), iters, repeats)
+                       for device in ("cpu", "opencl")}
+            rows.append((f"{name} [{size}]", seconds["cpu"], seconds["opencl"]))
+    return rows
+
+
+def step_seconds(make_step, device: str, steps: int, warmup: int = 3) -> float:
+    """Median seconds of a training step on `device` after `warmup` steps. `make_step(device)`
+    builds the model and returns a function running one step (reading the loss back)."""
+    step = make_step(device)
+    for _ in range(warmup):
+        step()
+    times = []
+    for _ in range(steps):
+        start = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def mlp_step(device: str):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(),
+                                torch.nn.Linear(64, 4)).to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    x, y = torch.randn(64, 32).to(device), torch.randint(0, 4, (64,)).to(device)
+    loss_fn = torch.nn.CrossEntropyLoss()
+
+    def step():
+        optimizer.zero_grad()
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        optimizer.step()
+        return loss.item()
+    return step
+
+
+def gpt2_step(device: str):
+    import transformers
+    transformers.logging.set_verbosity_error()
+    config = transformers.GPT2Config(n_layer=4, n_embd=128, n_head=4, n_positions=64,
+                                     vocab_size=1000, attn_implementation="sdpa")
+    torch.manual_seed(0)
+    model = transformers.GPT2LMHeadModel(config).to(device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    tokens = torch.randint(0, 1000, (8, 64)).to(device)
+
+    def step():
+        optimizer.zero_grad()
+        loss = model(input_ids=tokens, labels=tokens).loss
+        loss.backward()
+        optimizer.step()
+        return loss.item()
+    return step
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--iters", type=int, default=100_000)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--mib", type=int, default=64)
+    parser.add_argument("--steps", type=int, default=20)
     args = parser.parse_args()
     if not torch.opencl.is_available():
         print("no opencl device found", file=sys.stderr)
@@ -86,6 +179,18 @@ def main() -> int:
     h2d_pct = 100 * h2d / reference
     d2h_pct = 100 * d2h / reference
 
+    # (c) tiny operators, (d) training steps
+    tiny = tiny_operators(max(args.iters // 50, 200), args.repeats)
+    tiny_ratio = statistics.median(ocl / cpu for _, cpu, ocl in tiny)
+    steps = [("MLP 32-64-4 SGD step", mlp_step)]
+    try:
+        import transformers  # noqa: F401
+        steps.append(("GPT-2 4x128 AdamW step, batch 8x64", gpt2_step))
+    except ImportError:
+        print("transformers is not installed: the GPT-2 step is skipped", file=sys.stderr)
+    step_rows = [(label, step_seconds(make, "cpu", args.steps),
+                  step_seconds(make, "opencl", args.steps)) for label, make in steps]
+
     def verdict(ok: bool) -> str:
         return "ok" if ok else "MISSED"
 
@@ -110,6 +215,17 @@ def main() -> int:
     print(f"    {'D2H cpu.copy_(opencl)':<34} {d2h:>8.2f} {d2h_pct:>11.1f}%   "
           f"(target >= 70%: {verdict(d2h_pct >= 70)})")
     print(f"    (memcpy reference = the faster host copy, {reference:.2f} GB/s)")
+    print()
+    print(f"(c) tiny operators  [median of {args.repeats} loops]")
+    print(f"    {'operator':<20} {'cpu':>10} {'opencl':>10} {'ratio':>8}")
+    for label, cpu, ocl in tiny:
+        print(f"    {label:<20} {cpu * 1e6:>7.2f} us {ocl * 1e6:>7.2f} us {ocl / cpu:>7.2f}x")
+    print(f"    median ratio opencl/cpu: {tiny_ratio:.2f}x")
+    print()
+    print(f"(d) training steps, steady state  [median of {args.steps} steps after 3 warm-up]")
+    print(f"    {'model':<36} {'cpu':>10} {'opencl':>10} {'ratio':>8}")
+    for label, cpu, ocl in step_rows:
+        print(f"    {label:<36} {cpu * 1e3:>7.2f} ms {ocl * 1e3:>7.2f} ms {ocl / cpu:>7.2f}x")
     return 0
 
 

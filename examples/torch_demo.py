@@ -6,10 +6,16 @@ backend) and once on "cpu". The per-step losses of both runs are printed side by
 agree (torch.testing.assert_close); the final weights must agree too. Then the opencl device's
 memory summary is printed. Exit status 0 when the runs agree, 1 when they diverge.
 
+Time is reported in two parts: the warm-up (a throwaway copy of the model trained for
+WARMUP_STEPS on each device first: on a fresh machine PoCL compiles its kernels on first use,
+which says nothing about the device's speed afterwards) and the steady state (the median step of
+the compared runs, and the ratio opencl / cpu).
+
 Run: `make demo`, or with the package built in place:
     PYTHONPATH=build-torch/python .venv/bin/python examples/torch_demo.py
 """
 import copy
+import statistics
 import sys
 import time
 
@@ -20,6 +26,7 @@ import oclvm  # noqa: F401  (registers the `opencl` device; a no-op when torch a
 
 SEED = 1234
 STEPS = 8
+WARMUP_STEPS = 2
 BATCH = 64
 FEATURES = 32
 HIDDEN = 64
@@ -43,13 +50,15 @@ def make_model() -> nn.Module:
     return nn.Sequential(nn.Linear(FEATURES, HIDDEN), nn.ReLU(), nn.Linear(HIDDEN, CLASSES))
 
 
-def train(model: nn.Module, device: str, inputs, labels) -> tuple:
-    """Trains `model` in place on `device`; returns the per-step losses and the final weights."""
+def train(model: nn.Module, device: str, inputs, labels, steps: int = STEPS) -> tuple:
+    """Trains `model` in place on `device`; returns the per-step losses, the final weights and
+    the seconds each step took (loss read back included)."""
     model = model.to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=LEARNING_RATE, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
-    losses = []
-    for step in range(STEPS):
+    losses, seconds = [], []
+    for step in range(steps):
+        start = time.perf_counter()
         x = inputs[step].to(device)
         y = labels[step].to(device)
         optimizer.zero_grad()
@@ -57,8 +66,16 @@ def train(model: nn.Module, device: str, inputs, labels) -> tuple:
         loss.backward()
         optimizer.step()
         losses.append(loss.detach().to("cpu"))
+        seconds.append(time.perf_counter() - start)
     weights = {name: p.detach().to("cpu") for name, p in model.named_parameters()}
-    return torch.stack(losses), weights
+    return torch.stack(losses), weights, seconds
+
+
+def warm_up(model: nn.Module, device: str, inputs, labels) -> float:
+    """Seconds to train a throwaway copy of `model` for WARMUP_STEPS on `device`."""
+    start = time.perf_counter()
+    train(copy.deepcopy(model), device, inputs, labels, WARMUP_STEPS)
+    return time.perf_counter() - start
 
 
 def main() -> int:
@@ -69,12 +86,12 @@ def main() -> int:
     model = make_model()
     cpu_model = copy.deepcopy(model)
 
-    start = time.perf_counter()
-    opencl_losses, opencl_weights = train(model, "opencl", inputs, labels)
-    opencl_seconds = time.perf_counter() - start
-    start = time.perf_counter()
-    cpu_losses, cpu_weights = train(cpu_model, "cpu", inputs, labels)
-    cpu_seconds = time.perf_counter() - start
+    opencl_warmup = warm_up(model, "opencl", inputs, labels)
+    cpu_warmup = warm_up(model, "cpu", inputs, labels)
+    opencl_losses, opencl_weights, opencl_steps = train(model, "opencl", inputs, labels)
+    cpu_losses, cpu_weights, cpu_steps = train(cpu_model, "cpu", inputs, labels)
+    opencl_step = statistics.median(opencl_steps)
+    cpu_step = statistics.median(cpu_steps)
 
     print(f"MLP {FEATURES}-{HIDDEN}-{CLASSES}, SGD(lr={LEARNING_RATE}, momentum=0.9), "
           f"batch {BATCH}, {STEPS} steps, seed {SEED}")
@@ -82,7 +99,10 @@ def main() -> int:
     for step in range(STEPS):
         a, b = opencl_losses[step].item(), cpu_losses[step].item()
         print(f"{step:>4}  {a:>12.6f}  {b:>12.6f}  {abs(a - b):>10.2e}")
-    print(f"time: opencl {opencl_seconds:.2f} s, cpu {cpu_seconds:.2f} s")
+    print(f"warm-up ({WARMUP_STEPS} steps, first use of each device): opencl "
+          f"{opencl_warmup:.2f} s, cpu {cpu_warmup:.2f} s")
+    print(f"steady state (median of {STEPS} steps): opencl {opencl_step * 1e3:.2f} ms/step, "
+          f"cpu {cpu_step * 1e3:.2f} ms/step, ratio opencl/cpu {opencl_step / cpu_step:.2f}x")
 
     try:
         torch.testing.assert_close(opencl_losses, cpu_losses, rtol=RTOL, atol=ATOL)

@@ -6,6 +6,7 @@
 #include <ATen/native/CPUFallback.h>
 
 #include <optional>
+#include <string>
 #include <string_view>
 #include <unordered_map>
 #include <utility>
@@ -148,23 +149,47 @@ void substitute_generators(const OperatorFacts& facts, size_t begin, torch::jit:
 // (same strides and bits, over a copy of its span: host_view.h), when its span is compact;
 // a view with large gaps keeps ATen's compact copy (copying its span would cost more than the
 // parity is worth). Written arguments keep ATen's handling, which writes them back.
+//
+// Note [Kernels that ask whether an input requires grad]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A few CPU kernels do more when an input requires grad: sparse.mm's amax/amin reductions record
+// the argmax their backward reads, and without it the backward read an empty tensor (SIGSEGV,
+// found by OpInfo's sparse.mm.reduce). ATen's fallback copies lose the flag, so an input that
+// requires grad is always handed over as a host operand that requires grad too (below autograd,
+// the flag records no graph).
 // Returns whether it replaced any argument.
 bool inputs_to_host(const c10::FunctionSchema& schema, size_t begin, torch::jit::Stack* stack) {
   const std::vector<c10::Argument>& arguments = schema.arguments();
+  std::vector<size_t> viewed;  // stack slots of the arguments read as host views
+  std::vector<at::Tensor> tensors;
   bool replaced = false;
   for (size_t i = 0; i < arguments.size(); ++i) {
     c10::IValue& value = (*stack)[begin + i];
     if (!value.isTensor()) continue;
     const at::Tensor& tensor = value.toTensor();
-    if (!tensor.defined() || tensor.device().type() != kType || !span_is_compact(tensor)) {
-      continue;
-    }
+    if (!tensor.defined() || tensor.device().type() != kType) continue;
     const c10::AliasInfo* alias = arguments[i].alias_info();
     if (alias != nullptr && alias->isWrite()) continue;
-    value = host_view(tensor);
-    replaced = true;
+    if (tensor.layout() == at::kStrided && span_is_compact(tensor)) {
+      viewed.push_back(begin + i);
+      tensors.push_back(tensor);
+    } else if (tensor.requires_grad()) {
+      // Note [Kernels that ask whether an input requires grad]; sparse arguments move member
+      // by member (sparse.cc).
+      at::Tensor host = tensor.cpu();
+      host.set_requires_grad(true);
+      value = std::move(host);
+      replaced = true;
+    }  // else ATen's fallback copies it
   }
-  return replaced;
+  if (tensors.empty()) return replaced;
+  std::vector<at::Tensor> hosts = host_views(tensors);  // one VM list for all of them
+  for (size_t k = 0; k < viewed.size(); ++k) {
+    // Note [Kernels that ask whether an input requires grad]
+    if (tensors[k].requires_grad()) hosts[k].set_requires_grad(true);
+    (*stack)[viewed[k]] = std::move(hosts[k]);
+  }
+  return true;
 }
 
 // Moves the tensor results the fallback left on the CPU to `device`.
@@ -184,9 +209,9 @@ void results_to(const c10::Device& device, size_t begin, torch::jit::Stack* stac
   }
 }
 
-}  // namespace
-
-void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+// The fallback body: runs `op`'s kernel of `cpu_key` on the host (the functions below).
+void fallback_to(c10::DispatchKey cpu_key, const c10::OperatorHandle& op,
+                 torch::jit::Stack* stack) {
   const OperatorFacts& facts = facts_of(op);
   const c10::FunctionSchema& schema = op.schema();
   const size_t begin = stack->size() - schema.arguments().size();
@@ -204,7 +229,7 @@ void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     written.emplace_back(target, std::move(host));
   }
   const bool moved_inputs = inputs_to_host(schema, begin, stack);
-  at::native::cpu_fallback(op, stack);
+  at::native::cpu_fallback(op, stack, /*error_on_views=*/false, cpu_key);
   // Note [Inputs of CPU kernels laid out as on the CPU]: ATen's fallback puts the results on the
   // device of the first tensor argument, which may now be a host view: results left on the CPU
   // are moved to the device.
@@ -214,11 +239,29 @@ void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   for (auto& [target, host] : written) target.copy_(host);
 }
 
-void cpu_fallback_on_one_device(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+}  // namespace
+
+void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  fallback_to(c10::DispatchKey::CPU, op, stack);
+}
+
+void sparse_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  fallback_to(c10::DispatchKey::SparseCPU, op, stack);
+}
+
+void sparse_compressed_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  fallback_to(c10::DispatchKey::SparseCsrCPU, op, stack);
+}
+
+namespace {
+
+// Raises as the composites did when `op`'s tensor arguments are on more than one device (a CPU
+// 0-dim tensor aside).
+void check_one_device(const c10::OperatorHandle& op, const torch::jit::Stack& stack) {
   const size_t count = op.schema().arguments().size();
   std::optional<c10::Device> device;
-  for (size_t i = stack->size() - count; i < stack->size(); ++i) {
-    const c10::IValue& value = (*stack)[i];
+  for (size_t i = stack.size() - count; i < stack.size(); ++i) {
+    const c10::IValue& value = stack[i];
     if (!value.isTensor()) continue;
     const at::Tensor& tensor = value.toTensor();
     if (!tensor.defined() || (tensor.is_cpu() && tensor.dim() == 0)) continue;
@@ -229,7 +272,46 @@ void cpu_fallback_on_one_device(const c10::OperatorHandle& op, torch::jit::Stack
     TORCH_CHECK(tensor.device() == *device, "Expected all tensors to be on the same device, but "
                 "found at least two devices, ", *device, " and ", tensor.device(), "!");
   }
+}
+
+}  // namespace
+
+void cpu_fallback_on_one_device(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  check_one_device(op, *stack);
   cpu_fallback(op, stack);
+}
+
+void sparse_cpu_fallback_on_one_device(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  check_one_device(op, *stack);
+  sparse_cpu_fallback(op, stack);
+}
+
+void sparse_compressed_cpu_fallback_on_one_device(const c10::OperatorHandle& op,
+                                                  torch::jit::Stack* stack) {
+  check_one_device(op, *stack);
+  sparse_compressed_cpu_fallback(op, stack);
+}
+
+std::vector<std::string> cpu_kernels_under_composites(c10::DispatchKey cpu_key,
+                                                      c10::DispatchKey device_key) {
+  c10::Dispatcher& dispatcher = c10::Dispatcher::singleton();
+  constexpr std::string_view kAten = "aten::";
+  std::vector<std::string> names;
+  for (const c10::OperatorName& name : dispatcher.getAllOpNames()) {
+    if (name.name.rfind(kAten, 0) != 0) continue;
+    const std::optional<c10::OperatorHandle> op = dispatcher.findOp(name);
+    if (!op || !op->hasKernelForDispatchKey(cpu_key) || op->hasKernelForDispatchKey(device_key)) {
+      continue;
+    }
+    if (!op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd) &&
+        !op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional)) {
+      continue;
+    }
+    std::string qualified = name.name.substr(kAten.size());
+    if (!name.overload_name.empty()) qualified += "." + name.overload_name;
+    names.push_back(std::move(qualified));
+  }
+  return names;
 }
 
 }  // namespace oclvm::torch_adapter

@@ -17,11 +17,20 @@
 
 #include <ATen/core/dispatch/Dispatcher.h>
 
+#include <string>
+#include <vector>
+
 namespace oclvm::torch_adapter {
 
 // The fallback registered for every PrivateUse1 operator without a native kernel, and used by
 // native kernels that only need to route an operator to the CPU.
 void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+
+// The fallbacks of the sparse keys (Note [Sparse tensors on the device] in sparse.cc): as
+// cpu_fallback, running the CPU's sparse kernel (SparseCPU, SparseCsrCPU) on the arguments moved
+// to the CPU member by member.
+void sparse_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+void sparse_compressed_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 
 // cpu_fallback after the check the operators' composite kernels made on this device (structured
 // operators' meta functions): every tensor argument on one device, a CPU 0-dim tensor aside.
@@ -29,5 +38,16 @@ void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 // kernels the CPU does not use]); a mismatch raises "Expected all tensors to be on the same
 // device, ..." as on CUDA and changes nothing.
 void cpu_fallback_on_one_device(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+// The same for the sparse keys.
+void sparse_cpu_fallback_on_one_device(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+void sparse_compressed_cpu_fallback_on_one_device(const c10::OperatorHandle& op,
+                                                  torch::jit::Stack* stack);
+
+// The aten operators (qualified names without "aten::", e.g. "add.Tensor") that have a kernel for
+// `cpu_key` and an explicit composite kernel but no kernel for `device_key` yet: on the device
+// they would run the composite, not the CPU's kernel (ops.cc, Note [Composite kernels the CPU
+// does not use]). Read from the dispatcher, so it follows the torch it runs with.
+std::vector<std::string> cpu_kernels_under_composites(c10::DispatchKey cpu_key,
+                                                      c10::DispatchKey device_key);
 
 }  // namespace oclvm::torch_adapter

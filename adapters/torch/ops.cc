@@ -422,32 +422,37 @@ bool has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& 
 // lost. native_channel_shuffle stays composite: a backend kernel would take autograd's
 // decomposition away from it.
 void route_cpu_kernels_over_composites(torch::Library& m) {
-  c10::Dispatcher& dispatcher = c10::Dispatcher::singleton();
-  constexpr std::string_view kAten = "aten::";
   for (const char* backward : {"mish_backward", "silu_backward"}) {
     m.impl(backward, torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>());
   }
-  for (const c10::OperatorName& name : dispatcher.getAllOpNames()) {
-    if (name.name.rfind(kAten, 0) != 0) continue;
-    const std::optional<c10::OperatorHandle> op = dispatcher.findOp(name);
-    if (!op || !op->hasKernelForDispatchKey(c10::DispatchKey::CPU) ||
-        op->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1)) {
-      continue;
-    }
-    if (!op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd) &&
-        !op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional)) {
-      continue;
-    }
-    std::string qualified = name.name.substr(kAten.size());
-    if (!name.overload_name.empty()) qualified += "." + name.overload_name;
-    m.impl(qualified.c_str(),
-           torch::CppFunction::makeFromBoxedFunction<&cpu_fallback_on_one_device>());
+  for (const std::string& name :
+       cpu_kernels_under_composites(c10::DispatchKey::CPU, c10::DispatchKey::PrivateUse1)) {
+    m.impl(name.c_str(), torch::CppFunction::makeFromBoxedFunction<&cpu_fallback_on_one_device>());
   }
 }
 
 }  // namespace
 
 at::Tensor host_view(const at::Tensor& device) { return host_values(device); }
+
+std::vector<at::Tensor> host_views(c10::ArrayRef<at::Tensor> devices) {
+  std::vector<at::Tensor> views;
+  views.reserve(devices.size());
+  InstructionsBuilder builder;
+  for (const at::Tensor& device : devices) {
+    const int64_t elements = span_elements(device);
+    at::Tensor span = at::empty({elements}, device.options().device(at::kCPU));
+    if (elements > 0) {
+      const BlobRef from = element0(device);
+      builder.copy_device_to_host(from.blob, from.offset, span.data_ptr(),
+                                  static_cast<size_t>(elements) * item_bytes(device),
+                                  &stream_of(device));
+    }
+    views.push_back(with_bits_of(device, span.as_strided(device.sizes(), device.strides(), 0)));
+  }
+  if (builder.size() > 0) translate_errors([&] { vm::Run(builder.take()); });
+  return views;
+}
 
 bool span_is_compact(const at::Tensor& t) {
   constexpr int64_t kSlack = 64;  // elements: small tensors are always worth one transfer

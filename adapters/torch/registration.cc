@@ -5,6 +5,10 @@
 //   aten   / PrivateUse1           native kernels (ops.cc), the fused RNN cells (rnn_cells.cc),
 //                                  native_dropout (dropout.cc)
 //   _      / PrivateUse1           the boxed CPU fallback for every other operator (fallback.h)
+//   aten   / SparsePrivateUse1,    the structure kernels of sparse tensors (sparse.cc)
+//            SparseCsrPrivateUse1
+//   _      / SparsePrivateUse1,    the boxed CPU fallback for their arithmetic
+//            SparseCsrPrivateUse1
 //   aten   / AutocastPrivateUse1   the mixed-precision policy (autocast.cc)
 //   _      / AutocastPrivateUse1   fall through for every other operator
 //   aten   / Conjugate, Negative   _copy_from and _copy_from_and_resize fall through to this
@@ -50,6 +54,14 @@ void register_fallback(torch::Library& m) {
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>());
 }
 
+void register_sparse_fallback(torch::Library& m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&sparse_cpu_fallback>());
+}
+
+void register_sparse_compressed_fallback(torch::Library& m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&sparse_compressed_cpu_fallback>());
+}
+
 // Note [Conjugate and negative bits in copies] (ops.cc): the Conjugate and Negative fallbacks
 // materialise a lazily conjugated or negated argument by clone, and clone of a device tensor copies
 // through _copy_from; a fallback that intercepts _copy_from itself would clone again, forever (the
@@ -67,6 +79,16 @@ constexpr c10::DispatchKey kAutocast = c10::DispatchKey::AutocastPrivateUse1;
     lasting_library("aten", kDevice, &register_device_kernels, __LINE__);
 [[maybe_unused]] torch::Library* const kDeviceFallback =
     lasting_library("_", kDevice, &register_fallback, __LINE__);
+[[maybe_unused]] torch::Library* const kSparseKernels = lasting_library(
+    "aten", c10::DispatchKey::SparsePrivateUse1, &register_sparse_kernels, __LINE__);
+[[maybe_unused]] torch::Library* const kSparseFallback = lasting_library(
+    "_", c10::DispatchKey::SparsePrivateUse1, &register_sparse_fallback, __LINE__);
+[[maybe_unused]] torch::Library* const kSparseCompressedKernels =
+    lasting_library("aten", c10::DispatchKey::SparseCsrPrivateUse1,
+                    &register_sparse_compressed_kernels, __LINE__);
+[[maybe_unused]] torch::Library* const kSparseCompressedFallback =
+    lasting_library("_", c10::DispatchKey::SparseCsrPrivateUse1,
+                    &register_sparse_compressed_fallback, __LINE__);
 [[maybe_unused]] torch::Library* const kAutocastKernels =
     lasting_library("aten", kAutocast, &register_autocast_kernels, __LINE__);
 [[maybe_unused]] torch::Library* const kAutocastFallthrough =

@@ -14,6 +14,10 @@ void register_native_kernels(torch::Library& m);
 void register_rnn_cells(torch::Library& m);
 // aten kernels for PrivateUse1 (dropout.cc): native_dropout drawing from the device's generator.
 void register_dropout(torch::Library& m);
+// aten kernels for SparsePrivateUse1 (sparse.cc): the structure of sparse COO tensors.
+void register_sparse_kernels(torch::Library& m);
+// aten kernels for SparseCsrPrivateUse1 (sparse.cc): the structure of compressed sparse tensors.
+void register_sparse_compressed_kernels(torch::Library& m);
 // aten kernels for AutocastPrivateUse1 (autocast.cc): the mixed-precision policy.
 void register_autocast_kernels(torch::Library& m);
 // The AutocastPrivateUse1 fallback for every other operator of every namespace: fall through.

@@ -215,10 +215,31 @@ def test_layouts_without_kernels():
             "from the 'Quantizedopencl' backend",
             lambda: torch._empty_affine_quantized([4], scale=1.0, zero_point=0, dtype=torch.qint8,
                                                   device=DEV))
-    refused(NotImplementedError, "Could not run 'aten::_sparse_coo_tensor_with_dims_and_tensors' "
-            "with arguments from the 'Sparseopencl' backend",
-            lambda: torch.sparse_coo_tensor(torch.zeros(1, 0, dtype=torch.long), torch.zeros(0),
-                                            (3,), device=DEV, check_invariants=False))
+
+
+def test_sparse_tensors_with_bad_indices_are_refused_and_hold_nothing():
+    """Sparse layouts work on the device (tests/torch/test_sparse.py); bad indices are refused
+    with the CPU's message. torch's constructor moves indices and values to the device before it
+    checks them (as on CUDA), so the accumulated allocation counters move; nothing stays held."""
+    def held():
+        gc.collect()
+        return (oclvm._C.live_blocks(), torch.opencl.memory_allocated(),
+                torch.opencl.memory_reserved(), oclvm._C.memory_limit(0))
+    cases = [
+        ("found negative index -1 for dim 0",
+         lambda: torch.sparse_coo_tensor(torch.tensor([[-1]]), torch.ones(1), (3,), device=DEV,
+                                         check_invariants=True)),
+        ("size is inconsistent with indices: for dim 0, size is 3 but found index 5",
+         lambda: torch.sparse_coo_tensor(torch.tensor([[5]]), torch.ones(1), (3,), device=DEV,
+                                         check_invariants=True)),
+        ("indices and values must have same nnz",
+         lambda: torch.sparse_coo_tensor(torch.tensor([[0, 1]]), torch.ones(3), (3,), device=DEV)),
+    ]
+    for message, call in cases:
+        before = held()
+        with pytest.raises(RuntimeError, match=re.escape(message)):
+            call()
+        assert held() == before, message
 
 
 @pytest.mark.parametrize("make, message", [

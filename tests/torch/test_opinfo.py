@@ -4,9 +4,8 @@ Runs tests/torch/conformance/opinfo_sweep.py (in a subprocess, so that op_db's t
 stays out of this pytest process) over all operators and float32, float16, bfloat16, complex64,
 int64 and bool with at most MAX_SAMPLES samples per (operator, dtype), and asserts: no worker
 died, nothing timed out, every failure is in the harness's EXPECTED_FAILURES table or among the
-device gaps listed here (KNOWN_DEVICE_GAPS: sparse layouts, one complex gradient) and no listed
-item passed, and at least 99% of the operators pass per dtype (complex64: 98.7%, see below). A failure message lists each
-offending (operator, dtype, first line of the error); the full results are a JSON-lines file
+device gaps listed here (KNOWN_DEVICE_GAPS: one complex gradient) and no listed item passed,
+and at least 99% of the operators pass per dtype. A failure message lists each offending (operator, dtype, first line of the error); the full results are a JSON-lines file
 under pytest's tmp_path. The full sweep (all samples) is the command that regenerates
 design/opinfo.md.
 
@@ -29,20 +28,11 @@ import pytest
 HARNESS = pathlib.Path(__file__).resolve().parent / "conformance" / "opinfo_sweep.py"
 MAX_SAMPLES = 20
 MIN_PASSING_PERCENT = 99.0
-# complex64 runs 394 operators: three device gaps below (two of them sparse) and two expected
-# failures leave 389 passing, 98.7%, two operators short of the 99% bar. The floor guards
-# against regressions at what holds today; design/opinfo.md states the gap.
-MIN_PASSING_PERCENT_BY_DTYPE = {"complex64": 98.7}
-
 # Device bugs and missing features that the sweep finds and that are not fixed yet. They are
 # not expected failures (the harness's EXPECTED_FAILURES holds only comparisons that cannot hold
 # for reasons other than the device); they are listed here so that `make test` guards every
 # other item, and design/opinfo.md shows them as failures.
 KNOWN_DEVICE_GAPS = {
-    ("to_sparse", "*"): "sparse layouts are not implemented for opencl (no SparsePrivateUse1 "
-                        "kernels): a clean NotImplementedError",
-    ("sparse.mm.reduce", "*"): "sparse layouts are not implemented for opencl",
-    ("sparse.sampled_addmm", "*"): "sparse layouts are not implemented for opencl",
     ("linalg.householder_product", "complex64"):
         "gradients differ from the CPU by 4e-6 relative (tolerance 1.3e-6): some kernel of the "
         "backward still takes another route on the device's operands; not yet found",
@@ -81,8 +71,12 @@ def test_opinfo_sweep_matches_the_cpu(tmp_path):
 
     problems = []
     for r in results:
-        if r["status"] == opinfo_sweep.FAIL and known_gap(r):
-            continue
+        if known_gap(r):
+            if r["status"] == opinfo_sweep.PASS:
+                problems.append(f"  {r['op']} [{r['dtype']}] passes: remove it from "
+                                "KNOWN_DEVICE_GAPS")
+            if r["status"] in (opinfo_sweep.FAIL, opinfo_sweep.PASS):
+                continue
         if r["status"] in (opinfo_sweep.FAIL, opinfo_sweep.DIED, opinfo_sweep.TIMEOUT):
             problems.append(f"  {r['op']} [{r['dtype']}] {r['status']}: {first_line(r)}")
         elif r["status"] == opinfo_sweep.XPASS:
@@ -91,7 +85,7 @@ def test_opinfo_sweep_matches_the_cpu(tmp_path):
     summary = opinfo_sweep.summarize(results)
     low = [f"  {dtype}: {e['percent']:.2f}% of {e['run']} operators pass"
            for dtype, e in summary.items()
-           if e["percent"] < MIN_PASSING_PERCENT_BY_DTYPE.get(dtype, MIN_PASSING_PERCENT)]
+           if e["percent"] < MIN_PASSING_PERCENT]
     message = []
     if problems:
         message += [f"{len(problems)} (operator, dtype) items failed, died, timed out or passed "
