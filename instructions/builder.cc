@@ -244,6 +244,33 @@ void InstructionsBuilder::access(std::shared_ptr<BlobObject> blob, size_t offset
                                                          std::move(callback)));
 }
 
+std::shared_ptr<HostMapping> InstructionsBuilder::map(std::shared_ptr<BlobObject> blob,
+                                                      size_t offset, size_t bytes,
+                                                      HostAccess mode, vm::Stream* stream) {
+  check_not_null(blob, "mapped");
+  check_blob_range(*blob, offset, bytes, "mapped blob");
+  if (stream != nullptr) {
+    check_own_stream(vm_, *stream);
+    check_stream_device(*stream, blob->device(), "the blob's device");
+  }
+  vm::Stream& s = stream != nullptr ? *stream : vm_.stream(blob->device());
+  auto mapping = std::make_shared<HostMapping>(std::move(blob), offset, bytes, mode);
+  list_.push_back(std::make_unique<MapBlob>(s, mapping));
+  return mapping;
+}
+
+void InstructionsBuilder::unmap(std::shared_ptr<HostMapping> mapping, vm::Stream* stream) {
+  if (mapping == nullptr) {
+    throw InvalidArgument("Expected a mapping to unmap, but got a null pointer");
+  }
+  if (stream != nullptr) {
+    check_own_stream(vm_, *stream);
+    check_stream_device(*stream, mapping->blob()->device(), "the blob's device");
+  }
+  vm::Stream& s = stream != nullptr ? *stream : vm_.stream(mapping->blob()->device());
+  list_.push_back(std::make_unique<UnmapBlob>(s, std::move(mapping)));
+}
+
 // ---------------------------------------------------------------------------------------------
 // Allocator control
 

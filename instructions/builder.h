@@ -10,6 +10,7 @@
 //   SoftSyncStream      record a marker on one stream, make another stream wait for it
 //   Barrier             run a host callback after everything before it on its stream
 //   AccessBlobByCallback map a blob range for host read or write and call back with the pointer
+//   MapBlob / UnmapBlob  map a blob range for the caller's own thread until it unmaps
 //   EmptyCache / ResetStats / QueryStats / SetMemoryLimit   allocator control, run by the
 //                       device's worker
 //   RecordEvent / WaitEvent   set a StreamEvent to a point of a stream; make a stream wait for it
@@ -87,6 +88,11 @@ class InstructionsBuilder {
   void barrier(vm::Stream& stream, std::function<void()> callback);
   void access(std::shared_ptr<BlobObject> blob, size_t offset, size_t bytes, HostAccess mode,
               std::function<void(void* host, size_t bytes)> callback, vm::Stream* stream = nullptr);
+  // Note [Host mappings] (instructions.h): map() returns the mapping that MapBlob fills at the
+  // sync point; unmap() ends it. `stream` defaults to the blob's device's compute stream.
+  std::shared_ptr<HostMapping> map(std::shared_ptr<BlobObject> blob, size_t offset, size_t bytes,
+                                   HostAccess mode, vm::Stream* stream = nullptr);
+  void unmap(std::shared_ptr<HostMapping> mapping, vm::Stream* stream = nullptr);
   void empty_cache(Device device);
   void reset_stats(Device device, ResetKind kind);
   // Writes the device's statistics to *out, and its memory limit to *limit_out when that is not

@@ -380,6 +380,70 @@ std::string AccessBlobByCallback::describe() const {
          blob_text(*operands()[0].blob) + " " + range_text(offset_, bytes_);
 }
 
+HostMapping::HostMapping(std::shared_ptr<BlobObject> blob, size_t offset, size_t bytes,
+                         HostAccess mode)
+    : blob_(std::move(blob)), offset_(offset), bytes_(bytes), mode_(mode) {
+  OCLVM_DCHECK(blob_ != nullptr);
+}
+
+namespace {
+
+vm::Access access_of(HostAccess mode) {
+  return mode == HostAccess::kWrite ? vm::Access::kWrite : vm::Access::kRead;
+}
+
+std::string mapping_text(const HostMapping& mapping, size_t offset) {
+  return std::string(mapping.mode() == HostAccess::kWrite ? "write " : "read ") +
+         blob_text(*mapping.blob()) + " " + range_text(offset, mapping.bytes());
+}
+
+}  // namespace
+
+MapBlob::MapBlob(vm::Stream& stream, std::shared_ptr<HostMapping> mapping)
+    : vm::Instruction(stream), mapping_(std::move(mapping)) {
+  OCLVM_DCHECK(mapping_ != nullptr && mapping_->blob()->device() == stream.device());
+  add_operand(mapping_->blob(), access_of(mapping_->mode()));
+}
+
+void MapBlob::execute(vm::ExecutionContext& context) {
+  HostMapping& mapping = *mapping_;
+  if (mapping.mapped_) {
+    throw InvalidArgument("Expected a mapping that is not mapped, but got " +
+                          mapping_text(mapping, mapping.offset_) + " already mapped");
+  }
+  const DeviceRange range =
+      resolve_range(*mapping.blob_, mapping.offset_, mapping.bytes_, "mapped blob");
+  void* host = nullptr;
+  if (mapping.bytes_ > 0) {
+    host = context.stream.queue().map(*range.segment, range.offset, mapping.bytes_,
+                                      mapping.mode_ == HostAccess::kWrite);
+  }
+  mapping.segment_ = range.segment;
+  mapping.host_ = host;
+  mapping.mapped_ = true;
+}
+
+std::string MapBlob::describe() const { return mapping_text(*mapping_, mapping_->offset_); }
+
+UnmapBlob::UnmapBlob(vm::Stream& stream, std::shared_ptr<HostMapping> mapping)
+    : vm::Instruction(stream), mapping_(std::move(mapping)) {
+  OCLVM_DCHECK(mapping_ != nullptr && mapping_->blob()->device() == stream.device());
+  add_operand(mapping_->blob(), access_of(mapping_->mode()));
+}
+
+void UnmapBlob::execute(vm::ExecutionContext& context) {
+  HostMapping& mapping = *mapping_;
+  if (!mapping.mapped_) return;
+  void* host = mapping.host_;
+  const Segment* segment = mapping.segment_;
+  mapping.host_ = nullptr;
+  mapping.segment_ = nullptr;
+  mapping.mapped_ = false;
+  if (host != nullptr) context.stream.queue().unmap(*segment, host);
+}
+
+std::string UnmapBlob::describe() const { return mapping_text(*mapping_, mapping_->offset_); }
+
 // ---------------------------------------------------------------------------------------------
 // Allocator control
 

@@ -226,6 +226,80 @@ class AccessBlobByCallback final : public vm::Instruction {
   Callback callback_;
 };
 
+// Note [Host mappings]
+// ~~~~~~~~~~~~~~~~~~~~
+// MapBlob gives the host a pointer to a byte range of a blob for as long as the caller needs it,
+// not just for a callback: the caller runs MapBlob, reads or writes through host() on its own
+// thread, then runs UnmapBlob of the same mapping. On a device whose memory the host reaches
+// directly (DeviceProperties::host_unified_memory: PoCL's CPU devices, integrated GPUs) the
+// pointer is the buffer's own memory and nothing is copied; elsewhere the driver stages.
+// Ordering: MapBlob is an access of the blob (a read, or a write for HostAccess::kWrite) on its
+// stream, so it runs after the blob's last writer (and, mapping for write, after every earlier
+// access), and the map itself waits for every earlier command of the stream. UnmapBlob is the same
+// access again, so every device access submitted after it waits for it, and for a write mapping
+// sees what the host wrote. Between the two the host owns the range: a device access of the same
+// bytes that another thread submits in between is a race the caller must prevent, as with any
+// two unsynchronised users of one tensor. Every MapBlob must be followed by its UnmapBlob before
+// the blob is released (a ReleaseTensor does not unmap).
+//
+// Thread-safety: MapBlob::execute writes the mapping on the device's worker, the caller reads
+// host() after MapBlob's sync point and stops using it before submitting UnmapBlob, whose
+// execute reads it on the worker: the VM's sync points order the three.
+class HostMapping {
+ public:
+  HostMapping(std::shared_ptr<BlobObject> blob, size_t offset, size_t bytes, HostAccess mode);
+  HostMapping(const HostMapping&) = delete;
+  HostMapping& operator=(const HostMapping&) = delete;
+
+  // The range's first byte on the host: valid from MapBlob's sync point until UnmapBlob is
+  // submitted; nullptr for a 0-byte range and while not mapped.
+  void* host() const { return host_; }
+  bool mapped() const { return mapped_; }
+  size_t bytes() const { return bytes_; }
+  HostAccess mode() const { return mode_; }
+  const std::shared_ptr<BlobObject>& blob() const { return blob_; }
+
+ private:
+  friend class MapBlob;
+  friend class UnmapBlob;
+  const std::shared_ptr<BlobObject> blob_;
+  const size_t offset_;
+  const size_t bytes_;
+  const HostAccess mode_;
+  const Segment* segment_ = nullptr;  // set by MapBlob: the segment holding the range
+  void* host_ = nullptr;
+  bool mapped_ = false;
+};
+
+class MapBlob final : public vm::Instruction {
+ public:
+  // `stream` is on the mapping's blob's device.
+  MapBlob(vm::Stream& stream, std::shared_ptr<HostMapping> mapping);
+  const char* name() const override { return "MapBlob"; }
+  // Maps the range (blocking: after every earlier command of the stream). Throws InvalidArgument
+  // for a mapping already mapped or a blob without live storage, BackendError when the driver
+  // refuses; then nothing is mapped.
+  void execute(vm::ExecutionContext& context) override;
+  std::string describe() const override;
+
+ private:
+  std::shared_ptr<HostMapping> mapping_;
+};
+
+class UnmapBlob final : public vm::Instruction {
+ public:
+  UnmapBlob(vm::Stream& stream, std::shared_ptr<HostMapping> mapping);
+  const char* name() const override { return "UnmapBlob"; }
+  // Ends the mapping (host() is null afterwards). A mapping that is not mapped (its MapBlob
+  // failed) is a no-op, so a caller may always pair its MapBlob with an UnmapBlob. Throws
+  // BackendError when the driver refuses; the mapping then counts as ended.
+  void execute(vm::ExecutionContext& context) override;
+  std::string describe() const override;
+
+ private:
+  std::shared_ptr<HostMapping> mapping_;
+};
+
 class EmptyCache final : public vm::Instruction {
  public:
   explicit EmptyCache(vm::Stream& stream) : vm::Instruction(stream) {}

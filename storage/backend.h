@@ -35,6 +35,8 @@ struct DeviceProperties {
   uint64_t global_mem_bytes = 0;    // CL_DEVICE_GLOBAL_MEM_SIZE (host: physical memory)
   uint64_t max_alloc_bytes = 0;     // CL_DEVICE_MAX_MEM_ALLOC_SIZE: largest single segment
   size_t base_addr_align_bytes = 0; // CL_DEVICE_MEM_BASE_ADDR_ALIGN converted from bits to bytes
+  bool host_unified_memory = false; // CL_DEVICE_HOST_UNIFIED_MEMORY: the host reaches the
+                                    // device's memory directly, so a map costs no copy (host: true)
 };
 
 class MemoryBackend;

@@ -17,6 +17,7 @@
 //                                   queues and on the backend (BackendError)
 //                | fill             fills (BackendError)
 //                | finish           DeviceQueue::finish when it would call the driver (BackendError)
+//                | map              DeviceQueue::map: the driver refuses a host mapping (BackendError)
 //
 // Counting is per backend (so per device) and per point; an injected failure says "injected
 // fault" in its message, names the point and the device, and touches nothing (the command is not
@@ -36,10 +37,10 @@
 
 namespace oclvm {
 
-enum class FaultPoint : uint8_t { kSegment, kCopy, kFill, kFinish };
-inline constexpr size_t kNumFaultPoints = 4;
+enum class FaultPoint : uint8_t { kSegment, kCopy, kFill, kFinish, kMap };
+inline constexpr size_t kNumFaultPoints = 5;
 
-// "segment", "copy", "fill", "finish".
+// "segment", "copy", "fill", "finish", "map".
 const char* fault_point_name(FaultPoint point);
 
 struct FaultRule {

@@ -61,6 +61,7 @@ void DeviceQueue::enqueue_copy(const Segment& src, size_t src_offset, const Segm
 void* DeviceQueue::map(const Segment& segment, size_t offset, size_t n, bool for_write) {
   backend_.check_range(segment, offset, n, "a map");
   if (n == 0) return nullptr;
+  backend_.maybe_inject(FaultPoint::kMap, "mapping for the host");
   void* host = do_map(segment.native, offset, n, for_write);
   count_command();
   return host;

@@ -215,6 +215,11 @@ int run_devices(const std::vector<std::string_view>& args) {
     line("global memory:", std::to_string(p.global_mem_bytes) + " (" + format_bytes(p.global_mem_bytes) + ")");
     line("max allocation:", std::to_string(p.max_alloc_bytes) + " (" + format_bytes(p.max_alloc_bytes) + ")");
     line("base address alignment:", std::to_string(p.base_addr_align_bytes) + " bytes");
+    // The torch adapter maps such a device's memory for CPU kernels instead of copying it
+    // (design/torch.md, zero-copy operands) unless OCLVM_ZERO_COPY=0.
+    line("host-unified memory:", p.host_unified_memory
+                                     ? "yes (torch operators use it without copies)"
+                                     : "no (torch operators copy through the host)");
   }
   std::fputs(out.c_str(), stdout);
   return kExitOk;

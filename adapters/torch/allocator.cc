@@ -15,8 +15,10 @@
 #include <c10/core/DeviceGuard.h>
 #include <c10/util/Exception.h>
 
+#include <cstdlib>
 #include <iterator>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "oclvm/storage/device_manager.h"
@@ -104,7 +106,11 @@ CLDeviceAllocator& CLDeviceAllocator::instance() {
 }
 
 c10::DataPtr CLDeviceAllocator::allocate(size_t bytes) {
-  const c10::DeviceIndex index = current_device();
+  return allocate_on(current_device(), bytes, nullptr);
+}
+
+c10::DataPtr CLDeviceAllocator::allocate_on(c10::DeviceIndex index, size_t bytes,
+                                            const void* contents) {
   const c10::Device device(c10::DeviceType::PrivateUse1, index);
   if (bytes == 0) return c10::DataPtr(nullptr, nullptr, &delete_handle, device);
   check_device_index(index);
@@ -118,7 +124,10 @@ c10::DataPtr CLDeviceAllocator::allocate(size_t bytes) {
   TensorStorage* storage = translate_errors([&] {
     vm::VirtualMachine& vm = vm::VirtualMachine::instance();
     InstructionsBuilder builder(vm);
-    std::shared_ptr<BlobObject> blob = builder.allocate_blob(current_vm_stream(index), bytes);
+    vm::Stream& stream = current_vm_stream(index);
+    std::shared_ptr<BlobObject> blob = builder.allocate_blob(stream, bytes);
+    // The block's first contents in the same list: one sync point for allocation and upload.
+    if (contents != nullptr) builder.copy_host_to_device(contents, blob, 0, bytes, &stream);
     try {
       vm.run(builder.take());
     } catch (...) {
@@ -278,6 +287,20 @@ const DeviceProperties& device_properties(c10::DeviceIndex index) {
   return translate_errors([&]() -> const DeviceProperties& {
     return vm::VirtualMachine::instance().devices().backend(to_oclvm(index)).properties();
   });
+}
+
+bool zero_copy(c10::DeviceIndex index) {
+  // One decision per device, made on first use; OCLVM_ZERO_COPY=0 keeps the copies (comparison).
+  static const std::vector<bool>* const decided = [] {
+    const char* setting = std::getenv("OCLVM_ZERO_COPY");
+    const bool allowed = setting == nullptr || std::string_view(setting) != "0";
+    auto* each = new std::vector<bool>();  // never destroyed: read by operators until exit
+    for (c10::DeviceIndex i = 0; i < device_count(); ++i) {
+      each->push_back(allowed && device_properties(i).host_unified_memory);
+    }
+    return each;
+  }();
+  return index >= 0 && static_cast<size_t>(index) < decided->size() && (*decided)[index];
 }
 
 uint64_t global_memory_bytes(c10::DeviceIndex index) {

@@ -58,6 +58,10 @@ void set_memory_limit(c10::DeviceIndex index, uint64_t bytes);
 uint64_t global_memory_bytes(c10::DeviceIndex index);
 // What the driver says of the device (name, platform, version, memory sizes); checks the index.
 const DeviceProperties& device_properties(c10::DeviceIndex index);
+// Whether operators on device `index` hand CPU kernels the device's own memory (mapped) instead of
+// copies (fallback.cc, Note [Zero-copy operands]): the device's memory is host-unified and
+// OCLVM_ZERO_COPY is not "0". Decided once per device, on first use.
+bool zero_copy(c10::DeviceIndex index);
 // The device's largest single allocation (CL_DEVICE_MAX_MEM_ALLOC_SIZE).
 uint64_t max_allocation_bytes(c10::DeviceIndex index);
 
@@ -89,6 +93,10 @@ struct BlobRef {
 class CLDeviceAllocator final : public c10::DeviceAllocator {
  public:
   c10::DataPtr allocate(size_t bytes) override;
+  // allocate() on device `index`; when `contents` is not null, the block starts with its first
+  // `bytes` bytes, uploaded in the same VM list as the allocation (one sync point). `contents`
+  // may be reused once this returns.
+  c10::DataPtr allocate_on(c10::DeviceIndex index, size_t bytes, const void* contents);
   c10::DeleterFnPtr raw_deleter() const override { return &delete_handle; }
   // Device-to-device copy of `count` bytes between two addresses of live blocks of this
   // allocator (used by storage resize and clone of storages).

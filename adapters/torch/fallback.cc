@@ -5,6 +5,7 @@
 #include <ATen/ATen.h>
 #include <ATen/native/CPUFallback.h>
 
+#include <algorithm>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -50,6 +51,7 @@ const std::vector<UnmarkedWrites>& unmarked_writes() {
 struct OperatorFacts {
   std::vector<size_t> generators;       // arguments of type Generator or Generator?
   std::vector<size_t> unmarked_writes;  // arguments the CPU kernel writes unannounced
+  bool direct = false;                  // Note [The direct path of the fallback] may take it
 };
 
 bool is_generator(const c10::TypePtr& type) {
@@ -58,8 +60,44 @@ bool is_generator(const c10::TypePtr& type) {
   return optional != nullptr && optional->getElementType()->kind() == c10::TypeKind::GeneratorType;
 }
 
+// What kind of value an argument or return is, for the direct path.
+enum class Kind : uint8_t {
+  kOther,          // tensors, scalars, int lists, ...: the direct path handles them
+  kTensorList,     // Tensor[]: handled element by element
+  kUnsupported,    // Tensor?[] or a Device: ATen's fallback
+};
+
+Kind kind_of(const c10::TypePtr& type) {
+  const c10::TypePtr element = type->kind() == c10::TypeKind::OptionalType
+                                   ? type->castRaw<c10::OptionalType>()->getElementType()
+                                   : type;
+  if (element->kind() == c10::TypeKind::DeviceObjType) return Kind::kUnsupported;
+  if (element->kind() != c10::TypeKind::ListType) return Kind::kOther;
+  const c10::TypePtr item = element->castRaw<c10::ListType>()->getElementType();
+  if (item->kind() == c10::TypeKind::TensorType) {
+    return type->kind() == c10::TypeKind::OptionalType ? Kind::kUnsupported : Kind::kTensorList;
+  }
+  if (item->kind() == c10::TypeKind::OptionalType) return Kind::kUnsupported;  // Tensor?[]
+  return Kind::kOther;
+}
+
+// Note [The direct path of the fallback]: operators whose arguments and returns are tensors,
+// tensor lists and values, and whose returns are not views of their arguments.
+bool takes_direct_path(const c10::FunctionSchema& schema) {
+  for (const c10::Argument& argument : schema.arguments()) {
+    if (kind_of(argument.type()) == Kind::kUnsupported) return false;
+  }
+  for (const c10::Argument& result : schema.returns()) {
+    if (kind_of(result.type()) == Kind::kUnsupported) return false;
+    const c10::AliasInfo* alias = result.alias_info();
+    if (alias != nullptr && !alias->isWrite()) return false;  // a view of an argument
+  }
+  return true;
+}
+
 OperatorFacts learn(const c10::FunctionSchema& schema) {
   OperatorFacts facts;
+  facts.direct = takes_direct_path(schema);
   const std::vector<c10::Argument>& arguments = schema.arguments();
   for (size_t i = 0; i < arguments.size(); ++i) {
     if (is_generator(arguments[i].type())) facts.generators.push_back(i);
@@ -148,7 +186,9 @@ void substitute_generators(const OperatorFacts& facts, size_t begin, torch::jit:
 // read-only tensor argument is handed to the CPU kernel as a host view laid out as on the device
 // (same strides and bits, over a copy of its span: host_view.h), when its span is compact;
 // a view with large gaps keeps ATen's compact copy (copying its span would cost more than the
-// parity is worth). Written arguments keep ATen's handling, which writes them back.
+// parity is worth). On ATen's path, written arguments keep ATen's compact copies; the direct
+// path (below) hands them over laid out as on the device too, which made the last difference
+// go: householder_product's complex gradients, whose backward writes into strided views.
 //
 // Note [Kernels that ask whether an input requires grad]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -192,22 +232,173 @@ bool inputs_to_host(const c10::FunctionSchema& schema, size_t begin, torch::jit:
   return true;
 }
 
-// Moves the tensor results the fallback left on the CPU to `device`.
+// Moves the tensor results the fallback left on the CPU to `device` (device_copy: allocation and
+// upload in one VM list each).
 void results_to(const c10::Device& device, size_t begin, torch::jit::Stack* stack) {
   for (size_t i = begin; i < stack->size(); ++i) {
     c10::IValue& value = (*stack)[i];
     if (value.isTensor()) {
       const at::Tensor& tensor = value.toTensor();
-      if (tensor.defined() && tensor.is_cpu()) value = tensor.to(device);
+      if (tensor.defined() && tensor.is_cpu()) value = device_copy(tensor, device);
     } else if (value.isTensorList()) {
       std::vector<at::Tensor> moved = value.toTensorList().vec();
       for (at::Tensor& tensor : moved) {
-        if (tensor.defined() && tensor.is_cpu()) tensor = tensor.to(device);
+        if (tensor.defined() && tensor.is_cpu()) tensor = device_copy(tensor, device);
       }
       value = c10::List<at::Tensor>(moved);
     }
   }
 }
+
+// Note [Zero-copy operands]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~
+// On a device whose memory the host reaches directly (zero_copy(): CL_DEVICE_HOST_UNIFIED_MEMORY,
+// as on every PoCL CPU device, unless OCLVM_ZERO_COPY=0), copying a large operand to the host and
+// back moves bytes for nothing: the direct path maps it instead (MapBlob, Note [Host mappings] in
+// instructions.h) and the CPU kernel reads, or in place writes, the device's own memory; the maps
+// share the operator's first VM list with the copies, and the unmaps its last with the
+// write-backs, so the number of lists does not grow. A map is a command of its own plus an unmap,
+// so small operands (under kMapMinBytes) stay copies; an out= argument stays a copy because the
+// kernel may resize it, which a mapping cannot. A kernel that throws leaves nothing mapped.
+// Memory accounting does not change: a mapping allocates nothing.
+constexpr int64_t kMapMinBytes = 64 << 10;
+
+// Note [The direct path of the fallback]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// ATen's fallback copies each device argument to the host on its own, copies each written one
+// back on its own and moves each result with to(): a VM list and several ATen calls each, which
+// made a tiny operator cost several times the CPU's. For operators whose arguments and results
+// are tensors, tensor lists (the optimizers' _foreach_ operators) and values
+// (OperatorFacts::direct), and whose device tensors are all strided with a compact span, the
+// fallback does the work itself: one VM list reads every device tensor into host views laid
+// out as on the device (written arguments too), the CPU kernel runs on them (redispatched to
+// `cpu_key`), one VM list uploads the spans of the written arguments back, and each new result
+// is allocated and uploaded in one VM list (device_copy). A result that is a written argument is
+// that argument's device tensor, as the caller expects of in-place and out= operators; an out=
+// argument the kernel resized is resized and copied on the device (_copy_from_and_resize).
+// Everything else (Tensor?[] lists, device arguments, views returned, sparse or scattered
+// tensors) takes ATen's fallback. Two threads running operators on one tensor are ordered by the
+// VM list by list, as before: an operator's read and write-back are two lists, so, as on any
+// device, concurrent writers of one tensor need the caller's own synchronisation. Returns
+// whether it ran `op`.
+bool run_direct(c10::DispatchKey cpu_key, const c10::OperatorHandle& op, size_t begin,
+                const c10::Device& device, torch::jit::Stack* stack) {
+  const std::vector<c10::Argument>& arguments = op.schema().arguments();
+  // Where each device tensor sits: its argument, and its index in a tensor list (-1: none).
+  struct Place {
+    size_t argument;
+    int64_t item;
+  };
+  std::vector<Place> places;
+  std::vector<at::Tensor> tensors;
+  const auto take = [&](const at::Tensor& tensor, size_t argument, int64_t item) {
+    if (!tensor.defined() || tensor.device().type() != kType) return true;
+    if (tensor.layout() != at::kStrided || !span_is_compact(tensor)) return false;
+    places.push_back(Place{argument, item});
+    tensors.push_back(tensor);
+    return true;
+  };
+  for (size_t i = 0; i < arguments.size(); ++i) {
+    const c10::IValue& value = (*stack)[begin + i];
+    if (value.isTensor()) {
+      if (!take(value.toTensor(), i, -1)) return false;
+    } else if (value.isTensorList()) {
+      const c10::List<at::Tensor> list = value.toTensorList();
+      for (size_t k = 0; k < list.size(); ++k) {
+        if (!take(list.get(k), i, static_cast<int64_t>(k))) return false;
+      }
+    }
+  }
+  if (tensors.empty()) return false;
+  // Note [Zero-copy operands]
+  const bool in_place = !op.schema().name().empty() && op.schema().name().back() == '_';
+  std::vector<Staging> how(tensors.size(), Staging::kCopy);
+  for (size_t k = 0; k < tensors.size(); ++k) {
+    const at::Tensor& tensor = tensors[k];
+    if (!zero_copy(tensor.device().index()) ||
+        tensor.numel() * static_cast<int64_t>(tensor.itemsize()) < kMapMinBytes) {
+      continue;
+    }
+    const c10::AliasInfo* alias = arguments[places[k].argument].alias_info();
+    const bool writes = alias != nullptr && alias->isWrite();
+    if (!writes) {
+      how[k] = Staging::kMapRead;
+    } else if (in_place) {
+      how[k] = Staging::kMapWrite;
+    }
+  }
+  HostOperands operands = stage_on_host(tensors, how);  // one VM list for every argument
+  std::vector<at::Tensor>& hosts = operands.hosts;
+  std::vector<std::pair<at::Tensor, at::Tensor>> written;  // (device tensor, host copy)
+  std::vector<const void*> spans;                           // each written host copy's span
+  std::vector<std::pair<at::Tensor, at::Tensor>> mapped_written;  // written through a mapping
+  std::vector<std::vector<at::Tensor>> lists(arguments.size());
+  for (size_t i = 0; i < arguments.size(); ++i) {
+    if ((*stack)[begin + i].isTensorList()) lists[i] = (*stack)[begin + i].toTensorList().vec();
+  }
+  for (size_t k = 0; k < places.size(); ++k) {
+    // Note [Kernels that ask whether an input requires grad]
+    if (tensors[k].requires_grad()) hosts[k].set_requires_grad(true);
+    const c10::AliasInfo* alias = arguments[places[k].argument].alias_info();
+    if (alias != nullptr && alias->isWrite()) {
+      if (how[k] == Staging::kMapWrite) {
+        mapped_written.emplace_back(tensors[k], hosts[k]);
+      } else {
+        written.emplace_back(tensors[k], hosts[k]);
+        spans.push_back(hosts[k].storage().data());
+      }
+    }
+    if (places[k].item < 0) {
+      (*stack)[begin + places[k].argument] = std::move(hosts[k]);
+    } else {
+      lists[places[k].argument][static_cast<size_t>(places[k].item)] = std::move(hosts[k]);
+    }
+  }
+  for (size_t i = 0; i < arguments.size(); ++i) {
+    if ((*stack)[begin + i].isTensorList()) {
+      (*stack)[begin + i] = c10::List<at::Tensor>(std::move(lists[i]));
+    }
+  }
+  try {
+    op.redispatchBoxed(c10::DispatchKeySet(cpu_key), stack);
+  } catch (...) {
+    finish_on_host(operands.mappings, {});  // nothing stays mapped; copies are dropped
+    throw;
+  }
+  std::vector<std::pair<at::Tensor, at::Tensor>> unchanged;
+  for (size_t k = 0; k < written.size(); ++k) {
+    const auto& [target, host] = written[k];
+    if (host.storage().data() == spans[k] && host.sizes().equals(target.sizes()) &&
+        host.strides().equals(target.strides())) {
+      unchanged.push_back(written[k]);
+    } else {
+      at::_copy_from_and_resize(host, target);  // the kernel resized an out= argument
+    }
+  }
+  // One VM list ends every mapping and uploads every written copy.
+  finish_on_host(operands.mappings, unchanged);
+  // A result that is a written argument is its device tensor; a new one is moved to the device.
+  written.insert(written.end(), mapped_written.begin(), mapped_written.end());
+  const auto to_device = [&](const at::Tensor& tensor) -> at::Tensor {
+    if (!tensor.defined() || !tensor.is_cpu()) return tensor;
+    auto same = std::find_if(written.begin(), written.end(),
+                             [&](const auto& pair) { return pair.second.is_same(tensor); });
+    return same != written.end() ? same->first : device_copy(tensor, device);
+  };
+  const size_t results = stack->size() - op.schema().returns().size();
+  for (size_t i = results; i < stack->size(); ++i) {
+    c10::IValue& value = (*stack)[i];
+    if (value.isTensor()) {
+      value = to_device(value.toTensor());
+    } else if (value.isTensorList()) {
+      std::vector<at::Tensor> moved = value.toTensorList().vec();
+      for (at::Tensor& tensor : moved) tensor = to_device(tensor);
+      value = c10::List<at::Tensor>(std::move(moved));
+    }
+  }
+  return true;
+}
+
 
 // The fallback body: runs `op`'s kernel of `cpu_key` on the host (the functions below).
 void fallback_to(c10::DispatchKey cpu_key, const c10::OperatorHandle& op,
@@ -227,6 +418,11 @@ void fallback_to(c10::DispatchKey cpu_key, const c10::OperatorHandle& op,
     at::Tensor host = target.cpu();
     value = host;
     written.emplace_back(target, std::move(host));
+  }
+  if (facts.direct && cpu_key == c10::DispatchKey::CPU &&
+      run_direct(cpu_key, op, begin, device, stack)) {
+    for (auto& [target, host] : written) target.copy_(host);
+    return;
   }
   const bool moved_inputs = inputs_to_host(schema, begin, stack);
   at::native::cpu_fallback(op, stack, /*error_on_views=*/false, cpu_key);

@@ -1,12 +1,18 @@
-// adapters/torch/host_view.h — a device tensor read into host memory laid out as it is on the
-// device (ops.cc), for CPU kernels that must see their operands as the CPU run would.
+// adapters/torch/host_view.h — the fallback's staging between device and host (ops.cc): device
+// tensors handed to CPU kernels laid out as they are on the device (copies of their spans, or
+// their own memory mapped), and CPU results uploaded into new device tensors.
 //
 // Thread-safety: as the copies (the VM orders them).
 #pragma once
 
 #include <ATen/core/Tensor.h>
 
+#include <cstdint>
+#include <memory>
+#include <utility>
 #include <vector>
+
+#include "oclvm/instructions/instructions.h"
 
 namespace oclvm::torch_adapter {
 
@@ -14,8 +20,33 @@ namespace oclvm::torch_adapter {
 // bytes from its element 0 to its farthest element (its span). One device-to-host transfer.
 at::Tensor host_view(const at::Tensor& device);
 
-// host_view of each of `devices`, read in one VM list (one sync point for all of them).
+// How stage_on_host hands a device tensor to a CPU kernel: a host copy of its span, or the
+// device's own memory mapped (Note [Zero-copy operands] in fallback.cc) for reading, or for
+// reading and writing.
+enum class Staging : uint8_t { kCopy, kMapRead, kMapWrite };
+
+struct HostOperands {
+  std::vector<at::Tensor> hosts;  // per device tensor: a CPU tensor laid out as on the device
+  std::vector<std::shared_ptr<HostMapping>> mappings;  // to end with finish_on_host
+};
+
+// Each of `devices` as a CPU tensor with its sizes, strides and bits, staged as `how` says (empty:
+// every one copied), all in one VM list (one sync point). Mapped operands stay valid until
+// finish_on_host; when the list fails, nothing stays mapped.
+HostOperands stage_on_host(c10::ArrayRef<at::Tensor> devices, c10::ArrayRef<Staging> how);
+
+// host_view of each of `devices`, read in one VM list (stage_on_host with copies only).
 std::vector<at::Tensor> host_views(c10::ArrayRef<at::Tensor> devices);
+
+// One VM list: ends `mappings` (cleared) and uploads each (device tensor, host copy of it from
+// stage_on_host) pair's span back into the device tensor. The host copies must still have the
+// device tensors' sizes and strides.
+void finish_on_host(std::vector<std::shared_ptr<HostMapping>>& mappings,
+                    c10::ArrayRef<std::pair<at::Tensor, at::Tensor>> written);
+
+// A new device tensor on `device` with `host`'s sizes, strides and values. For a dense, gapless
+// host tensor the allocation and the upload are one VM list; anything else goes through to().
+at::Tensor device_copy(const at::Tensor& host, const c10::Device& device);
 
 // Whether `t`'s span is at most twice its elements (plus a little): copying the span of a view
 // with large gaps (a column of a big matrix) would move far more than the view holds.

@@ -120,6 +120,10 @@ bool put(PyObject* dict, const std::string& key, int64_t value) {
   return status == 0;
 }
 
+bool put_bool(PyObject* dict, const std::string& key, bool value) {
+  return PyDict_SetItemString(dict, key.c_str(), value ? Py_True : Py_False) == 0;
+}
+
 PyObject* py_host_memory_stats(PyObject*, PyObject*) {
   at::HostStats stats;
   try {
@@ -200,7 +204,9 @@ PyObject* py_device_properties(PyObject*, PyObject* arg) {
   }
   ok = ok && put(dict, "total_memory", static_cast<int64_t>(properties.global_mem_bytes)) &&
        put(dict, "max_allocation", static_cast<int64_t>(properties.max_alloc_bytes)) &&
-       put(dict, "base_addr_align", static_cast<int64_t>(properties.base_addr_align_bytes));
+       put(dict, "base_addr_align", static_cast<int64_t>(properties.base_addr_align_bytes)) &&
+       put_bool(dict, "host_unified_memory", properties.host_unified_memory) &&
+       put_bool(dict, "zero_copy", zero_copy(index));
   if (!ok) {
     Py_DECREF(dict);
     return nullptr;

@@ -435,23 +435,92 @@ void route_cpu_kernels_over_composites(torch::Library& m) {
 
 at::Tensor host_view(const at::Tensor& device) { return host_values(device); }
 
-std::vector<at::Tensor> host_views(c10::ArrayRef<at::Tensor> devices) {
-  std::vector<at::Tensor> views;
-  views.reserve(devices.size());
+HostOperands stage_on_host(c10::ArrayRef<at::Tensor> devices, c10::ArrayRef<Staging> how) {
+  TORCH_INTERNAL_ASSERT(how.empty() || how.size() == devices.size());
+  HostOperands operands;
+  operands.hosts.reserve(devices.size());
   InstructionsBuilder builder;
-  for (const at::Tensor& device : devices) {
+  for (size_t i = 0; i < devices.size(); ++i) {
+    const at::Tensor& device = devices[i];
     const int64_t elements = span_elements(device);
-    at::Tensor span = at::empty({elements}, device.options().device(at::kCPU));
-    if (elements > 0) {
-      const BlobRef from = element0(device);
-      builder.copy_device_to_host(from.blob, from.offset, span.data_ptr(),
-                                  static_cast<size_t>(elements) * item_bytes(device),
-                                  &stream_of(device));
+    const size_t bytes = static_cast<size_t>(elements) * item_bytes(device);
+    const Staging staging = how.empty() || elements == 0 ? Staging::kCopy : how[i];
+    const BlobRef from = elements > 0 ? element0(device) : BlobRef{};
+    if (staging == Staging::kCopy) {
+      at::Tensor span = at::empty({elements}, device.options().device(at::kCPU));
+      if (elements > 0) {
+        builder.copy_device_to_host(from.blob, from.offset, span.data_ptr(), bytes,
+                                    &stream_of(device));
+      }
+      operands.hosts.push_back(
+          with_bits_of(device, span.as_strided(device.sizes(), device.strides(), 0)));
+      continue;
     }
-    views.push_back(with_bits_of(device, span.as_strided(device.sizes(), device.strides(), 0)));
+    const HostAccess access =
+        staging == Staging::kMapWrite ? HostAccess::kWrite : HostAccess::kRead;
+    operands.mappings.push_back(
+        builder.map(from.blob, from.offset, bytes, access, &stream_of(device)));
+    operands.hosts.emplace_back();  // made below, once the map has run
+  }
+  if (builder.size() > 0) {
+    try {
+      translate_errors([&] { vm::Run(builder.take()); });
+    } catch (...) {
+      finish_on_host(operands.mappings, {});  // what did map is unmapped again
+      throw;
+    }
+  }
+  size_t next = 0;
+  for (size_t i = 0; i < devices.size(); ++i) {
+    if (operands.hosts[i].defined()) continue;
+    const at::Tensor& device = devices[i];
+    const std::shared_ptr<HostMapping>& mapping = operands.mappings[next++];
+    operands.hosts[i] = with_bits_of(
+        device, at::from_blob(mapping->host(), device.sizes(), device.strides(),
+                              device.options().device(at::kCPU)));
+  }
+  return operands;
+}
+
+std::vector<at::Tensor> host_views(c10::ArrayRef<at::Tensor> devices) {
+  return stage_on_host(devices, {}).hosts;
+}
+
+void finish_on_host(std::vector<std::shared_ptr<HostMapping>>& mappings,
+                    c10::ArrayRef<std::pair<at::Tensor, at::Tensor>> written) {
+  InstructionsBuilder builder;
+  for (std::shared_ptr<HostMapping>& mapping : mappings) {
+    const auto index = static_cast<c10::DeviceIndex>(mapping->blob()->device().index);
+    builder.unmap(std::move(mapping), &current_vm_stream(index));
+  }
+  mappings.clear();
+  for (const auto& [device, host] : written) {
+    const int64_t elements = span_elements(device);
+    if (elements == 0) continue;
+    const BlobRef to = element0(device);
+    builder.copy_host_to_device(host.storage().data(), to.blob, to.offset,
+                                static_cast<size_t>(elements) * item_bytes(device),
+                                &stream_of(device));
   }
   if (builder.size() > 0) translate_errors([&] { vm::Run(builder.take()); });
-  return views;
+}
+
+at::Tensor device_copy(const at::Tensor& host, const c10::Device& device) {
+  // A dense, gapless layout (contiguous or permuted) stores its elements in numel() consecutive
+  // slots starting at element 0: one upload of exactly those bytes, in the allocation's list.
+  if (host.layout() != at::kStrided || host.numel() == 0 ||
+      !host.is_non_overlapping_and_dense() || host.is_conj() || host.is_neg()) {
+    return host.to(device);
+  }
+  const size_t bytes = host.nbytes();
+  CLDeviceAllocator& allocator = CLDeviceAllocator::instance();
+  c10::Storage storage(c10::Storage::use_byte_size_t(), bytes,
+                       allocator.allocate_on(device.index(), bytes, host.data_ptr()), &allocator,
+                       /*resizable=*/true);
+  at::Tensor result =
+      at::detail::make_tensor<c10::TensorImpl>(std::move(storage), kKeys, host.dtype());
+  result.unsafeGetTensorImpl()->set_sizes_and_strides(host.sizes(), host.strides());
+  return result;
 }
 
 bool span_is_compact(const at::Tensor& t) {

@@ -160,6 +160,9 @@ class DeviceProperties:
     total_memory: int     # global memory, bytes
     max_allocation: int   # the largest single buffer the device allows, bytes
     base_addr_align: int  # alignment of every buffer's address, bytes
+    host_unified_memory: bool  # the host reaches the device's memory directly
+    zero_copy: bool       # operators hand CPU kernels the device's memory mapped, not copies
+                          # (host-unified memory and OCLVM_ZERO_COPY != "0"; decided once)
 
     def __repr__(self) -> str:
         mib = 1 << 20
@@ -167,7 +170,8 @@ class DeviceProperties:
                 f"version={self.version!r}, major={self.major}, minor={self.minor}, "
                 f"total_memory={self.total_memory // mib}MB, "
                 f"max_allocation={self.max_allocation // mib}MB, "
-                f"base_addr_align={self.base_addr_align})")
+                f"base_addr_align={self.base_addr_align}, "
+                f"host_unified_memory={self.host_unified_memory}, zero_copy={self.zero_copy})")
 
 
 def _opencl_version(version: str) -> tuple:

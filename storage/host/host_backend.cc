@@ -25,6 +25,7 @@ DeviceProperties host_properties() {
   p.global_mem_bytes = pages > 0 && page_size > 0 ? static_cast<uint64_t>(pages) * page_size : 0;
   p.max_alloc_bytes = p.global_mem_bytes;
   p.base_addr_align_bytes = 128;  // the same as PoCL, so allocators behave alike on both
+  p.host_unified_memory = true;
   return p;
 }
 

@@ -225,6 +225,8 @@ std::unique_ptr<MemoryBackend> make_backend(const cl::Platform& platform, const 
   properties.base_addr_align_bytes = device_info<CL_DEVICE_MEM_BASE_ADDR_ALIGN, cl_uint>(
                                          device, where, "clGetDeviceInfo(CL_DEVICE_MEM_BASE_ADDR_ALIGN)") / 8;
   if (properties.base_addr_align_bytes == 0) properties.base_addr_align_bytes = 1;
+  properties.host_unified_memory = device_info<CL_DEVICE_HOST_UNIFIED_MEMORY, cl_bool>(
+                                       device, where, "clGetDeviceInfo(CL_DEVICE_HOST_UNIFIED_MEMORY)") != CL_FALSE;
 
   cl_int err = CL_SUCCESS;
   cl::Context context(device, nullptr, nullptr, nullptr, &err);

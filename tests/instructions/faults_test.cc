@@ -127,4 +127,36 @@ INSTANTIATE_TEST_SUITE_P(Rules, FaultedVmTest,
                          [](const auto& info) { return "rule" + std::to_string(info.index); });
 
 }  // namespace
+// A refused host mapping (OCLVM_FAULTS map rule) is a typed error at its sync point: nothing is
+// mapped, the paired UnmapBlob is a no-op, the blob keeps its bytes and nothing leaks.
+class FaultedMapTest : public testing::LeakCheckedTest {};
+
+TEST_F(FaultedMapTest, ARefusedMapIsTypedAndLeavesNothingMapped) {
+  const Device device{DeviceType::kOpenCL, 0};
+  MemoryBackend& backend = DeviceManager::instance().backend(device);
+  vm::VirtualMachine vm(DeviceManager::instance(), Options{});
+  InstructionsBuilder builder(vm);
+  auto blob = builder.allocate_blob(builder.stream(device), 4096);
+  builder.fill(blob, 0, 4096, 0x5A);
+  vm.run(builder.take());
+  backend.faults().configure(FaultOptions::parse("map:nth=1", "test"));
+  auto mapping = builder.map(blob, 0, 4096, HostAccess::kWrite);
+  builder.unmap(mapping);
+  std::string message;
+  try {
+    vm.run(builder.take());
+  } catch (const BackendError& error) {
+    message = error.what();
+  }
+  backend.faults().configure(FaultOptions{});
+  EXPECT_NE(message.find("injected fault"), std::string::npos) << message;
+  EXPECT_NE(message.find("MapBlob"), std::string::npos) << message;
+  EXPECT_FALSE(mapping->mapped());
+  std::vector<uint8_t> back(4096, 0);
+  builder.copy_device_to_host(blob, 0, back.data(), 4096);
+  builder.release(blob);
+  vm.run(builder.take());
+  EXPECT_EQ(back, std::vector<uint8_t>(4096, 0x5A));
+}
+
 }  // namespace oclvm

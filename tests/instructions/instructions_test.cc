@@ -554,6 +554,76 @@ TEST_P(OnDevice, ThrowingCallbacksFailTheirRunAndTheBlobStaysUsable) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// MapBlob and UnmapBlob (Note [Host mappings]).
+
+TEST_P(OnDevice, MapWaitsForTheLastWriterAndTheHostWritesReachTheDevice) {
+  constexpr size_t kBytes = 1 << 20;
+  const std::vector<uint8_t> data = pattern_bytes(kBytes, 7);
+  InstructionsBuilder builder(vm());
+  vm::Stream& stream = builder.stream(device());
+  auto blob = builder.allocate_blob(stream, kBytes);
+  builder.copy_host_to_device(data.data(), blob, 0, kBytes);  // non-blocking upload
+  auto mapping = builder.map(blob, 4096, kBytes - 4096, HostAccess::kWrite);
+  vm().run(builder.take());
+  ASSERT_TRUE(mapping->mapped());
+  ASSERT_NE(mapping->host(), nullptr);
+  auto* host = static_cast<uint8_t*>(mapping->host());
+  EXPECT_EQ(std::memcmp(host, data.data() + 4096, kBytes - 4096), 0)
+      << "the map ran after the upload that wrote the blob";
+  for (size_t i = 0; i < 4096; ++i) host[i] = static_cast<uint8_t>(255 - i % 251);
+  std::vector<uint8_t> back(kBytes, 0);
+  builder.unmap(mapping);
+  builder.copy_device_to_host(blob, 0, back.data(), kBytes);  // after the unmap: sees the host
+  vm().run(builder.take());
+  EXPECT_FALSE(mapping->mapped());
+  EXPECT_EQ(mapping->host(), nullptr);
+  std::vector<uint8_t> expected = data;
+  for (size_t i = 0; i < 4096; ++i) expected[4096 + i] = static_cast<uint8_t>(255 - i % 251);
+  EXPECT_EQ(back, expected);
+  release(blob);
+}
+
+TEST_P(OnDevice, ReadMappingsOfOneBlobMayOverlapAndEmptyRangesMapToNull) {
+  auto blob = allocate(device(), 8192);
+  const std::vector<uint8_t> data = pattern_bytes(8192, 3);
+  write(blob, 0, data);
+  InstructionsBuilder builder(vm());
+  auto first = builder.map(blob, 0, 8192, HostAccess::kRead);
+  auto second = builder.map(blob, 100, 200, HostAccess::kRead);
+  auto empty = builder.map(blob, 8192, 0, HostAccess::kRead);
+  vm().run(builder.take());
+  EXPECT_EQ(std::memcmp(first->host(), data.data(), 8192), 0);
+  EXPECT_EQ(std::memcmp(second->host(), data.data() + 100, 200), 0);
+  EXPECT_TRUE(empty->mapped());
+  EXPECT_EQ(empty->host(), nullptr);
+  for (const auto& mapping : {first, second, empty}) builder.unmap(mapping);
+  vm().run(builder.take());
+  release(blob);
+}
+
+TEST_P(OnDevice, BadMappingsAreRefusedAndChangeNothing) {
+  auto blob = allocate(device(), 4096);
+  InstructionsBuilder builder(vm());
+  EXPECT_THROW(builder.map(blob, 4000, 200, HostAccess::kRead), InvalidArgument);
+  EXPECT_THROW(builder.map(nullptr, 0, 1, HostAccess::kRead), InvalidArgument);
+  EXPECT_THROW(builder.unmap(nullptr), InvalidArgument);
+  EXPECT_EQ(builder.size(), 0u) << "a refused call adds nothing to the list";
+  auto mapping = builder.map(blob, 0, 64, HostAccess::kWrite);
+  vm().run(builder.take());
+  vm::InstructionList again;  // the same mapping mapped twice
+  again.push_back(std::make_unique<MapBlob>(builder.stream(device()), mapping));
+  const std::string message = message_of<InvalidArgument>([&] { vm().run(std::move(again)); });
+  EXPECT_CONTAINS(message, "already mapped");
+  EXPECT_CONTAINS(message, "MapBlob");
+  EXPECT_TRUE(mapping->mapped()) << "the first mapping stays";
+  builder.unmap(mapping);
+  builder.unmap(mapping);  // a second unmap of an ended mapping is a no-op
+  vm().run(builder.take());
+  EXPECT_FALSE(mapping->mapped());
+  release(blob);
+}
+
+// ---------------------------------------------------------------------------------------------
 // Allocator control.
 
 TEST_P(OnDevice, QueryResetAndEmptyCacheStatisticsAreExact) {

@@ -4,8 +4,8 @@ Runs tests/torch/conformance/opinfo_sweep.py (in a subprocess, so that op_db's t
 stays out of this pytest process) over all operators and float32, float16, bfloat16, complex64,
 int64 and bool with at most MAX_SAMPLES samples per (operator, dtype), and asserts: no worker
 died, nothing timed out, every failure is in the harness's EXPECTED_FAILURES table or among the
-device gaps listed here (KNOWN_DEVICE_GAPS: one complex gradient) and no listed item passed,
-and at least 99% of the operators pass per dtype. A failure message lists each offending (operator, dtype, first line of the error); the full results are a JSON-lines file
+device gaps listed here (KNOWN_DEVICE_GAPS: none today) and no listed item passed, and at least
+99% of the operators pass per dtype. A failure message lists each offending (operator, dtype, first line of the error); the full results are a JSON-lines file
 under pytest's tmp_path. The full sweep (all samples) is the command that regenerates
 design/opinfo.md.
 
@@ -32,11 +32,7 @@ MIN_PASSING_PERCENT = 99.0
 # not expected failures (the harness's EXPECTED_FAILURES holds only comparisons that cannot hold
 # for reasons other than the device); they are listed here so that `make test` guards every
 # other item, and design/opinfo.md shows them as failures.
-KNOWN_DEVICE_GAPS = {
-    ("linalg.householder_product", "complex64"):
-        "gradients differ from the CPU by 4e-6 relative (tolerance 1.3e-6): some kernel of the "
-        "backward still takes another route on the device's operands; not yet found",
-}
+KNOWN_DEVICE_GAPS = {}
 
 
 def known_gap(result):

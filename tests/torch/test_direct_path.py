@@ -1,0 +1,198 @@
+"""The direct path of the CPU fallback (adapters/torch/fallback.cc, Note [The direct path of the
+fallback]): every device tensor of an operator read in one VM list, written arguments uploaded
+back in one, results allocated and uploaded in one each.
+
+What the path must keep of ATen's fallback semantics, each compared with the CPU: in-place and
+out= operators return the caller's own device tensor; an out= argument of the wrong size is
+resized; strided views written in place keep the elements between theirs; tensor lists (the
+optimizers' _foreach_ operators) are read and written back; an operator that raises leaves
+nothing held; an argument read and written by the same operator (x.add_(x)) reads its old value.
+"""
+import gc
+import warnings
+
+import pytest
+import torch
+
+import oclvm
+
+DEVICE = "opencl"
+pytestmark = pytest.mark.usefixtures("nothing_leaks")
+
+
+def _pair(*shape):
+    torch.manual_seed(sum(shape))
+    x = torch.randn(*shape)
+    return x, x.to(DEVICE)
+
+
+def test_in_place_returns_the_callers_tensor():
+    x, xd = _pair(5, 7)
+    y, yd = _pair(7)
+    returned = xd.add_(yd, alpha=2)
+    assert returned is xd
+    assert torch.equal(xd.cpu(), x.add_(y, alpha=2))
+
+
+def test_out_argument_is_written_and_returned():
+    a, ad = _pair(4, 3)
+    b, bd = _pair(3)
+    out = torch.empty(4, 3, device=DEVICE)
+    returned = torch.mul(ad, bd, out=out)
+    assert returned is out
+    assert torch.equal(out.cpu(), a * b)
+
+
+def test_out_argument_of_the_wrong_size_is_resized_as_on_the_cpu():
+    a, ad = _pair(6)
+    cpu_out, dev_out = torch.empty(2), torch.empty(2, device=DEVICE)
+    with warnings.catch_warnings(record=True) as cpu_warnings:
+        warnings.simplefilter("always")
+        torch.exp(a, out=cpu_out)
+    with warnings.catch_warnings(record=True) as dev_warnings:
+        warnings.simplefilter("always")
+        torch.exp(ad, out=dev_out)
+    assert dev_out.shape == cpu_out.shape == (6,)
+    assert torch.equal(dev_out.cpu(), cpu_out)
+    assert [str(w.message) for w in dev_warnings] == [str(w.message) for w in cpu_warnings]
+
+
+def test_a_strided_view_written_in_place_keeps_the_elements_between():
+    x, xd = _pair(4, 8)
+    x[:, ::2].mul_(3)
+    xd[:, ::2].mul_(3)
+    assert torch.equal(xd.cpu(), x)
+    x.t()[1:3].zero_()
+    xd.t()[1:3].zero_()
+    assert torch.equal(xd.cpu(), x)
+
+
+def test_an_argument_both_read_and_written():
+    x, xd = _pair(9)
+    assert torch.equal(xd.add_(xd).cpu(), x.add_(x))
+    assert torch.equal(torch.mul(xd, xd, out=xd).cpu(), torch.mul(x, x, out=x))
+
+
+def test_foreach_operators_on_tensor_lists():
+    cpu = [torch.randn(n) for n in (3, 5, 8)]
+    dev = [t.to(DEVICE) for t in cpu]
+    other = [torch.randn(n) for n in (3, 5, 8)]
+    other_dev = [t.to(DEVICE) for t in other]
+    torch._foreach_add_(cpu, other, alpha=0.5)
+    torch._foreach_add_(dev, other_dev, alpha=0.5)
+    for c, d in zip(cpu, dev):
+        assert torch.equal(d.cpu(), c)
+    products = torch._foreach_mul(dev, other_dev)
+    assert all(p.device.type == DEVICE for p in products)
+    for p, c, o in zip(products, cpu, other):
+        assert torch.equal(p.cpu(), c * o)
+
+
+def test_adam_foreach_step_equals_the_cpu():
+    def run(device):
+        torch.manual_seed(0)
+        model = torch.nn.Linear(6, 3).to(device)
+        optimizer = torch.optim.Adam(model.parameters(), lr=0.01, foreach=True)
+        for _ in range(3):
+            optimizer.zero_grad()
+            model(torch.ones(2, 6).to(device)).square().sum().backward()
+            optimizer.step()
+        return [p.detach().cpu() for p in model.parameters()]
+    for got, expected in zip(run(DEVICE), run("cpu")):
+        assert torch.equal(got, expected)
+
+
+def test_an_operator_that_raises_holds_nothing_and_changes_nothing():
+    _, ad = _pair(3, 4)
+    _, bd = _pair(5)
+    before = ad.cpu()
+    gc.collect()
+    live = (oclvm._C.live_blocks(), torch.opencl.memory_allocated())
+    with pytest.raises(RuntimeError, match="must match the size"):
+        ad.add_(bd)
+    with pytest.raises(RuntimeError, match="must match the size"):
+        torch.add(ad, bd)
+    gc.collect()
+    assert (oclvm._C.live_blocks(), torch.opencl.memory_allocated()) == live
+    assert torch.equal(ad.cpu(), before)
+
+
+def test_results_of_every_layout_of_result_equal_the_cpu():
+    x, xd = _pair(3, 4, 5)
+    cases = {
+        "permuted result": lambda t: t.permute(2, 0, 1).contiguous().permute(1, 2, 0) * 2,
+        "channels_last": lambda t: t.reshape(1, 3, 4, 5).contiguous(
+            memory_format=torch.channels_last).relu(),
+        "expanded": lambda t: t[:, :1].expand(3, 4, 5).clone(),
+        "scalar": lambda t: t.sum(),
+        "two results": lambda t: torch.sort(t, dim=-1),
+    }
+    for name, case in cases.items():
+        expected, got = case(x), case(xd)
+        expected = expected if isinstance(expected, tuple) else (expected,)
+        got = got if isinstance(got, tuple) else (got,)
+        for e, g in zip(expected, got):
+            assert g.device.type == DEVICE, name
+            assert g.stride() == e.stride(), name
+            assert torch.equal(g.cpu(), e), name
+
+
+# ---------------------------------------------------------------------------------------------
+# Zero-copy operands (fallback.cc, Note [Zero-copy operands]).
+
+ZERO_COPY_PROBE = """
+import torch, oclvm
+p = torch.opencl.get_device_properties(0)
+x = torch.arange(1 << 16, dtype=torch.float32)  # 256 KiB: above the map threshold
+y = torch.ones(1 << 16)
+xd, yd = x.to("opencl"), y.to("opencl")
+xd.add_(yd, alpha=2)
+z = torch.mul(xd, yd)
+assert torch.equal(xd.cpu(), x + 2) and torch.equal(z.cpu(), x + 2)
+print(p.host_unified_memory, p.zero_copy)
+"""
+
+
+@pytest.mark.parametrize("setting, expected", [(None, "True True"), ("0", "True False")])
+def test_zero_copy_is_decided_once_shown_and_can_be_forced_off(setting, expected):
+    import os
+    import subprocess
+    import sys
+    env = {k: v for k, v in os.environ.items() if k != "OCLVM_ZERO_COPY"}
+    if setting is not None:
+        env["OCLVM_ZERO_COPY"] = setting
+    done = subprocess.run([sys.executable, "-c", ZERO_COPY_PROBE], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split("\n")[-2] == expected  # PoCL's CPU devices are host-unified
+
+
+def test_large_operands_in_place_and_out_of_place_equal_the_cpu():
+    torch.manual_seed(5)
+    x, y = torch.randn(300, 400), torch.randn(300, 400)  # 480 KB each: mapped when zero-copy
+    xd, yd = x.to(DEVICE), y.to(DEVICE)
+    xd.mul_(yd).add_(1)
+    x.mul_(y).add_(1)
+    assert torch.equal(xd.cpu(), x)
+    xd.t().sub_(yd.t())  # a transposed view written in place through its mapping
+    x.t().sub_(y.t())
+    assert torch.equal(xd.cpu(), x)
+    assert torch.equal((xd @ yd.t()).cpu(), x @ y.t())
+    out = torch.empty(3, device=DEVICE)  # out= of the wrong size: copied, resized
+    torch.add(xd, yd, out=out)
+    assert torch.equal(out.cpu(), x + y)
+
+
+def test_a_kernel_that_raises_on_mapped_operands_leaves_nothing_mapped():
+    big, bigd = _pair(256, 512)
+    _, other = _pair(3, 512)
+    gc.collect()
+    live = (oclvm._C.live_blocks(), torch.opencl.memory_allocated())
+    for _ in range(3):
+        with pytest.raises(RuntimeError, match="must match the size"):
+            bigd.add_(other)
+    gc.collect()
+    assert (oclvm._C.live_blocks(), torch.opencl.memory_allocated()) == live
+    assert torch.equal(bigd.cpu(), big)
+    bigd.add_(1)  # the blob is not left mapped: the device uses it again
+    assert torch.equal(bigd.cpu(), big + 1)
