@@ -76,8 +76,49 @@ BlobRef element0(const at::Tensor& t) {
 // This thread's current stream of a device tensor's device: where its operators run.
 vm::Stream& stream_of(const at::Tensor& t) { return current_vm_stream(t.device().index()); }
 
+// Note [Large copies on host-unified devices]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// PoCL carries out a read or write of a buffer as one single-threaded memcpy, about 60 % of what
+// torch's own (multi-threaded) host copy reaches. On a zero-copy device (allocator.h) a copy of
+// kParallelCopyBytes or more maps the device range instead (MapBlob: the buffer's own memory,
+// ordered as the copy would be), lets torch's CPU copy_ move the bytes on every core, and
+// unmaps: two VM lists instead of one, which only large copies repay.
+constexpr size_t kParallelCopyBytes = size_t{1} << 20;
+
+// Copies `bytes` between `host` and the device tensor's bytes from its element 0 through a
+// mapping; false (nothing done) when the device or the size does not call for it.
+bool copy_through_mapping(const at::Tensor& device, void* host, size_t bytes, bool to_device) {
+  if (bytes < kParallelCopyBytes || !zero_copy(device.device().index())) return false;
+  const BlobRef range = element0(device);
+  std::vector<std::shared_ptr<HostMapping>> mappings;
+  translate_errors([&] {
+    InstructionsBuilder builder;
+    mappings.push_back(builder.map(range.blob, range.offset, bytes,
+                                   to_device ? HostAccess::kWrite : HostAccess::kRead,
+                                   &stream_of(device)));
+    vm::Run(builder.take());
+  });
+  try {
+    at::Tensor mapped = at::from_blob(mappings[0]->host(), {static_cast<int64_t>(bytes)},
+                                      at::TensorOptions().dtype(at::kByte));
+    at::Tensor other = at::from_blob(host, {static_cast<int64_t>(bytes)},
+                                     at::TensorOptions().dtype(at::kByte));
+    if (to_device) {
+      mapped.copy_(other);
+    } else {
+      other.copy_(mapped);
+    }
+  } catch (...) {
+    finish_on_host(mappings, {});
+    throw;
+  }
+  finish_on_host(mappings, {});
+  return true;
+}
+
 void device_to_host(const at::Tensor& src, void* host, size_t bytes) {
   if (bytes == 0) return;
+  if (copy_through_mapping(src, host, bytes, /*to_device=*/false)) return;
   const BlobRef from = element0(src);
   translate_errors([&] {
     InstructionsBuilder builder;
@@ -88,6 +129,7 @@ void device_to_host(const at::Tensor& src, void* host, size_t bytes) {
 
 void host_to_device(const void* host, const at::Tensor& dst, size_t bytes) {
   if (bytes == 0) return;
+  if (copy_through_mapping(dst, const_cast<void*>(host), bytes, /*to_device=*/true)) return;
   const BlobRef to = element0(dst);
   translate_errors([&] {
     InstructionsBuilder builder;
@@ -508,18 +550,25 @@ void finish_on_host(std::vector<std::shared_ptr<HostMapping>>& mappings,
 at::Tensor device_copy(const at::Tensor& host, const c10::Device& device) {
   // A dense, gapless layout (contiguous or permuted) stores its elements in numel() consecutive
   // slots starting at element 0: one upload of exactly those bytes, in the allocation's list.
-  if (host.layout() != at::kStrided || host.numel() == 0 ||
-      !host.is_non_overlapping_and_dense() || host.is_conj() || host.is_neg()) {
+  // Anything but a plain dense tensor (quantized: its quantizer; sparse; views with bits) takes
+  // to(), which refuses what the device cannot hold.
+  if (host.layout() != at::kStrided || host.is_quantized() || host.is_nested() ||
+      host.numel() == 0 || !host.is_non_overlapping_and_dense() || host.is_conj() ||
+      host.is_neg()) {
     return host.to(device);
   }
   const size_t bytes = host.nbytes();
+  // Note [Large copies on host-unified devices]: a large result is uploaded on every core.
+  const bool parallel = bytes >= kParallelCopyBytes && zero_copy(device.index());
   CLDeviceAllocator& allocator = CLDeviceAllocator::instance();
-  c10::Storage storage(c10::Storage::use_byte_size_t(), bytes,
-                       allocator.allocate_on(device.index(), bytes, host.data_ptr()), &allocator,
-                       /*resizable=*/true);
+  c10::Storage storage(
+      c10::Storage::use_byte_size_t(), bytes,
+      allocator.allocate_on(device.index(), bytes, parallel ? nullptr : host.data_ptr()),
+      &allocator, /*resizable=*/true);
   at::Tensor result =
       at::detail::make_tensor<c10::TensorImpl>(std::move(storage), kKeys, host.dtype());
   result.unsafeGetTensorImpl()->set_sizes_and_strides(host.sizes(), host.strides());
+  if (parallel) host_to_device(host.data_ptr(), result, bytes);
   return result;
 }
 

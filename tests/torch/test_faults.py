@@ -1,9 +1,10 @@
 """The `opencl` device under injected device faults (OCLVM_FAULTS, storage/faults.h), in fresh
 interpreters: every failure reaches Python as a typed error (torch.OutOfMemoryError for a refused
-segment, RuntimeError naming the injected fault and the device for a failed copy, fill or finish;
-a failed release, which torch runs in a deleter that cannot raise, is one line on stderr), no
-operator crashes the process, and once the work is done memory_allocated and the live blocks
-are back to where they started.
+segment, RuntimeError naming the injected fault and the device for a failed copy, fill, finish
+or map; a failed release, which torch runs in a deleter that cannot raise, is one line on
+stderr), no operator crashes the process, and once the work is done memory_allocated and the
+live blocks are back to where they started. Each iteration drops its tensors before
+empty_cache, so every iteration allocates a new segment.
 """
 import os
 import subprocess
@@ -13,16 +14,18 @@ import textwrap
 import pytest
 
 SCRIPT = textwrap.dedent("""
-    import gc, torch, oclvm
+    import gc, os, torch, oclvm
+    base = int(os.environ.get("OCLVM_TEST_ELEMENTS", "1000"))
     errors = {"oom": 0, "runtime": 0, "ok": 0}
     start_allocated = torch.opencl.memory_allocated()
     start_blocks = oclvm._C.live_blocks()
     for i in range(300):
         try:
-            x = torch.full((1000 + i,), float(i), device="opencl")   # fill
-            y = torch.arange(1000 + i, dtype=torch.float32).to("opencl")  # upload
+            x = torch.full((base + i,), float(i), device="opencl")   # fill
+            y = torch.arange(base + i, dtype=torch.float32).to("opencl")  # upload
             z = x + y                                                  # fallback: copies
             assert z.cpu()[5].item() == float(i) + 5.0
+            x = y = z = None  # so that empty_cache gives the segment back: the next one is new
             torch.opencl.empty_cache()
             errors["ok"] += 1
         except torch.OutOfMemoryError as e:
@@ -39,11 +42,15 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
-@pytest.mark.parametrize("rules", ["copy:every=25", "fill:every=3", "finish:every=40",
-                                   "segment:p=0.6,seed=4",
-                                   "segment:p=0.3,copy:p=0.05,fill:p=0.05,finish:p=0.05,seed=9"])
-def test_faults_surface_typed_and_nothing_leaks(rules):
-    env = dict(os.environ, OCLVM_FAULTS=rules, PYTHONPATH=os.pathsep.join(sys.path))
+@pytest.mark.parametrize("rules, elements", [
+    ("copy:every=25", 1000), ("fill:every=3", 1000), ("finish:every=40", 1000),
+    ("segment:p=0.6,seed=4", 1000),
+    ("segment:p=0.3,copy:p=0.05,fill:p=0.05,finish:p=0.05,seed=9", 1000),
+    # 280 KB operands: mapped by the fallback (zero-copy) and copied through mappings
+    ("map:every=3", 70000), ("map:p=0.2,copy:p=0.05,segment:p=0.2,seed=3", 70000)])
+def test_faults_surface_typed_and_nothing_leaks(rules, elements):
+    env = dict(os.environ, OCLVM_FAULTS=rules, OCLVM_TEST_ELEMENTS=str(elements),
+               PYTHONPATH=os.pathsep.join(sys.path))
     out = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True,
                          timeout=300)
     assert out.returncode == 0, out.stderr
