@@ -51,6 +51,8 @@ SCRIPT = textwrap.dedent("""
 def test_faults_surface_typed_and_nothing_leaks(rules, elements):
     env = dict(os.environ, OCLVM_FAULTS=rules, OCLVM_TEST_ELEMENTS=str(elements),
                PYTHONPATH=os.pathsep.join(sys.path))
+    if rules.startswith("map"):
+        env.pop("OCLVM_ZERO_COPY", None)  # maps happen only with zero-copy operands on
     out = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True,
                          timeout=300)
     assert out.returncode == 0, out.stderr
