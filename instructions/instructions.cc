@@ -155,7 +155,7 @@ void ReleaseTensor::execute(vm::ExecutionContext& context) {
                           " from another allocator (a blob of another VM?)");
   }
   // Every command that may still use the memory is on this queue or ordered before its end by a
-  // soft sync the VM inserted (DESIGN.md: a release frees on the producer stream).
+  // soft sync the VM inserted (design/vm.md: a release frees on the producer stream).
   // Note [A release whose finish fails]: the block is given back all the same and the error is
   // the instruction's. A queue whose finish reports an error has failed (no later command of it
   // can use the memory), and keeping the block would leak it for the life of the process.

@@ -1,6 +1,6 @@
 // adapters/cli/trace.h — allocation traces in the `oclvm-trace v1` text format, parsed for replay.
 //
-// The format (REFERENCE.md, "Allocation traces"): one event a line,
+// The format (design/storage.md and this header): one event a line,
 //
 //   # oclvm-trace v1        the header; it must be the first non-empty line
 //   a ID BYTES              allocate BYTES bytes and call the allocation ID

@@ -16,10 +16,6 @@
 
 namespace oclvm::torch_adapter {
 
-// A CPU tensor with `device`'s sizes, strides and conjugate/negative bits, over a host copy of the
-// bytes from its element 0 to its farthest element (its span). One device-to-host transfer.
-at::Tensor host_view(const at::Tensor& device);
-
 // How stage_on_host hands a device tensor to a CPU kernel: a host copy of its span, or the
 // device's own memory mapped (Note [Zero-copy operands] in fallback.cc) for reading, or for
 // reading and writing.

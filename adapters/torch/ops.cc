@@ -475,8 +475,6 @@ void route_cpu_kernels_over_composites(torch::Library& m) {
 
 }  // namespace
 
-at::Tensor host_view(const at::Tensor& device) { return host_values(device); }
-
 HostOperands stage_on_host(c10::ArrayRef<at::Tensor> devices, c10::ArrayRef<Staging> how) {
   TORCH_INTERNAL_ASSERT(how.empty() || how.size() == devices.size());
   HostOperands operands;
