@@ -41,6 +41,7 @@ Segment* MemoryBackend::create_segment(size_t bytes) {
   }
   try {
     segment->native = do_create(bytes);
+    segment->host = do_host_address(segment->native);
   } catch (...) {
     AddressSpace::instance().release(segment);
     delete segment;

@@ -37,6 +37,8 @@ struct DeviceProperties {
   size_t base_addr_align_bytes = 0; // CL_DEVICE_MEM_BASE_ADDR_ALIGN converted from bits to bytes
   bool host_unified_memory = false; // CL_DEVICE_HOST_UNIFIED_MEMORY: the host reaches the
                                     // device's memory directly, so a map costs no copy (host: true)
+  bool host_addressable = false;    // every segment has a host address (Segment::host): fine-
+                                    // grained buffer SVM on a host-unified device (host: true)
 };
 
 class MemoryBackend;
@@ -49,6 +51,11 @@ struct Segment {
   uint64_t id = 0;                  // process-wide unique, increasing
   MemoryBackend* backend = nullptr; // the backend that created it
   void* native = nullptr;           // the backend's record (CLAllocation* / host pointer)
+  // Where the host reads and writes byte 0 directly, or nullptr. Non-null only on a backend whose
+  // properties().host_addressable is set: its memory stays coherent with the host without a map
+  // (fine-grained SVM), provided no device command on the bytes is in flight meanwhile — the
+  // caller's ordering to keep (vm::HostSection does).
+  void* host = nullptr;
   void* owner = nullptr;            // free for the allocator that holds the segment
 };
 
@@ -101,6 +108,8 @@ class MemoryBackend {
  protected:
   // Driver hooks. do_create returns the native record; arguments are already checked.
   virtual void* do_create(size_t bytes) = 0;
+  // The host address of a native record's byte 0 (Segment::host); nullptr by default.
+  virtual void* do_host_address(void* /*native*/) const { return nullptr; }
   // Returns false (after printing why) when the driver reported an error.
   virtual bool do_release(void* native, size_t bytes) noexcept = 0;
   virtual void do_write(void* native, size_t offset, const void* src, size_t n) = 0;

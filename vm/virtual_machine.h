@@ -148,6 +148,7 @@ class VirtualMachine {
 
  private:
   friend class StreamWorker;
+  friend class HostSection;
   StreamWorker& worker(Device device) const;
   size_t worker_index(Device device) const;  // throws InvalidArgument for an unknown device
   Ticket submit_impl(InstructionList&& list, bool caller_runs);

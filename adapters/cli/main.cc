@@ -216,10 +216,14 @@ int run_devices(const std::vector<std::string_view>& args) {
     line("max allocation:", std::to_string(p.max_alloc_bytes) + " (" + format_bytes(p.max_alloc_bytes) + ")");
     line("base address alignment:", std::to_string(p.base_addr_align_bytes) + " bytes");
     // The torch adapter maps such a device's memory for CPU kernels instead of copying it
-    // (design/torch.md, zero-copy operands) unless OCLVM_ZERO_COPY=0.
+    // (design/torch.md, zero-copy operands) unless OCLVM_ZERO_COPY=0; with host addresses
+    // (fine-grained SVM) it runs them in host sections, with no map at all.
     line("host-unified memory:", p.host_unified_memory
                                      ? "yes (torch operators use it without copies)"
                                      : "no (torch operators copy through the host)");
+    line("host addresses:", p.host_addressable
+                                ? "yes (torch operators use it in place, with no command)"
+                                : "no");
   }
   std::fputs(out.c_str(), stdout);
   return kExitOk;

@@ -289,19 +289,34 @@ const DeviceProperties& device_properties(c10::DeviceIndex index) {
   });
 }
 
-bool zero_copy(c10::DeviceIndex index) {
-  // One decision per device, made on first use; OCLVM_ZERO_COPY=0 keeps the copies (comparison).
-  static const std::vector<bool>* const decided = [] {
+namespace {
+
+// Per device: bit 0 zero_copy, bit 1 host_addressable. One decision per device, made on first use.
+// For comparison, OCLVM_ZERO_COPY=0 keeps the copies and OCLVM_ZERO_COPY=map the maps (no host
+// sections).
+uint8_t host_access_of(c10::DeviceIndex index) {
+  static const std::vector<uint8_t>* const decided = [] {
     const char* setting = std::getenv("OCLVM_ZERO_COPY");
-    const bool allowed = setting == nullptr || std::string_view(setting) != "0";
-    auto* each = new std::vector<bool>();  // never destroyed: read by operators until exit
+    const std::string_view value = setting == nullptr ? "" : setting;
+    const bool allowed = value != "0";
+    const bool sections = allowed && value != "map";
+    auto* each = new std::vector<uint8_t>();  // never destroyed: read by operators until exit
     for (c10::DeviceIndex i = 0; i < device_count(); ++i) {
-      each->push_back(allowed && device_properties(i).host_unified_memory);
+      const DeviceProperties& properties = device_properties(i);
+      const bool zero_copy = allowed && properties.host_unified_memory;
+      const bool addressable = zero_copy && sections && properties.host_addressable;
+      each->push_back(static_cast<uint8_t>(zero_copy) | static_cast<uint8_t>(addressable << 1));
     }
     return each;
   }();
-  return index >= 0 && static_cast<size_t>(index) < decided->size() && (*decided)[index];
+  return index >= 0 && static_cast<size_t>(index) < decided->size() ? (*decided)[index] : 0;
 }
+
+}  // namespace
+
+bool zero_copy(c10::DeviceIndex index) { return (host_access_of(index) & 1) != 0; }
+
+bool host_addressable(c10::DeviceIndex index) { return (host_access_of(index) & 2) != 0; }
 
 uint64_t global_memory_bytes(c10::DeviceIndex index) {
   return device_properties(index).global_mem_bytes;

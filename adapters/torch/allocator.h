@@ -62,6 +62,10 @@ const DeviceProperties& device_properties(c10::DeviceIndex index);
 // copies (fallback.cc, Note [Zero-copy operands]): the device's memory is host-unified and
 // OCLVM_ZERO_COPY is not "0". Decided once per device, on first use.
 bool zero_copy(c10::DeviceIndex index);
+// zero_copy, and every segment of the device has a host address (DeviceProperties::
+// host_addressable) and OCLVM_ZERO_COPY is not "map": operators use its memory in host sections
+// (Note [Host sections] in host_view.h), with no map at all.
+bool host_addressable(c10::DeviceIndex index);
 // The device's largest single allocation (CL_DEVICE_MAX_MEM_ALLOC_SIZE).
 uint64_t max_allocation_bytes(c10::DeviceIndex index);
 

@@ -263,6 +263,105 @@ void results_to(const c10::Device& device, size_t begin, torch::jit::Stack* stac
 // Memory accounting does not change: a mapping allocates nothing.
 constexpr int64_t kMapMinBytes = 64 << 10;
 
+// Where run_direct found a device tensor: its argument, and its index in a tensor list (-1: none).
+struct Place {
+  size_t argument;
+  int64_t item;
+};
+
+// Puts each of `hosts` where its device tensor was on the stack (`places`, in the same order).
+void put_on_stack(const std::vector<Place>& places, std::vector<at::Tensor>& hosts, size_t begin,
+                  size_t argument_count, torch::jit::Stack* stack) {
+  std::vector<std::vector<at::Tensor>> lists(argument_count);
+  for (size_t i = 0; i < argument_count; ++i) {
+    if ((*stack)[begin + i].isTensorList()) lists[i] = (*stack)[begin + i].toTensorList().vec();
+  }
+  bool any_list = false;
+  for (size_t k = 0; k < places.size(); ++k) {
+    if (places[k].item < 0) {
+      (*stack)[begin + places[k].argument] = std::move(hosts[k]);
+    } else {
+      lists[places[k].argument][static_cast<size_t>(places[k].item)] = std::move(hosts[k]);
+      any_list = true;
+    }
+  }
+  if (!any_list) return;
+  for (size_t i = 0; i < argument_count; ++i) {
+    if ((*stack)[begin + i].isTensorList()) {
+      (*stack)[begin + i] = c10::List<at::Tensor>(std::move(lists[i]));
+    }
+  }
+}
+
+// Replaces the kernel's results on the stack: one that is the host stand-in of a written argument
+// (`written`: device tensor, host stand-in) by that argument's device tensor, a new one by a device
+// copy of it.
+void results_to_device(const std::vector<std::pair<at::Tensor, at::Tensor>>& written,
+                       const c10::Device& device, size_t return_count,
+                       torch::jit::Stack* stack) {
+  const auto to_device = [&](const at::Tensor& tensor) -> at::Tensor {
+    if (!tensor.defined() || !tensor.is_cpu()) return tensor;
+    auto same = std::find_if(written.begin(), written.end(),
+                             [&](const auto& pair) { return pair.second.is_same(tensor); });
+    return same != written.end() ? same->first : device_copy(tensor, device);
+  };
+  for (size_t i = stack->size() - return_count; i < stack->size(); ++i) {
+    c10::IValue& value = (*stack)[i];
+    if (value.isTensor()) {
+      value = to_device(value.toTensor());
+    } else if (value.isTensorList()) {
+      std::vector<at::Tensor> moved = value.toTensorList().vec();
+      for (at::Tensor& tensor : moved) tensor = to_device(tensor);
+      value = c10::List<at::Tensor>(std::move(moved));
+    }
+  }
+}
+
+bool writes(const c10::Argument& argument) {
+  const c10::AliasInfo* alias = argument.alias_info();
+  return alias != nullptr && alias->isWrite();
+}
+
+// Note [Operators in a host section]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// On a device whose memory the host addresses directly (host_addressable: fine-grained SVM on a
+// host-unified device, every PoCL CPU device), the direct path needs neither copies nor maps:
+// when the device's worker is idle, the operator enters a host section (Note [Host sections] in
+// vm/host_section.h), hands the CPU kernel each device tensor as a CPU tensor over its own bytes
+// (host_aliases), in-place arguments included, and leaves; no VM list, no command. Only the new
+// results cost a list: their allocation (device_copy copies their bytes in a second, short host
+// section). While the section lasts no instruction of the device runs, so an operator of another
+// thread on the same tensors is ordered before or after this one, as on a single stream; one that
+// finds the worker busy takes the lists below. out= arguments keep the copies: the kernel may
+// resize them, which a CPU tensor over device memory cannot be. A kernel that throws leaves
+// nothing behind but what it wrote, as on the CPU.
+bool run_in_host_section(c10::DispatchKey cpu_key, const c10::OperatorHandle& op, size_t begin,
+                         const c10::Device& device, const std::vector<Place>& places,
+                         const std::vector<at::Tensor>& tensors, torch::jit::Stack* stack) {
+  if (!host_addressable(device.index())) return false;
+  const std::vector<c10::Argument>& arguments = op.schema().arguments();
+  const bool in_place = !op.schema().name().empty() && op.schema().name().back() == '_';
+  for (size_t k = 0; k < tensors.size(); ++k) {
+    if (!in_place && writes(arguments[places[k].argument])) return false;  // out=
+  }
+  if (tensors[0].device() != device) return false;
+  std::vector<at::Tensor> hosts = host_aliases(tensors);
+  if (hosts.empty()) return false;
+  std::optional<vm::HostSection> section = try_host_section(device.index());
+  if (!section) return false;
+  std::vector<std::pair<at::Tensor, at::Tensor>> written;  // (device tensor, host alias)
+  for (size_t k = 0; k < tensors.size(); ++k) {
+    // Note [Kernels that ask whether an input requires grad]
+    if (tensors[k].requires_grad()) hosts[k].set_requires_grad(true);
+    if (writes(arguments[places[k].argument])) written.emplace_back(tensors[k], hosts[k]);
+  }
+  put_on_stack(places, hosts, begin, arguments.size(), stack);
+  op.redispatchBoxed(c10::DispatchKeySet(cpu_key), stack);
+  section.reset();  // new results are allocated through the VM
+  results_to_device(written, device, op.schema().returns().size(), stack);
+  return true;
+}
+
 // Note [The direct path of the fallback]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // ATen's fallback copies each device argument to the host on its own, copies each written one
@@ -284,11 +383,6 @@ constexpr int64_t kMapMinBytes = 64 << 10;
 bool run_direct(c10::DispatchKey cpu_key, const c10::OperatorHandle& op, size_t begin,
                 const c10::Device& device, torch::jit::Stack* stack) {
   const std::vector<c10::Argument>& arguments = op.schema().arguments();
-  // Where each device tensor sits: its argument, and its index in a tensor list (-1: none).
-  struct Place {
-    size_t argument;
-    int64_t item;
-  };
   std::vector<Place> places;
   std::vector<at::Tensor> tensors;
   const auto take = [&](const at::Tensor& tensor, size_t argument, int64_t item) {
@@ -310,6 +404,7 @@ bool run_direct(c10::DispatchKey cpu_key, const c10::OperatorHandle& op, size_t 
     }
   }
   if (tensors.empty()) return false;
+  if (run_in_host_section(cpu_key, op, begin, device, places, tensors, stack)) return true;
   // Note [Zero-copy operands]
   const bool in_place = !op.schema().name().empty() && op.schema().name().back() == '_';
   std::vector<Staging> how(tensors.size(), Staging::kCopy);
@@ -319,9 +414,7 @@ bool run_direct(c10::DispatchKey cpu_key, const c10::OperatorHandle& op, size_t 
         tensor.numel() * static_cast<int64_t>(tensor.itemsize()) < kMapMinBytes) {
       continue;
     }
-    const c10::AliasInfo* alias = arguments[places[k].argument].alias_info();
-    const bool writes = alias != nullptr && alias->isWrite();
-    if (!writes) {
+    if (!writes(arguments[places[k].argument])) {
       how[k] = Staging::kMapRead;
     } else if (in_place) {
       how[k] = Staging::kMapWrite;
@@ -332,15 +425,10 @@ bool run_direct(c10::DispatchKey cpu_key, const c10::OperatorHandle& op, size_t 
   std::vector<std::pair<at::Tensor, at::Tensor>> written;  // (device tensor, host copy)
   std::vector<const void*> spans;                           // each written host copy's span
   std::vector<std::pair<at::Tensor, at::Tensor>> mapped_written;  // written through a mapping
-  std::vector<std::vector<at::Tensor>> lists(arguments.size());
-  for (size_t i = 0; i < arguments.size(); ++i) {
-    if ((*stack)[begin + i].isTensorList()) lists[i] = (*stack)[begin + i].toTensorList().vec();
-  }
   for (size_t k = 0; k < places.size(); ++k) {
     // Note [Kernels that ask whether an input requires grad]
     if (tensors[k].requires_grad()) hosts[k].set_requires_grad(true);
-    const c10::AliasInfo* alias = arguments[places[k].argument].alias_info();
-    if (alias != nullptr && alias->isWrite()) {
+    if (writes(arguments[places[k].argument])) {
       if (how[k] == Staging::kMapWrite) {
         mapped_written.emplace_back(tensors[k], hosts[k]);
       } else {
@@ -348,17 +436,8 @@ bool run_direct(c10::DispatchKey cpu_key, const c10::OperatorHandle& op, size_t 
         spans.push_back(hosts[k].storage().data());
       }
     }
-    if (places[k].item < 0) {
-      (*stack)[begin + places[k].argument] = std::move(hosts[k]);
-    } else {
-      lists[places[k].argument][static_cast<size_t>(places[k].item)] = std::move(hosts[k]);
-    }
   }
-  for (size_t i = 0; i < arguments.size(); ++i) {
-    if ((*stack)[begin + i].isTensorList()) {
-      (*stack)[begin + i] = c10::List<at::Tensor>(std::move(lists[i]));
-    }
-  }
+  put_on_stack(places, hosts, begin, arguments.size(), stack);
   try {
     op.redispatchBoxed(c10::DispatchKeySet(cpu_key), stack);
   } catch (...) {
@@ -379,26 +458,9 @@ bool run_direct(c10::DispatchKey cpu_key, const c10::OperatorHandle& op, size_t 
   finish_on_host(operands.mappings, unchanged);
   // A result that is a written argument is its device tensor; a new one is moved to the device.
   written.insert(written.end(), mapped_written.begin(), mapped_written.end());
-  const auto to_device = [&](const at::Tensor& tensor) -> at::Tensor {
-    if (!tensor.defined() || !tensor.is_cpu()) return tensor;
-    auto same = std::find_if(written.begin(), written.end(),
-                             [&](const auto& pair) { return pair.second.is_same(tensor); });
-    return same != written.end() ? same->first : device_copy(tensor, device);
-  };
-  const size_t results = stack->size() - op.schema().returns().size();
-  for (size_t i = results; i < stack->size(); ++i) {
-    c10::IValue& value = (*stack)[i];
-    if (value.isTensor()) {
-      value = to_device(value.toTensor());
-    } else if (value.isTensorList()) {
-      std::vector<at::Tensor> moved = value.toTensorList().vec();
-      for (at::Tensor& tensor : moved) tensor = to_device(tensor);
-      value = c10::List<at::Tensor>(std::move(moved));
-    }
-  }
+  results_to_device(written, device, op.schema().returns().size(), stack);
   return true;
 }
-
 
 // The fallback body: runs `op`'s kernel of `cpu_key` on the host (the functions below).
 void fallback_to(c10::DispatchKey cpu_key, const c10::OperatorHandle& op,

@@ -9,10 +9,12 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <utility>
 #include <vector>
 
 #include "oclvm/instructions/instructions.h"
+#include "oclvm/vm/host_section.h"
 
 namespace oclvm::torch_adapter {
 
@@ -39,6 +41,22 @@ std::vector<at::Tensor> host_views(c10::ArrayRef<at::Tensor> devices);
 // device tensors' sizes and strides.
 void finish_on_host(std::vector<std::shared_ptr<HostMapping>>& mappings,
                     c10::ArrayRef<std::pair<at::Tensor, at::Tensor>> written);
+
+// Note [Host sections] (vm/host_section.h) in the adapter: on a zero-copy device whose segments
+// have a host address, an operator's device tensors are handed to the CPU kernel as CPU tensors
+// over their own bytes, inside a host section: no map, no copy, no VM list.
+//
+// The host address of a device tensor's element 0, or nullptr: its device is not zero-copy, its
+// segment has no host address, or it has no elements.
+void* host_address(const at::Tensor& device);
+// Each of `devices` as a CPU tensor over its own bytes, with its sizes, strides, storage offset
+// and bits; empty when one of them has no host address or they are not all on one device.
+// Tensors of one device storage get one CPU storage, so ATen's overlap checks see their aliasing
+// as they would on the CPU (x[1:].copy_(x[:-1]) is refused, not silently smeared). Valid while
+// the device tensors live; read or written only inside a host section.
+std::vector<at::Tensor> host_aliases(c10::ArrayRef<at::Tensor> devices);
+// A host section on the opencl device `index`, or nullopt when its worker is busy.
+std::optional<vm::HostSection> try_host_section(c10::DeviceIndex index);
 
 // A new device tensor on `device` with `host`'s sizes, strides and values. For a dense, gapless
 // host tensor the allocation and the upload are one VM list; anything else goes through to().

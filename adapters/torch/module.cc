@@ -206,7 +206,8 @@ PyObject* py_device_properties(PyObject*, PyObject* arg) {
        put(dict, "max_allocation", static_cast<int64_t>(properties.max_alloc_bytes)) &&
        put(dict, "base_addr_align", static_cast<int64_t>(properties.base_addr_align_bytes)) &&
        put_bool(dict, "host_unified_memory", properties.host_unified_memory) &&
-       put_bool(dict, "zero_copy", zero_copy(index));
+       put_bool(dict, "zero_copy", zero_copy(index)) &&
+       put_bool(dict, "host_sections", host_addressable(index));
   if (!ok) {
     Py_DECREF(dict);
     return nullptr;

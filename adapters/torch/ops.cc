@@ -39,7 +39,9 @@
 #include <ATen/ops/view_native.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <cstring>
+#include <initializer_list>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -82,13 +84,33 @@ vm::Stream& stream_of(const at::Tensor& t) { return current_vm_stream(t.device()
 // torch's own (multi-threaded) host copy reaches. On a zero-copy device (allocator.h) a copy of
 // kParallelCopyBytes or more maps the device range instead (MapBlob: the buffer's own memory,
 // ordered as the copy would be), lets torch's CPU copy_ move the bytes on every core, and
-// unmaps: two VM lists instead of one, which only large copies repay.
+// unmaps: two VM lists instead of one, which only large copies repay. When the memory has a host
+// address (Note [Host sections]) the copy runs in a host section instead, with no list at all.
 constexpr size_t kParallelCopyBytes = size_t{1} << 20;
 
-// Copies `bytes` between `host` and the device tensor's bytes from its element 0 through a
-// mapping; false (nothing done) when the device or the size does not call for it.
-bool copy_through_mapping(const at::Tensor& device, void* host, size_t bytes, bool to_device) {
+// Copies `bytes` between `host` and the device tensor's bytes from its element 0 with torch's
+// parallel CPU copy: in a host section when the memory has a host address, else through a
+// mapping. False (nothing done) when the device or the size does not call for it.
+bool copy_on_host(const at::Tensor& device, void* host, size_t bytes, bool to_device) {
   if (bytes < kParallelCopyBytes || !zero_copy(device.device().index())) return false;
+  const auto as_bytes = [bytes](void* address) {
+    return at::from_blob(address, {static_cast<int64_t>(bytes)}, at::TensorOptions().dtype(at::kByte));
+  };
+  const auto copy = [&](void* device_bytes) {
+    at::Tensor on_device = as_bytes(device_bytes);
+    at::Tensor other = as_bytes(host);
+    if (to_device) {
+      on_device.copy_(other);
+    } else {
+      other.copy_(on_device);
+    }
+  };
+  if (void* address = host_address(device)) {
+    if (std::optional<vm::HostSection> section = try_host_section(device.device().index())) {
+      copy(address);
+      return true;
+    }
+  }
   const BlobRef range = element0(device);
   std::vector<std::shared_ptr<HostMapping>> mappings;
   translate_errors([&] {
@@ -99,15 +121,7 @@ bool copy_through_mapping(const at::Tensor& device, void* host, size_t bytes, bo
     vm::Run(builder.take());
   });
   try {
-    at::Tensor mapped = at::from_blob(mappings[0]->host(), {static_cast<int64_t>(bytes)},
-                                      at::TensorOptions().dtype(at::kByte));
-    at::Tensor other = at::from_blob(host, {static_cast<int64_t>(bytes)},
-                                     at::TensorOptions().dtype(at::kByte));
-    if (to_device) {
-      mapped.copy_(other);
-    } else {
-      other.copy_(mapped);
-    }
+    copy(mappings[0]->host());
   } catch (...) {
     finish_on_host(mappings, {});
     throw;
@@ -118,7 +132,7 @@ bool copy_through_mapping(const at::Tensor& device, void* host, size_t bytes, bo
 
 void device_to_host(const at::Tensor& src, void* host, size_t bytes) {
   if (bytes == 0) return;
-  if (copy_through_mapping(src, host, bytes, /*to_device=*/false)) return;
+  if (copy_on_host(src, host, bytes, /*to_device=*/false)) return;
   const BlobRef from = element0(src);
   translate_errors([&] {
     InstructionsBuilder builder;
@@ -129,7 +143,7 @@ void device_to_host(const at::Tensor& src, void* host, size_t bytes) {
 
 void host_to_device(const void* host, const at::Tensor& dst, size_t bytes) {
   if (bytes == 0) return;
-  if (copy_through_mapping(dst, const_cast<void*>(host), bytes, /*to_device=*/true)) return;
+  if (copy_on_host(dst, const_cast<void*>(host), bytes, /*to_device=*/true)) return;
   const BlobRef to = element0(dst);
   translate_errors([&] {
     InstructionsBuilder builder;
@@ -156,6 +170,26 @@ at::Tensor with_bits_of(const at::Tensor& like, at::Tensor host) {
 
 bool same_bits(const at::Tensor& a, const at::Tensor& b) {
   return a.is_conj() == b.is_conj() && a.is_neg() == b.is_neg();
+}
+
+// Note [Storage operators in a host section]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// On a device whose memory has host addresses (host_view.h), copies, fills and item() need no
+// command either: in a host section, each device tensor is a CPU tensor over its own bytes
+// (host_aliases: its sizes, strides and bits) and ATen's CPU kernel does the work — any layout,
+// dtype conversion and bits, on every core for large tensors, exactly as a CPU copy_ does. Runs
+// `fn` on the aliases of `devices` (all of one device) and returns true; false, having done
+// nothing, when a tensor has no host address or the device's worker is busy (the caller then
+// takes its lists).
+template <typename Fn>
+bool on_host(std::initializer_list<at::Tensor> devices, Fn&& fn) {
+  const c10::ArrayRef<at::Tensor> tensors(devices);
+  std::vector<at::Tensor> hosts = host_aliases(tensors);
+  if (hosts.empty()) return false;
+  std::optional<vm::HostSection> section = try_host_section(tensors[0].device().index());
+  if (!section) return false;
+  fn(hosts);
+  return true;
 }
 
 // A device tensor's span read into host memory: `span` is the 1-D CPU tensor holding it, `view`
@@ -290,6 +324,14 @@ const at::Tensor& resize_(const at::Tensor& self, c10::SymIntArrayRef sym_size,
 
 at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
   if (self.numel() == 0) return dst;
+  // Note [Storage operators in a host section]
+  if (dst.is_cpu()) {
+    if (on_host({self}, [&](auto& host) { dst.copy_(host[0]); })) return dst;
+  } else if (self.is_cpu()) {
+    if (on_host({dst}, [&](auto& host) { host[0].copy_(self); })) return dst;
+  } else if (on_host({self, dst}, [&](auto& host) { host[1].copy_(host[0]); })) {
+    return dst;
+  }
   // Note [Conjugate and negative bits in copies]: bytes move unconverted only between tensors
   // that read them alike.
   const bool same_layout = self.scalar_type() == dst.scalar_type() && self.is_contiguous() &&
@@ -324,6 +366,9 @@ at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
 
 at::Scalar local_scalar_dense(const at::Tensor& self) {
   TORCH_CHECK(self.numel() == 1, "Expected a tensor with one element, but got ", self.numel());
+  at::Scalar value;
+  // Note [Storage operators in a host section]
+  if (on_host({self}, [&](auto& host) { value = host[0].item(); })) return value;
   at::Tensor host = at::empty({}, self.options().device(at::kCPU));
   device_to_host(self, host.data_ptr(), item_bytes(self));
   return with_bits_of(self, host).item();
@@ -375,6 +420,8 @@ at::Tensor& set_empty(at::Tensor& self) {
 
 at::Tensor& fill_scalar(at::Tensor& self, const at::Scalar& value) {
   if (self.numel() == 0) return self;
+  // Note [Storage operators in a host section]
+  if (on_host({self}, [&](auto& host) { host[0].fill_(value); })) return self;
   const size_t width = item_bytes(self);
   if (self.is_contiguous() && (width == 1 || width == 2 || width == 4 || width == 8)) {
     // The element's bit pattern, converted by ATen's own scalar rules, as self stores it (Note
@@ -545,6 +592,51 @@ void finish_on_host(std::vector<std::shared_ptr<HostMapping>>& mappings,
   if (builder.size() > 0) translate_errors([&] { vm::Run(builder.take()); });
 }
 
+void* host_address(const at::Tensor& device) {
+  if (device.numel() == 0 || !host_addressable(device.device().index())) return nullptr;
+  const BlobRef ref = element0(device);
+  const Allocation& allocation = ref.blob->storage()->allocation();
+  if (allocation.segment == nullptr || allocation.segment->host == nullptr) return nullptr;
+  return static_cast<char*>(allocation.segment->host) + allocation.offset + ref.offset;
+}
+
+std::vector<at::Tensor> host_aliases(c10::ArrayRef<at::Tensor> devices) {
+  std::vector<at::Tensor> hosts;
+  if (devices.empty()) return hosts;
+  const c10::Device device = devices[0].device();
+  if (!host_addressable(device.index())) return hosts;
+  std::vector<std::pair<const c10::StorageImpl*, c10::Storage>> storages;  // device -> host
+  hosts.reserve(devices.size());
+  for (const at::Tensor& tensor : devices) {
+    if (tensor.device() != device || tensor.numel() == 0) return {};
+    const c10::StorageImpl* key = tensor.storage().unsafeGetStorageImpl();
+    auto known = std::find_if(storages.begin(), storages.end(),
+                              [&](const auto& pair) { return pair.first == key; });
+    if (known == storages.end()) {
+      const BlobRef ref = blob_of(tensor.storage(), 0);
+      const Allocation& allocation = ref.blob->storage()->allocation();
+      if (allocation.segment == nullptr || allocation.segment->host == nullptr) return {};
+      void* start = static_cast<char*>(allocation.segment->host) + allocation.offset + ref.offset;
+      storages.emplace_back(key, c10::Storage(c10::Storage::use_byte_size_t(),
+                                              tensor.storage().nbytes(),
+                                              c10::DataPtr(start, c10::Device(c10::kCPU)),
+                                              /*allocator=*/nullptr, /*resizable=*/false));
+      known = storages.end() - 1;
+    }
+    at::Tensor host = at::detail::make_tensor<c10::TensorImpl>(
+        c10::Storage(known->second), c10::DispatchKeySet(c10::DispatchKey::CPU), tensor.dtype());
+    host.unsafeGetTensorImpl()->set_sizes_and_strides(tensor.sizes(), tensor.strides(),
+                                                       tensor.storage_offset());
+    hosts.push_back(with_bits_of(tensor, std::move(host)));
+  }
+  return hosts;
+}
+
+std::optional<vm::HostSection> try_host_section(c10::DeviceIndex index) {
+  return translate_errors(
+      [&] { return vm::HostSection::try_enter(vm::VirtualMachine::instance(), to_oclvm(index)); });
+}
+
 at::Tensor device_copy(const at::Tensor& host, const c10::Device& device) {
   // A dense, gapless layout (contiguous or permuted) stores its elements in numel() consecutive
   // slots starting at element 0: one upload of exactly those bytes, in the allocation's list.
@@ -556,17 +648,29 @@ at::Tensor device_copy(const at::Tensor& host, const c10::Device& device) {
     return host.to(device);
   }
   const size_t bytes = host.nbytes();
-  // Note [Large copies on host-unified devices]: a large result is uploaded on every core.
-  const bool parallel = bytes >= kParallelCopyBytes && zero_copy(device.index());
+  // On a zero-copy device the bytes move on the host: in a host section when the new memory has
+  // a host address (no command at all), else, when large, on every core (Note [Large copies on
+  // host-unified devices]).
+  const bool on_host = zero_copy(device.index()) &&
+                       (bytes >= kParallelCopyBytes || host_addressable(device.index()));
   CLDeviceAllocator& allocator = CLDeviceAllocator::instance();
   c10::Storage storage(
       c10::Storage::use_byte_size_t(), bytes,
-      allocator.allocate_on(device.index(), bytes, parallel ? nullptr : host.data_ptr()),
+      allocator.allocate_on(device.index(), bytes, on_host ? nullptr : host.data_ptr()),
       &allocator, /*resizable=*/true);
   at::Tensor result =
       at::detail::make_tensor<c10::TensorImpl>(std::move(storage), kKeys, host.dtype());
   result.unsafeGetTensorImpl()->set_sizes_and_strides(host.sizes(), host.strides());
-  if (parallel) host_to_device(host.data_ptr(), result, bytes);
+  if (!on_host) return result;
+  if (bytes < kParallelCopyBytes) {
+    if (void* address = host_address(result)) {
+      if (std::optional<vm::HostSection> section = try_host_section(device.index())) {
+        std::memcpy(address, host.data_ptr(), bytes);
+        return result;
+      }
+    }
+  }
+  host_to_device(host.data_ptr(), result, bytes);
   return result;
 }
 

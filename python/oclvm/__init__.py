@@ -163,6 +163,8 @@ class DeviceProperties:
     host_unified_memory: bool  # the host reaches the device's memory directly
     zero_copy: bool       # operators hand CPU kernels the device's memory mapped, not copies
                           # (host-unified memory and OCLVM_ZERO_COPY != "0"; decided once)
+    host_sections: bool   # ... and, better, in place with no map and no command: the device's
+                          # memory has host addresses (fine-grained SVM); OCLVM_ZERO_COPY not "map"
 
     def __repr__(self) -> str:
         mib = 1 << 20
@@ -171,7 +173,8 @@ class DeviceProperties:
                 f"total_memory={self.total_memory // mib}MB, "
                 f"max_allocation={self.max_allocation // mib}MB, "
                 f"base_addr_align={self.base_addr_align}, "
-                f"host_unified_memory={self.host_unified_memory}, zero_copy={self.zero_copy})")
+                f"host_unified_memory={self.host_unified_memory}, zero_copy={self.zero_copy}, "
+                f"host_sections={self.host_sections})")
 
 
 def _opencl_version(version: str) -> tuple:

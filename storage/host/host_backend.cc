@@ -26,6 +26,7 @@ DeviceProperties host_properties() {
   p.max_alloc_bytes = p.global_mem_bytes;
   p.base_addr_align_bytes = 128;  // the same as PoCL, so allocators behave alike on both
   p.host_unified_memory = true;
+  p.host_addressable = true;
   return p;
 }
 

@@ -23,6 +23,7 @@ class HostBackend final : public MemoryBackend {
 
  protected:
   void* do_create(size_t bytes) override;
+  void* do_host_address(void* native) const override { return native; }
   bool do_release(void* native, size_t bytes) noexcept override;
   void do_write(void* native, size_t offset, const void* src, size_t n) override;
   void do_read(void* native, size_t offset, void* dst, size_t n) override;

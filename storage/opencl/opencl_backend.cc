@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "oclvm/storage/errors.h"
@@ -20,16 +21,60 @@ OpenCLBackend::OpenCLBackend(Device device, DeviceProperties properties, cl::Dev
       where_(device.str()),
       queue_(std::move(queue)) {}
 
+namespace {
+
+// Frees a segment's SVM memory once the driver deletes its buffer (Note [Host-addressable
+// segments]): after the last command using the buffer has completed.
+struct SvmRelease {
+  cl_context context;
+  void* memory;
+};
+
+void CL_CALLBACK free_svm(cl_mem, void* user_data) {
+  auto* release = static_cast<SvmRelease*>(user_data);
+  clSVMFree(release->context, release->memory);
+  clReleaseContext(release->context);
+  delete release;
+}
+
+}  // namespace
+
 void* OpenCLBackend::do_create(size_t bytes) {
   cl_int err = CL_SUCCESS;
-  cl::Buffer buffer(context_, CL_MEM_READ_WRITE, bytes, nullptr, &err);
-  check_cl(err, "clCreateBuffer", where_);
+  void* svm = nullptr;
+  cl::Buffer buffer;
+  if (properties().host_addressable) {
+    // Note [Host-addressable segments]
+    svm = clSVMAlloc(context_(), CL_MEM_READ_WRITE | CL_MEM_SVM_FINE_GRAIN_BUFFER, bytes, 0);
+    if (svm == nullptr) {
+      throw OutOfMemoryError("Out of memory on " + where_ + ": clSVMAlloc refused " +
+                             std::to_string(bytes) + " bytes");
+    }
+    buffer = cl::Buffer(context_, CL_MEM_READ_WRITE | CL_MEM_USE_HOST_PTR, bytes, svm, &err);
+    if (err == CL_SUCCESS) {
+      auto* release = new SvmRelease{context_(), svm};
+      clRetainContext(release->context);
+      err = clSetMemObjectDestructorCallback(buffer(), free_svm, release);
+      if (err != CL_SUCCESS) {
+        clReleaseContext(release->context);
+        delete release;
+      }
+    }
+    if (err != CL_SUCCESS) {
+      buffer = cl::Buffer();  // released before its memory
+      clSVMFree(context_(), svm);
+      check_cl(err, "clCreateBuffer(CL_MEM_USE_HOST_PTR over SVM)", where_);
+    }
+  } else {
+    buffer = cl::Buffer(context_, CL_MEM_READ_WRITE, bytes, nullptr, &err);
+    check_cl(err, "clCreateBuffer", where_);
+  }
   // Force the lazy driver to allocate now (see the file comment of opencl_backend.h).
   std::vector<cl::Memory> objects{buffer};
   check_cl(queue_.enqueueMigrateMemObjects(objects, CL_MIGRATE_MEM_OBJECT_CONTENT_UNDEFINED),
            "clEnqueueMigrateMemObjects", where_);
   check_cl(queue_.finish(), "clFinish", where_);
-  return new CLAllocation{std::move(buffer), device().index, bytes};
+  return new CLAllocation{std::move(buffer), device().index, bytes, svm};
 }
 
 bool OpenCLBackend::do_release(void* native, size_t) noexcept {
@@ -227,6 +272,15 @@ std::unique_ptr<MemoryBackend> make_backend(const cl::Platform& platform, const 
   if (properties.base_addr_align_bytes == 0) properties.base_addr_align_bytes = 1;
   properties.host_unified_memory = device_info<CL_DEVICE_HOST_UNIFIED_MEMORY, cl_bool>(
                                        device, where, "clGetDeviceInfo(CL_DEVICE_HOST_UNIFIED_MEMORY)") != CL_FALSE;
+  // Note [Host-addressable segments]. An OpenCL 1.x driver does not know the query: no SVM.
+  cl_device_svm_capabilities svm = 0;
+  if (properties.version.rfind("OpenCL 1.", 0) != 0 &&
+      clGetDeviceInfo(device(), CL_DEVICE_SVM_CAPABILITIES, sizeof svm, &svm, nullptr) !=
+          CL_SUCCESS) {
+    svm = 0;
+  }
+  properties.host_addressable =
+      properties.host_unified_memory && (svm & CL_DEVICE_SVM_FINE_GRAIN_BUFFER) != 0;
 
   cl_int err = CL_SUCCESS;
   cl::Context context(device, nullptr, nullptr, nullptr, &err);

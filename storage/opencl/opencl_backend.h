@@ -1,13 +1,25 @@
 // storage/opencl/opencl_backend.h — one OpenCL device as a MemoryBackend.
 //
-//   CLAllocation     one system allocation: {cl::Buffer buffer; DeviceIndex device; size_t size;}
-//                    It is the `native` record of every Segment an OpenCLBackend creates.
+//   CLAllocation     one system allocation: {cl::Buffer buffer; DeviceIndex device; size_t size;
+//                    void* svm;} It is the `native` record of every Segment an OpenCLBackend
+//                    creates.
 //   OpenCLBackend    owns the device's context (one per device, so devices are isolated: a buffer
 //                    of one device is never used on another's queue) and its in-order command
 //                    queue. Segments are cl::Buffers that are allocated for real at creation:
 //                    clEnqueueMigrateMemObjects(CONTENT_UNDEFINED) + clFinish right after
 //                    clCreateBuffer, because PoCL and GPU drivers otherwise allocate on first use
 //                    and would report out-of-memory at some later enqueue.
+//
+// Note [Host-addressable segments]
+// On a device with unified host memory and fine-grained buffer SVM (every PoCL CPU device), a
+// segment's memory comes from clSVMAlloc(CL_MEM_SVM_FINE_GRAIN_BUFFER) and its cl::Buffer is
+// created over it (CL_MEM_USE_HOST_PTR), so every command works on the buffer as before and the
+// host reads and writes the same bytes at Segment::host without a map: fine-grained SVM is
+// coherent at the synchronisation points (a finished queue), which the VM orders. The SVM memory
+// is freed by the buffer's destructor callback, which the driver calls once the last command
+// using the buffer has completed — not before, as with a plain buffer's deferred release.
+// Elsewhere (GPUs with their own memory, OpenCL 1.2 drivers) segments are plain buffers and
+// Segment::host stays nullptr.
 //
 // Every OpenCL call is checked (cl_check.h); errors name the call, the error and the device.
 // Thread-safety: thread-compatible, like every MemoryBackend (storage/backend.h).
@@ -26,6 +38,8 @@ struct CLAllocation {
   cl::Buffer buffer;    // the driver's buffer; released when the record is destroyed
   DeviceIndex device;   // opencl:device that owns it
   size_t size;          // bytes
+  void* svm = nullptr;  // fine-grained SVM memory under the buffer (Note [Host-addressable
+                        // segments]); nullptr for a plain buffer
 };
 
 class OpenCLBackend final : public MemoryBackend {
@@ -47,6 +61,9 @@ class OpenCLBackend final : public MemoryBackend {
 
  protected:
   void* do_create(size_t bytes) override;
+  void* do_host_address(void* native) const override {
+    return static_cast<CLAllocation*>(native)->svm;
+  }
   bool do_release(void* native, size_t bytes) noexcept override;
   void do_write(void* native, size_t offset, const void* src, size_t n) override;
   void do_read(void* native, size_t offset, void* dst, size_t n) override;

@@ -174,7 +174,8 @@ oclvm_cli_test(devices 0
   ARGS devices
   STDOUT "^platform: " "\nopencl:0\n" "\ncpu\n" "global memory: +[0-9]+ " "max allocation: +[0-9]+ "
          "base address alignment: +[0-9]+ bytes\n"
-         "host-unified memory: +yes \\(torch operators use it without copies\\)\n")
+         "host-unified memory: +yes \\(torch operators use it without copies\\)\n"
+         "  host addresses: +yes \\(torch operators use it in place, with no command\\)\n")
 oclvm_cli_test(devices_two 0
   ARGS devices
   ENV "POCL_DEVICES=basic basic"

@@ -149,11 +149,12 @@ xd, yd = x.to("opencl"), y.to("opencl")
 xd.add_(yd, alpha=2)
 z = torch.mul(xd, yd)
 assert torch.equal(xd.cpu(), x + 2) and torch.equal(z.cpu(), x + 2)
-print(p.host_unified_memory, p.zero_copy)
+print(p.host_unified_memory, p.zero_copy, p.host_sections)
 """
 
 
-@pytest.mark.parametrize("setting, expected", [(None, "True True"), ("0", "True False")])
+@pytest.mark.parametrize("setting, expected", [
+    (None, "True True True"), ("map", "True True False"), ("0", "True False False")])
 def test_zero_copy_is_decided_once_shown_and_can_be_forced_off(setting, expected):
     import os
     import subprocess

@@ -1,0 +1,18 @@
+// vm/host_section.cc — Note [Host sections].
+#include "oclvm/vm/host_section.h"
+
+#include "oclvm/vm/virtual_machine.h"
+
+namespace oclvm::vm {
+
+std::optional<HostSection> HostSection::try_enter(VirtualMachine& vm, Device device) {
+  StreamWorker& worker = vm.worker(device);
+  if (!worker.try_acquire_idle()) return std::nullopt;
+  return HostSection(&worker);
+}
+
+HostSection::~HostSection() {
+  if (worker_ != nullptr) worker_->release_execution();
+}
+
+}  // namespace oclvm::vm

@@ -1,0 +1,56 @@
+// vm/host_section.h — a span of time in which the calling thread uses a device's memory directly.
+//
+// Note [Host sections]
+// ~~~~~~~~~~~~~~~~~~~~
+// On a device whose segments have a host address (Segment::host: fine-grained SVM, or host
+// memory), the host can read and write a blob's bytes in place, with no map and no command,
+// provided no device command on them runs meanwhile. A HostSection gives exactly that: it holds
+// the device's execution right (as a caller running its own list inline does, Note [Caller runs]
+// in stream_worker.h), so while it lives no instruction of the device is dispatched — a list
+// another thread submits meanwhile waits, and is dispatched when the section ends — and it is
+// entered only when the device's worker is idle, so every instruction submitted for the device
+// before it has been dispatched and, as every batch ends by finishing the queues it used, has
+// completed on the device. Host reads in the section see every earlier device write; device
+// instructions submitted after it see the host's writes. In stream terms, the section is one more
+// instruction on every stream of the device, run by the host.
+//
+// try_enter never waits: it gives nothing when the worker is busy or shut down, and the caller
+// takes its ordinary path (lists of instructions). Not excluded: another device's worker reading
+// this device's memory for a cross-device copy; as for any reader and writer of one tensor on two
+// devices, ordering those is the caller's.
+//
+// Inside a section the thread holds an execution right, so it must not wait for the VM (Run and
+// Ticket::wait refuse with an Error); a tensor it drops is released detached, as from an
+// instruction. Sections do not nest on one device.
+//
+// Thread-safety: a HostSection belongs to the thread that entered it and must end on that thread.
+#pragma once
+
+#include <optional>
+
+#include "oclvm/storage/device.h"
+
+namespace oclvm::vm {
+
+class StreamWorker;
+class VirtualMachine;
+
+class HostSection {
+ public:
+  // Enters when `device`'s worker has nothing pending and nobody dispatches; nullopt otherwise.
+  // Throws InvalidArgument for an unknown device.
+  static std::optional<HostSection> try_enter(VirtualMachine& vm, Device device);
+
+  HostSection(HostSection&& other) noexcept : worker_(other.worker_) { other.worker_ = nullptr; }
+  HostSection& operator=(HostSection&&) = delete;
+  HostSection(const HostSection&) = delete;
+  HostSection& operator=(const HostSection&) = delete;
+  // Ends the section: instructions other threads submitted meanwhile are dispatched now.
+  ~HostSection();
+
+ private:
+  explicit HostSection(StreamWorker* worker) : worker_(worker) {}
+  StreamWorker* worker_;  // nullptr once moved from
+};
+
+}  // namespace oclvm::vm
