@@ -34,6 +34,8 @@ test: build torch
 	@cmake --build build-torch -j $(JOBS) --target oclvm_torch_tests
 	cd build-torch && ctest --output-on-failure
 	OCLVM_EXIT_RUNS=4 $(PY) -m pytest -q tests/torch
+	@echo "the torch tests again on two pthread devices, in host sections"
+	OCLVM_EXIT_RUNS=4 OCLVM_OPINFO=0 POCL_DEVICES="pthread pthread" $(PY) -m pytest -q tests/torch
 	@echo "the torch tests again on two pthread devices, operands copied (OCLVM_ZERO_COPY=0)"
 	OCLVM_EXIT_RUNS=4 OCLVM_OPINFO=0 OCLVM_ZERO_COPY=0 POCL_DEVICES="pthread pthread" $(PY) -m pytest -q tests/torch
 

@@ -52,6 +52,9 @@ struct OperatorFacts {
   std::vector<size_t> generators;       // arguments of type Generator or Generator?
   std::vector<size_t> unmarked_writes;  // arguments the CPU kernel writes unannounced
   bool direct = false;                  // Note [The direct path of the fallback] may take it
+  // Note [Functional operators through their composite] may take it: a functional operator
+  // (no argument written, no generator) with a CompositeExplicitAutogradNonFunctional kernel.
+  bool composite = false;
 };
 
 bool is_generator(const c10::TypePtr& type) {
@@ -95,13 +98,17 @@ bool takes_direct_path(const c10::FunctionSchema& schema) {
   return true;
 }
 
-OperatorFacts learn(const c10::FunctionSchema& schema) {
+OperatorFacts learn(const c10::OperatorHandle& op) {
+  const c10::FunctionSchema& schema = op.schema();
   OperatorFacts facts;
   facts.direct = takes_direct_path(schema);
   const std::vector<c10::Argument>& arguments = schema.arguments();
   for (size_t i = 0; i < arguments.size(); ++i) {
     if (is_generator(arguments[i].type())) facts.generators.push_back(i);
   }
+  facts.composite = facts.direct && facts.generators.empty() && !schema.is_mutable() &&
+                    op.hasKernelForDispatchKey(
+                        c10::DispatchKey::CompositeExplicitAutogradNonFunctional);
   for (const UnmarkedWrites& entry : unmarked_writes()) {
     if (schema.name() != entry.op || schema.overload_name() != entry.overload) continue;
     for (const std::string_view name : entry.arguments) {
@@ -115,11 +122,11 @@ OperatorFacts learn(const c10::FunctionSchema& schema) {
 
 // The facts of `op`, learnt on this thread's first call of it. An operator's schema lives as long
 // as its registration, so its address identifies it.
-const OperatorFacts& facts_of(const c10::OperatorHandle& op) {
+OperatorFacts& facts_of(const c10::OperatorHandle& op) {
   thread_local std::unordered_map<const c10::FunctionSchema*, OperatorFacts> known;
   const c10::FunctionSchema& schema = op.schema();
   auto it = known.find(&schema);
-  if (it == known.end()) it = known.emplace(&schema, learn(schema)).first;
+  if (it == known.end()) it = known.emplace(&schema, learn(op)).first;
   return it->second;
 }
 
@@ -332,32 +339,98 @@ bool writes(const c10::Argument& argument) {
 // results cost a list: their allocation (device_copy copies their bytes in a second, short host
 // section). While the section lasts no instruction of the device runs, so an operator of another
 // thread on the same tensors is ordered before or after this one, as on a single stream; one that
-// finds the worker busy takes the lists below. out= arguments keep the copies: the kernel may
-// resize them, which a CPU tensor over device memory cannot be. A kernel that throws leaves
-// nothing behind but what it wrote, as on the CPU.
-bool run_in_host_section(c10::DispatchKey cpu_key, const c10::OperatorHandle& op, size_t begin,
-                         const c10::Device& device, const std::vector<Place>& places,
-                         const std::vector<at::Tensor>& tensors, torch::jit::Stack* stack) {
-  if (!host_addressable(device.index())) return false;
-  const std::vector<c10::Argument>& arguments = op.schema().arguments();
-  const bool in_place = !op.schema().name().empty() && op.schema().name().back() == '_';
-  for (size_t k = 0; k < tensors.size(); ++k) {
-    if (!in_place && writes(arguments[places[k].argument])) return false;  // out=
+// finds the worker busy takes the lists below. An out= argument is written in place too; one the
+// kernel resized (host_aliases: a grown one moved to host memory) is resized and copied on the
+// device afterwards, as on the copy path. A kernel that throws leaves nothing behind but what it
+// wrote, as on the CPU.
+//
+// Note [Functional operators through their composite]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A functional operator's CPU kernel allocates its results in host memory, which then has to be
+// copied into new device memory: for large results about as much work as the kernel itself, on
+// fresh host pages. A structured operator has a composite kernel
+// (CompositeExplicitAutogradNonFunctional) that computes its results' shapes in C++ (the same
+// meta function the CPU kernel runs), allocates them on the operands' device — here, through the
+// caching allocator — and calls its out= form, which reaches this fallback and writes the device
+// results in a host section. So a structured functional operator with an operand of
+// kCompositeMinBytes or more, on a host-addressable device, is handed to that composite: no host
+// result and no copy, and the out= kernel is the one the CPU's functional kernel is built from,
+// so the values are the CPU's. Small operands keep the plain path, which costs one dispatch less.
+// Operators with a generator keep it too: the out= call would carry the host generator the
+// fallback substituted.
+constexpr int64_t kCompositeMinBytes = 64 << 10;
+
+// Passes every warning on to the handler it replaces except ATen's "An output with one or more
+// elements was resized" — a composite whose meta function disagrees with its out= kernel about
+// the result's shape (mse_loss): the out= argument is ours, not the caller's, so the warning
+// would tell the caller of a mistake they did not make. It is counted instead.
+class ResizeWarningFilter final : public c10::WarningHandler {
+ public:
+  explicit ResizeWarningFilter(c10::WarningHandler* next) : next_(next) {}
+  void process(const c10::Warning& warning) override {
+    if (warning.msg().rfind("An output with one or more elements was resized", 0) == 0) {
+      ++resized_;
+      return;
+    }
+    next_->process(warning);
   }
-  if (tensors[0].device() != device) return false;
+  int resized() const { return resized_; }
+
+ private:
+  c10::WarningHandler* next_;
+  int resized_ = 0;
+};
+
+// Runs `op`'s CompositeExplicitAutogradNonFunctional kernel on the stack. One whose out= kernel
+// resized the result the composite allocated takes the plain path from then on (its meta shape is
+// not the kernel's, so the composite saves nothing).
+void run_composite(OperatorFacts& facts, const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  ResizeWarningFilter filter(c10::WarningUtils::get_warning_handler());
+  c10::WarningUtils::WarningHandlerGuard guard(&filter);
+  op.callBoxedForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional, *stack);
+  if (filter.resized() > 0) facts.composite = false;
+}
+
+bool run_in_host_section(c10::DispatchKey cpu_key, OperatorFacts& facts,
+                         const c10::OperatorHandle& op, size_t begin, const c10::Device& device,
+                         const std::vector<Place>& places, const std::vector<at::Tensor>& tensors,
+                         torch::jit::Stack* stack) {
+  if (!host_addressable(device.index()) || tensors[0].device() != device) return false;
+  const std::vector<c10::Argument>& arguments = op.schema().arguments();
+  // Note [Functional operators through their composite]
+  if (facts.composite) {
+    for (const at::Tensor& tensor : tensors) {
+      if (static_cast<int64_t>(tensor.nbytes()) >= kCompositeMinBytes) {
+        run_composite(facts, op, stack);
+        return true;
+      }
+    }
+  }
   std::vector<at::Tensor> hosts = host_aliases(tensors);
   if (hosts.empty()) return false;
   std::optional<vm::HostSection> section = try_host_section(device.index());
   if (!section) return false;
   std::vector<std::pair<at::Tensor, at::Tensor>> written;  // (device tensor, host alias)
+  std::vector<const void*> spans;                           // each written alias's data
   for (size_t k = 0; k < tensors.size(); ++k) {
     // Note [Kernels that ask whether an input requires grad]
     if (tensors[k].requires_grad()) hosts[k].set_requires_grad(true);
-    if (writes(arguments[places[k].argument])) written.emplace_back(tensors[k], hosts[k]);
+    if (writes(arguments[places[k].argument])) {
+      written.emplace_back(tensors[k], hosts[k]);
+      spans.push_back(hosts[k].storage().data());
+    }
   }
   put_on_stack(places, hosts, begin, arguments.size(), stack);
   op.redispatchBoxed(c10::DispatchKeySet(cpu_key), stack);
-  section.reset();  // new results are allocated through the VM
+  section.reset();  // what follows runs VM lists
+  for (size_t k = 0; k < written.size(); ++k) {
+    const auto& [target, host] = written[k];
+    if (host.storage().data() != spans[k] || !host.sizes().equals(target.sizes()) ||
+        !host.strides().equals(target.strides()) ||
+        host.storage_offset() != target.storage_offset()) {
+      at::_copy_from_and_resize(host, target);  // the kernel resized an out= argument
+    }
+  }
   results_to_device(written, device, op.schema().returns().size(), stack);
   return true;
 }
@@ -380,8 +453,9 @@ bool run_in_host_section(c10::DispatchKey cpu_key, const c10::OperatorHandle& op
 // VM list by list, as before: an operator's read and write-back are two lists, so, as on any
 // device, concurrent writers of one tensor need the caller's own synchronisation. Returns
 // whether it ran `op`.
-bool run_direct(c10::DispatchKey cpu_key, const c10::OperatorHandle& op, size_t begin,
-                const c10::Device& device, torch::jit::Stack* stack) {
+bool run_direct(c10::DispatchKey cpu_key, OperatorFacts& facts,
+                const c10::OperatorHandle& op, size_t begin, const c10::Device& device,
+                torch::jit::Stack* stack) {
   const std::vector<c10::Argument>& arguments = op.schema().arguments();
   std::vector<Place> places;
   std::vector<at::Tensor> tensors;
@@ -404,7 +478,7 @@ bool run_direct(c10::DispatchKey cpu_key, const c10::OperatorHandle& op, size_t 
     }
   }
   if (tensors.empty()) return false;
-  if (run_in_host_section(cpu_key, op, begin, device, places, tensors, stack)) return true;
+  if (run_in_host_section(cpu_key, facts, op, begin, device, places, tensors, stack)) return true;
   // Note [Zero-copy operands]
   const bool in_place = !op.schema().name().empty() && op.schema().name().back() == '_';
   std::vector<Staging> how(tensors.size(), Staging::kCopy);
@@ -465,7 +539,7 @@ bool run_direct(c10::DispatchKey cpu_key, const c10::OperatorHandle& op, size_t 
 // The fallback body: runs `op`'s kernel of `cpu_key` on the host (the functions below).
 void fallback_to(c10::DispatchKey cpu_key, const c10::OperatorHandle& op,
                  torch::jit::Stack* stack) {
-  const OperatorFacts& facts = facts_of(op);
+  OperatorFacts& facts = facts_of(op);
   const c10::FunctionSchema& schema = op.schema();
   const size_t begin = stack->size() - schema.arguments().size();
   if (!facts.generators.empty()) substitute_generators(facts, begin, stack);
@@ -482,7 +556,7 @@ void fallback_to(c10::DispatchKey cpu_key, const c10::OperatorHandle& op,
     written.emplace_back(target, std::move(host));
   }
   if (facts.direct && cpu_key == c10::DispatchKey::CPU &&
-      run_direct(cpu_key, op, begin, device, stack)) {
+      run_direct(cpu_key, facts, op, begin, device, stack)) {
     for (auto& [target, host] : written) target.copy_(host);
     return;
   }

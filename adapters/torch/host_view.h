@@ -53,7 +53,9 @@ void* host_address(const at::Tensor& device);
 // and bits; empty when one of them has no host address or they are not all on one device.
 // Tensors of one device storage get one CPU storage, so ATen's overlap checks see their aliasing
 // as they would on the CPU (x[1:].copy_(x[:-1]) is refused, not silently smeared). Valid while
-// the device tensors live; read or written only inside a host section.
+// the device tensors live; read or written only inside a host section. A kernel that grows one
+// (an out= argument of the wrong size) moves it to host memory of the CPU allocator, which the
+// caller then copies back (its storage's data is no longer the device's).
 std::vector<at::Tensor> host_aliases(c10::ArrayRef<at::Tensor> devices);
 // A host section on the opencl device `index`, or nullopt when its worker is busy.
 std::optional<vm::HostSection> try_host_section(c10::DeviceIndex index);

@@ -620,7 +620,7 @@ std::vector<at::Tensor> host_aliases(c10::ArrayRef<at::Tensor> devices) {
       storages.emplace_back(key, c10::Storage(c10::Storage::use_byte_size_t(),
                                               tensor.storage().nbytes(),
                                               c10::DataPtr(start, c10::Device(c10::kCPU)),
-                                              /*allocator=*/nullptr, /*resizable=*/false));
+                                              c10::GetCPUAllocator(), /*resizable=*/true));
       known = storages.end() - 1;
     }
     at::Tensor host = at::detail::make_tensor<c10::TensorImpl>(

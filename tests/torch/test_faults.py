@@ -4,7 +4,8 @@ segment, RuntimeError naming the injected fault and the device for a failed copy
 or map; a failed release, which torch runs in a deleter that cannot raise, is one line on
 stderr), no operator crashes the process, and once the work is done memory_allocated and the
 live blocks are back to where they started. Each iteration drops its tensors before
-empty_cache, so every iteration allocates a new segment.
+empty_cache, so every iteration allocates a new segment. Rules on commands run with host sections
+off (they issue none); segment rules run with them on.
 """
 import os
 import subprocess
@@ -51,8 +52,9 @@ SCRIPT = textwrap.dedent("""
 def test_faults_surface_typed_and_nothing_leaks(rules, elements):
     env = dict(os.environ, OCLVM_FAULTS=rules, OCLVM_TEST_ELEMENTS=str(elements),
                PYTHONPATH=os.pathsep.join(sys.path))
-    if rules.startswith("map"):
-        # Maps happen only with zero-copy operands on and host sections off (they need no map).
+    if any(point in rules for point in ("copy", "fill", "finish", "map")):
+        # In host sections copies and fills are done by the host: no command to fail. With
+        # sections off (OCLVM_ZERO_COPY=map) the operators issue commands and maps again.
         env["OCLVM_ZERO_COPY"] = "map"
     out = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True,
                          timeout=300)

@@ -1,0 +1,173 @@
+// tests/instructions/host_section_test.cc — vm::HostSection (Note [Host sections]) on a real VM,
+// on PoCL (fine-grained SVM segments) and on the host device: host-addressable segments, the
+// ordering against device instructions before and after a section, other threads' lists held
+// back while it lasts, and the refusals (busy worker, shut-down VM, waiting inside a section).
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "oclvm/instructions/builder.h"
+#include "oclvm/instructions/instructions.h"
+#include "oclvm/storage/device_manager.h"
+#include "oclvm/storage/errors.h"
+#include "oclvm/vm/host_section.h"
+#include "oclvm/vm/virtual_machine.h"
+#include "tests/storage/test_util.h"
+
+namespace oclvm {
+namespace {
+
+constexpr Device kOpenCL0{DeviceType::kOpenCL, 0};
+constexpr Device kCpu{DeviceType::kCpu, 0};
+constexpr size_t kBytes = 1 << 20;
+
+std::vector<uint8_t> pattern_bytes(size_t n, uint8_t seed) {
+  std::vector<uint8_t> bytes(n);
+  for (size_t i = 0; i < n; ++i) bytes[i] = static_cast<uint8_t>(seed + i * 7 + (i >> 9));
+  return bytes;
+}
+
+class HostSectionTest : public testing::LeakCheckedTest,
+                        public ::testing::WithParamInterface<Device> {
+ protected:
+  void SetUp() override {
+    LeakCheckedTest::SetUp();
+    vm_ = std::make_unique<vm::VirtualMachine>(DeviceManager::instance(), Options{});
+  }
+  void TearDown() override {
+    if (!vm_->is_shut_down()) {
+      InstructionsBuilder builder(*vm_);
+      builder.empty_cache(device());
+      vm_->run(builder.take());
+    }
+    vm_.reset();
+    LeakCheckedTest::TearDown();
+  }
+
+  Device device() const { return GetParam(); }
+
+  std::shared_ptr<BlobObject> allocate(size_t bytes) {
+    InstructionsBuilder builder(*vm_);
+    auto blob = builder.allocate_blob(builder.stream(device()), bytes);
+    vm_->run(builder.take());
+    return blob;
+  }
+  void release(std::shared_ptr<BlobObject> blob) {
+    InstructionsBuilder builder(*vm_);
+    builder.release(std::move(blob));
+    vm_->run(builder.take());
+  }
+  std::vector<uint8_t> read(const std::shared_ptr<BlobObject>& blob, size_t n) {
+    std::vector<uint8_t> out(n, 0);
+    InstructionsBuilder builder(*vm_);
+    builder.copy_device_to_host(blob, 0, out.data(), n);
+    vm_->run(builder.take());
+    return out;
+  }
+  // Where the host reaches the blob's byte 0.
+  static uint8_t* host_of(const BlobObject& blob) {
+    const Allocation& allocation = blob.storage()->allocation();
+    return static_cast<uint8_t*>(allocation.segment->host) + allocation.offset;
+  }
+  // Enters a section, retrying while the worker finishes what was submitted before.
+  std::optional<vm::HostSection> enter() {
+    for (;;) {
+      std::optional<vm::HostSection> section = vm::HostSection::try_enter(*vm_, device());
+      if (section) return section;
+      std::this_thread::yield();
+    }
+  }
+
+  std::unique_ptr<vm::VirtualMachine> vm_;
+};
+
+INSTANTIATE_TEST_SUITE_P(Devices, HostSectionTest, ::testing::Values(kOpenCL0, kCpu),
+                         [](const auto& info) {
+                           return info.param.type == DeviceType::kCpu ? std::string("cpu")
+                                                                      : std::string("opencl0");
+                         });
+
+TEST_P(HostSectionTest, SegmentsOfPoclAndTheHostHaveHostAddresses) {
+  const DeviceProperties& properties = DeviceManager::instance().backend(device()).properties();
+  ASSERT_TRUE(properties.host_addressable)
+      << "PoCL's CPU devices have fine-grained buffer SVM and unified memory";
+  auto blob = allocate(4096);
+  ASSERT_NE(blob->storage()->allocation().segment->host, nullptr);
+  release(blob);
+}
+
+TEST_P(HostSectionTest, SeesEarlierDeviceWritesAndLaterInstructionsSeeTheHosts) {
+  const std::vector<uint8_t> data = pattern_bytes(kBytes, 5);
+  InstructionsBuilder builder(*vm_);
+  auto blob = builder.allocate_blob(builder.stream(device()), kBytes);
+  builder.copy_host_to_device(data.data(), blob, 0, kBytes);
+  vm::Ticket upload = vm_->submit(builder.take());  // not waited for: the section orders it
+  {
+    std::optional<vm::HostSection> section = enter();
+    uint8_t* host = host_of(*blob);
+    EXPECT_EQ(std::memcmp(host, data.data(), kBytes), 0) << "the section began after the upload";
+    for (size_t i = 0; i < 4096; ++i) host[i] = static_cast<uint8_t>(i % 253);
+  }
+  upload.wait();
+  std::vector<uint8_t> expected = data;
+  for (size_t i = 0; i < 4096; ++i) expected[i] = static_cast<uint8_t>(i % 253);
+  EXPECT_EQ(read(blob, kBytes), expected) << "a list after the section sees the host's writes";
+  release(blob);
+}
+
+TEST_P(HostSectionTest, HoldsBackOtherThreadsListsUntilItEnds) {
+  auto blob = allocate(kBytes);
+  const std::vector<uint8_t> data = pattern_bytes(kBytes, 9);
+  std::optional<vm::HostSection> section = enter();
+  std::memset(host_of(*blob), 0, kBytes);
+  std::atomic<bool> submitted{false};
+  vm::Ticket ticket;
+  std::thread other([&] {
+    EXPECT_FALSE(vm::HostSection::try_enter(*vm_, device()).has_value())
+        << "one section at a time";
+    InstructionsBuilder builder(*vm_);
+    builder.copy_host_to_device(data.data(), blob, 0, kBytes);
+    ticket = vm_->submit(builder.take());
+    submitted = true;
+  });
+  other.join();
+  ASSERT_TRUE(submitted);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // time the worker would need
+  EXPECT_EQ(host_of(*blob)[kBytes - 1], 0) << "no instruction of the device ran in the section";
+  InstructionsBuilder builder(*vm_);
+  builder.release(blob);
+  EXPECT_THROW(vm_->run(builder.take()), Error) << "waiting inside a section is refused";
+  section.reset();  // dispatches the held list
+  ticket.wait();
+  EXPECT_EQ(read(blob, kBytes), data);
+  release(blob);
+}
+
+TEST_P(HostSectionTest, NoSectionWhileTheWorkerIsBusyOrAfterShutdown) {
+  std::atomic<bool> inside{false};
+  std::atomic<bool> leave{false};
+  InstructionsBuilder builder(*vm_);
+  builder.barrier(builder.stream(device()), [&] {
+    inside = true;
+    while (!leave) std::this_thread::yield();
+  });
+  vm::Ticket busy = vm_->submit(builder.take());
+  while (!inside) std::this_thread::yield();
+  EXPECT_FALSE(vm::HostSection::try_enter(*vm_, device()).has_value());
+  leave = true;
+  busy.wait();
+  EXPECT_TRUE(enter().has_value());
+  vm_->shutdown();
+  EXPECT_FALSE(vm::HostSection::try_enter(*vm_, device()).has_value());
+}
+
+}  // namespace
+}  // namespace oclvm
