@@ -11,12 +11,19 @@
 //                            releaser runs a ReleaseTensor): a tensor's whole memory life
 //   BM_StorageOnRuntime      the same through an embedder's Runtime (create_storage), whose
 //                            releaser also holds the Runtime's core: what the facade costs
+//   BM_SyncCommand           one vm::Run of a 4-byte upload: one blocking OpenCL command and a
+//                            finish, what a synchronous command costs on the driver
+//                            (POCL_DEVICES=pthread for the pthread driver)
+//   BM_HostSectionWrite      the same 4 bytes written in a host section (Note [Host sections]):
+//                            no command at all
 //
 // After the run, the ratios the targets are stated in are printed from the medians measured in
 // this same run (machines here are shared and noisy; absolute times drift).
 #include <benchmark/benchmark.h>
 
 #include <cstdio>
+#include <cstring>
+#include <optional>
 #include <map>
 #include <string>
 
@@ -24,6 +31,7 @@
 #include "oclvm/instructions/runtime.h"
 #include "oclvm/storage/caching_allocator.h"
 #include "oclvm/storage/device_manager.h"
+#include "oclvm/vm/host_section.h"
 #include "oclvm/vm/virtual_machine.h"
 
 namespace {
@@ -119,6 +127,44 @@ void BM_StorageOnRuntime(benchmark::State& state) {
   }
 }
 
+void BM_SyncCommand(benchmark::State& state) {
+  vm::VirtualMachine& vm = the_vm();
+  vm::Stream& stream = vm.stream(device_for(0));
+  InstructionsBuilder builder(vm);
+  std::shared_ptr<BlobObject> blob = builder.allocate_blob(stream, kBytes);
+  vm.run(builder.take());
+  const uint32_t value = 7;
+  for (auto _ : state) {
+    builder.copy_host_to_device(&value, blob, 0, sizeof value, &stream);
+    vm.run(builder.take());
+  }
+  builder.release(std::move(blob));
+  vm.run(builder.take());
+}
+
+void BM_HostSectionWrite(benchmark::State& state) {
+  vm::VirtualMachine& vm = the_vm();
+  const Device device = device_for(0);
+  InstructionsBuilder builder(vm);
+  std::shared_ptr<BlobObject> blob = builder.allocate_blob(vm.stream(device), kBytes);
+  vm.run(builder.take());
+  const Allocation& allocation = blob->storage()->allocation();
+  if (allocation.segment->host == nullptr) {
+    state.SkipWithError("the device's segments have no host address");
+  } else {
+    auto* host = static_cast<char*>(allocation.segment->host) + allocation.offset;
+    uint32_t value = 7;
+    for (auto _ : state) {
+      std::optional<vm::HostSection> section = vm::HostSection::try_enter(vm, device);
+      if (!section) continue;  // never here: nothing else runs
+      std::memcpy(host, &value, sizeof value);
+      benchmark::ClobberMemory();
+    }
+  }
+  builder.release(std::move(blob));
+  vm.run(builder.take());
+}
+
 BENCHMARK(BM_DirectAllocatorPair)->Repetitions(5)->ReportAggregatesOnly(true);
 BENCHMARK(BM_RunRoundTrip)->Repetitions(5)->ReportAggregatesOnly(true);
 BENCHMARK(BM_RunRoundTripOneList)->Repetitions(5)->ReportAggregatesOnly(true);
@@ -126,6 +172,8 @@ BENCHMARK(BM_Batched)->Repetitions(5)->ReportAggregatesOnly(true);
 BENCHMARK(BM_Producers)->Threads(1)->Threads(4)->UseRealTime()->Repetitions(5)->ReportAggregatesOnly(true);
 BENCHMARK(BM_StorageOnVm)->Repetitions(5)->ReportAggregatesOnly(true);
 BENCHMARK(BM_StorageOnRuntime)->Repetitions(5)->ReportAggregatesOnly(true);
+BENCHMARK(BM_SyncCommand)->Repetitions(5)->ReportAggregatesOnly(true);
+BENCHMARK(BM_HostSectionWrite)->Repetitions(5)->ReportAggregatesOnly(true);
 
 // Keeps the medians so the ratios can be printed after the run.
 class RatioReporter : public benchmark::ConsoleReporter {
@@ -171,6 +219,11 @@ class RatioReporter : public benchmark::ConsoleReporter {
     std::printf("  storage made and dropped, VM:           %8.1f ns\n", on_vm * 1e9);
     std::printf("  the same through a Runtime:             %8.1f ns  (%.2f x the VM's)\n",
                 on_runtime * 1e9, on_vm > 0 ? on_runtime / on_vm : 0.0);
+    const double command = find("BM_SyncCommand", "", medians_);
+    const double section = find("BM_HostSectionWrite", "", medians_);
+    std::printf("  synchronous 4-byte upload (a command):  %8.1f ns\n", command * 1e9);
+    std::printf("  the same write in a host section:       %8.1f ns  (%.3f x the command's)\n",
+                section * 1e9, command > 0 ? section / command : 0.0);
   }
 
  private:

@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <thread>
 
+#include <boost/container/small_vector.hpp>
+
 #include "oclvm/storage/allocator_registry.h"
 #include "oclvm/storage/errors.h"
 
@@ -269,10 +271,11 @@ std::shared_ptr<Batch> VirtualMachine::enqueue_batch(const std::shared_ptr<Batch
                                                      IntrusiveInstructionList& items,
                                                      bool caller_runs) {
   const size_t count = items.size();
-  // Allocated before the lock, so that nothing under it but the analysis can throw.
-  std::vector<IntrusiveInstructionList> per_worker(workers_.size());
-  std::vector<StreamWorker*> owners(workers_.size(), nullptr);
-  std::vector<Instruction*> last_on_stream;
+  // Allocated before the lock, so that nothing under it but the analysis can throw; inline up to
+  // a few workers and streams, so that the common list costs no heap allocation.
+  boost::container::small_vector<IntrusiveInstructionList, 4> per_worker(workers_.size());
+  boost::container::small_vector<StreamWorker*, 4> owners(workers_.size(), nullptr);
+  boost::container::small_vector<Instruction*, 4> last_on_stream;
   last_on_stream.reserve(count);
 
   StreamWorker* inline_worker = nullptr;

@@ -37,6 +37,7 @@
 #include "oclvm/storage/backend.h"
 #include "oclvm/storage/device.h"
 #include "oclvm/storage/errors.h"
+#include "oclvm/storage/small_object_pool.h"
 #include "oclvm/storage/storage_objects.h"
 
 namespace oclvm::torch_adapter {
@@ -130,7 +131,10 @@ class CLDeviceAllocator final : public c10::DeviceAllocator {
 
   mutable std::mutex mutex_;
   // Note [Block registry]: block start address -> its TensorStorage. GUARDED_BY(mutex_)
-  std::map<uintptr_t, TensorStorage*> blocks_;
+  // Nodes come from the per-thread pools: a tensor's allocation costs no malloc here.
+  std::map<uintptr_t, TensorStorage*, std::less<>,
+           pool::PoolAllocator<std::pair<const uintptr_t, TensorStorage*>>>
+      blocks_;
 };
 
 // Grows or shrinks a storage made by CLDeviceAllocator to `bytes`: a new block, a device-to-device

@@ -279,20 +279,24 @@ struct Place {
 // Puts each of `hosts` where its device tensor was on the stack (`places`, in the same order).
 void put_on_stack(const std::vector<Place>& places, std::vector<at::Tensor>& hosts, size_t begin,
                   size_t argument_count, torch::jit::Stack* stack) {
-  std::vector<std::vector<at::Tensor>> lists(argument_count);
-  for (size_t i = 0; i < argument_count; ++i) {
-    if ((*stack)[begin + i].isTensorList()) lists[i] = (*stack)[begin + i].toTensorList().vec();
-  }
   bool any_list = false;
   for (size_t k = 0; k < places.size(); ++k) {
     if (places[k].item < 0) {
       (*stack)[begin + places[k].argument] = std::move(hosts[k]);
     } else {
-      lists[places[k].argument][static_cast<size_t>(places[k].item)] = std::move(hosts[k]);
       any_list = true;
     }
   }
   if (!any_list) return;
+  std::vector<std::vector<at::Tensor>> lists(argument_count);
+  for (size_t i = 0; i < argument_count; ++i) {
+    if ((*stack)[begin + i].isTensorList()) lists[i] = (*stack)[begin + i].toTensorList().vec();
+  }
+  for (size_t k = 0; k < places.size(); ++k) {
+    if (places[k].item >= 0) {
+      lists[places[k].argument][static_cast<size_t>(places[k].item)] = std::move(hosts[k]);
+    }
+  }
   for (size_t i = 0; i < argument_count; ++i) {
     if ((*stack)[begin + i].isTensorList()) {
       (*stack)[begin + i] = c10::List<at::Tensor>(std::move(lists[i]));
