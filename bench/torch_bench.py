@@ -2,20 +2,21 @@
 
 (a) Allocation round trip: `x = torch.empty(1024, device=dev); del x` in a Python loop, on
     "opencl" and on "cpu"; the median time per iteration over REPEATS repetitions. Reported as
-    opencl / cpu (target: <= 2x; the cpu number is the cost of the Python and dispatcher path).
+    opencl / cpu (target: <= 1.5x; the cpu number is the cost of the Python and dispatcher path).
 (b) Host <-> device copies of 64 MiB: H2D `dev.copy_(cpu)` and D2H `cpu.copy_(dev)`, each as a
     bandwidth (best of REPEATS), compared with this machine's plain host memcpy bandwidth
     measured in the same run (`cpu_dst.copy_(cpu_src)` of the same 64 MiB, a multi-threaded
     memcpy in torch, and numpy's single-threaded `np.copyto`). Reported as percent of the
-    faster host copy (target: >= 70%).
+    faster host copy (target: >= 90%).
 
 (c) Per-operator cost: tiny operators (`x + y`, `x.add_(y)`, `relu`, `sum`) on 16, 256 and 4096
     float32 elements, each timed over a loop on both devices (median of REPEATS); reported per
-    operator and as the median ratio opencl / cpu over all of them.
+    operator and as the median ratio opencl / cpu over all of them (target: <= 2.5x).
 (d) Training steps, steady state (after warm-up steps), median step time on each device:
     the demo's MLP 32-64-4 with SGD + momentum (batch 64), and a GPT-2-style decoder from
     Hugging Face transformers (4 layers x 128, 4 heads, batch 8 x 64 tokens, AdamW), skipped
-    when transformers is not installed. Reported as ratios opencl / cpu.
+    when transformers is not installed. Reported as ratios opencl / cpu (targets: <= 1.3x; GPT-2
+    <= 1.6x on two pthread devices).
 
 Run: `make bench`, or `PYTHONPATH=build-torch/python .venv/bin/python bench/torch_bench.py`.
 Options: --iters N (allocation loop length, default 100000), --repeats N (default 5),
@@ -201,8 +202,8 @@ def main() -> int:
     print(f"    {'device':<10} {'per iteration':>14}")
     print(f"    {'cpu':<10} {cpu_alloc * 1e6:>11.3f} us")
     print(f"    {'opencl':<10} {ocl_alloc * 1e6:>11.3f} us")
-    print(f"    ratio opencl/cpu: {alloc_ratio:.2f}x   (target <= 2x: "
-          f"{verdict(alloc_ratio <= 2)})")
+    print(f"    ratio opencl/cpu: {alloc_ratio:.2f}x   (target <= 1.5x: "
+          f"{verdict(alloc_ratio <= 1.5)})")
     print()
     print(f"(b) {args.mib} MiB copies  [best of {args.repeats}]")
     print(f"    {'copy':<34} {'GB/s':>8} {'% of memcpy':>12}")
@@ -211,21 +212,23 @@ def main() -> int:
     print(f"    {'host memcpy: numpy copyto':<34} {numpy_memcpy:>8.2f} "
           f"{100 * numpy_memcpy / reference:>11.1f}%")
     print(f"    {'H2D opencl.copy_(cpu)':<34} {h2d:>8.2f} {h2d_pct:>11.1f}%   "
-          f"(target >= 70%: {verdict(h2d_pct >= 70)})")
+          f"(target >= 90%: {verdict(h2d_pct >= 90)})")
     print(f"    {'D2H cpu.copy_(opencl)':<34} {d2h:>8.2f} {d2h_pct:>11.1f}%   "
-          f"(target >= 70%: {verdict(d2h_pct >= 70)})")
+          f"(target >= 90%: {verdict(d2h_pct >= 90)})")
     print(f"    (memcpy reference = the faster host copy, {reference:.2f} GB/s)")
     print()
     print(f"(c) tiny operators  [median of {args.repeats} loops]")
     print(f"    {'operator':<20} {'cpu':>10} {'opencl':>10} {'ratio':>8}")
     for label, cpu, ocl in tiny:
         print(f"    {label:<20} {cpu * 1e6:>7.2f} us {ocl * 1e6:>7.2f} us {ocl / cpu:>7.2f}x")
-    print(f"    median ratio opencl/cpu: {tiny_ratio:.2f}x")
+    print(f"    median ratio opencl/cpu: {tiny_ratio:.2f}x   (target <= 2.5x: "
+          f"{verdict(tiny_ratio <= 2.5)})")
     print()
     print(f"(d) training steps, steady state  [median of {args.steps} steps after 3 warm-up]")
     print(f"    {'model':<36} {'cpu':>10} {'opencl':>10} {'ratio':>8}")
     for label, cpu, ocl in step_rows:
         print(f"    {label:<36} {cpu * 1e3:>7.2f} ms {ocl * 1e3:>7.2f} ms {ocl / cpu:>7.2f}x")
+    print("    (targets: <= 1.3x on the default device, <= 1.6x for GPT-2 on two pthread devices)")
     return 0
 
 
