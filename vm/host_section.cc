@@ -11,6 +11,13 @@ std::optional<HostSection> HostSection::try_enter(VirtualMachine& vm, Device dev
   return HostSection(&worker);
 }
 
+std::optional<HostSection> HostSection::enter(VirtualMachine& vm, Device device) {
+  StreamWorker& worker = vm.worker(device);
+  if (StreamWorker::holds_execution_right_on_this_thread()) return std::nullopt;
+  if (!worker.acquire_when_idle()) return std::nullopt;
+  return HostSection(&worker);
+}
+
 HostSection::~HostSection() {
   if (worker_ != nullptr) worker_->release_execution();
 }

@@ -15,7 +15,12 @@
 // instruction on every stream of the device, run by the host.
 //
 // try_enter never waits: it gives nothing when the worker is busy or shut down, and the caller
-// takes its ordinary path (lists of instructions). Not excluded: another device's worker reading
+// takes its ordinary path (lists of instructions). enter waits for the worker to become idle —
+// as a list submitted now would wait for what is ahead of it — and gives nothing only when the VM
+// shuts down or the calling thread holds an execution right (it would wait for itself). Since a
+// section excludes every other section and instruction of the device, two threads that each do a
+// read-modify-write of one tensor in a section never interleave: one runs wholly before the
+// other, as two kernels on one CUDA stream do. Not excluded: another device's worker reading
 // this device's memory for a cross-device copy; as for any reader and writer of one tensor on two
 // devices, ordering those is the caller's.
 //
@@ -40,6 +45,9 @@ class HostSection {
   // Enters when `device`'s worker has nothing pending and nobody dispatches; nullopt otherwise.
   // Throws InvalidArgument for an unknown device.
   static std::optional<HostSection> try_enter(VirtualMachine& vm, Device device);
+  // Waits until `device`'s worker is idle and enters; nullopt when the VM is shut down or this
+  // thread holds an execution right. Throws InvalidArgument for an unknown device.
+  static std::optional<HostSection> enter(VirtualMachine& vm, Device device);
 
   HostSection(HostSection&& other) noexcept : worker_(other.worker_) { other.worker_ = nullptr; }
   HostSection& operator=(HostSection&&) = delete;

@@ -54,6 +54,17 @@ bool StreamWorker::try_acquire_idle() {
   return true;
 }
 
+bool StreamWorker::acquire_when_idle() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  ++idle_waiters_;
+  idle_.wait(lock, [this] { return stopping_ || (!executing_ && pending_.empty()); });
+  --idle_waiters_;
+  if (stopping_) return false;
+  executing_ = true;
+  ++execution_depth;  // until release_execution()
+  return true;
+}
+
 void StreamWorker::release_execution() {
   // Combining: work that other producers queued while we held the execution right is dispatched
   // here, on this thread, before the right is given back — one wake-up (their ticket) instead of
@@ -66,6 +77,7 @@ void StreamWorker::release_execution() {
       if (pending_.empty() || stopping_ || combined >= kMaxCombined) {
         executing_ = false;
         --execution_depth;
+        if (idle_waiters_ > 0) idle_.notify_all();
         if (pending_.empty() && !stopping_) return;
         break;
       }
@@ -102,6 +114,7 @@ void StreamWorker::run() {
     }
     std::lock_guard<std::mutex> lock(mutex_);
     executing_ = false;
+    if (idle_waiters_ > 0 && pending_.empty()) idle_.notify_all();
   }
 }
 
@@ -187,6 +200,7 @@ void StreamWorker::stop() {
     stopping_ = true;
   }
   wake_.notify_one();
+  idle_.notify_all();
   if (thread_.joinable()) thread_.join();
 }
 

@@ -53,6 +53,10 @@ class StreamWorker {
   // release_execution(), which first dispatches up to kMaxCombined instructions that other
   // producers queued meanwhile (combining), then wakes the worker thread if work is left.
   bool try_acquire_idle();
+  // Waits until nothing is pending and nobody executes, then takes the execution right as
+  // try_acquire_idle does; false (taking nothing) once the worker is stopping. The caller must not
+  // hold an execution right itself (it could be waiting for itself).
+  bool acquire_when_idle();
   void release_execution();
   static constexpr size_t kMaxCombined = 4096;
   // Dispatches one instruction (waits, execute, error capture, completion accounting) and
@@ -84,6 +88,8 @@ class StreamWorker {
 
   std::mutex mutex_;                       // guards pending_, executing_, stopping_
   std::condition_variable wake_;
+  std::condition_variable idle_;           // acquire_when_idle's waiters: executing_ went false
+  int idle_waiters_ = 0;                   // GUARDED_BY(mutex_)
   IntrusiveInstructionList pending_;       // GUARDED_BY(mutex_)
   bool executing_ = false;                 // GUARDED_BY(mutex_): someone holds the execution right
   bool stopping_ = false;                  // GUARDED_BY(mutex_)

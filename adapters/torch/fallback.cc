@@ -337,13 +337,15 @@ bool writes(const c10::Argument& argument) {
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // On a device whose memory the host addresses directly (host_addressable: fine-grained SVM on a
 // host-unified device, every PoCL CPU device), the direct path needs neither copies nor maps:
-// when the device's worker is idle, the operator enters a host section (Note [Host sections] in
-// vm/host_section.h), hands the CPU kernel each device tensor as a CPU tensor over its own bytes
-// (host_aliases), in-place arguments included, and leaves; no VM list, no command. Only the new
-// results cost a list: their allocation (device_copy copies their bytes in a second, short host
-// section). While the section lasts no instruction of the device runs, so an operator of another
-// thread on the same tensors is ordered before or after this one, as on a single stream; one that
-// finds the worker busy takes the lists below. An out= argument is written in place too; one the
+// the operator enters a host section (Note [Host sections] in vm/host_section.h; it waits for the
+// device's worker to be idle, as a list would wait for what is ahead of it), hands the CPU kernel
+// each device tensor as a CPU tensor over its own bytes (host_aliases), in-place arguments
+// included, and leaves; no VM list, no command. Only the new results cost a list: their
+// allocation (device_copy copies their bytes in a second, short host section). While the section
+// lasts no instruction and no other section of the device runs, so an operator of another thread
+// on the same tensors runs wholly before or after this one, as two kernels on one stream; only a
+// thread inside an instruction callback (which may not wait) or a shut-down VM takes the lists
+// below, which then refuse as they always did. An out= argument is written in place too; one the
 // kernel resized (host_aliases: a grown one moved to host memory) is resized and copied on the
 // device afterwards, as on the copy path. A kernel that throws leaves nothing behind but what it
 // wrote, as on the CPU.
@@ -412,7 +414,7 @@ bool run_in_host_section(c10::DispatchKey cpu_key, OperatorFacts& facts,
   }
   std::vector<at::Tensor> hosts = host_aliases(tensors);
   if (hosts.empty()) return false;
-  std::optional<vm::HostSection> section = try_host_section(device.index());
+  std::optional<vm::HostSection> section = host_section(device.index());
   if (!section) return false;
   std::vector<std::pair<at::Tensor, at::Tensor>> written;  // (device tensor, host alias)
   std::vector<const void*> spans;                           // each written alias's data

@@ -106,7 +106,7 @@ bool copy_on_host(const at::Tensor& device, void* host, size_t bytes, bool to_de
     }
   };
   if (void* address = host_address(device)) {
-    if (std::optional<vm::HostSection> section = try_host_section(device.device().index())) {
+    if (std::optional<vm::HostSection> section = host_section(device.device().index())) {
       copy(address);
       return true;
     }
@@ -179,14 +179,14 @@ bool same_bits(const at::Tensor& a, const at::Tensor& b) {
 // (host_aliases: its sizes, strides and bits) and ATen's CPU kernel does the work — any layout,
 // dtype conversion and bits, on every core for large tensors, exactly as a CPU copy_ does. Runs
 // `fn` on the aliases of `devices` (all of one device) and returns true; false, having done
-// nothing, when a tensor has no host address or the device's worker is busy (the caller then
-// takes its lists).
+// nothing, when a tensor has no host address or no section can be had (the caller then takes its
+// lists).
 template <typename Fn>
 bool on_host(std::initializer_list<at::Tensor> devices, Fn&& fn) {
   const c10::ArrayRef<at::Tensor> tensors(devices);
   std::vector<at::Tensor> hosts = host_aliases(tensors);
   if (hosts.empty()) return false;
-  std::optional<vm::HostSection> section = try_host_section(tensors[0].device().index());
+  std::optional<vm::HostSection> section = host_section(tensors[0].device().index());
   if (!section) return false;
   fn(hosts);
   return true;
@@ -632,9 +632,9 @@ std::vector<at::Tensor> host_aliases(c10::ArrayRef<at::Tensor> devices) {
   return hosts;
 }
 
-std::optional<vm::HostSection> try_host_section(c10::DeviceIndex index) {
+std::optional<vm::HostSection> host_section(c10::DeviceIndex index) {
   return translate_errors(
-      [&] { return vm::HostSection::try_enter(vm::VirtualMachine::instance(), to_oclvm(index)); });
+      [&] { return vm::HostSection::enter(vm::VirtualMachine::instance(), to_oclvm(index)); });
 }
 
 at::Tensor device_copy(const at::Tensor& host, const c10::Device& device) {
@@ -664,7 +664,7 @@ at::Tensor device_copy(const at::Tensor& host, const c10::Device& device) {
   if (!on_host) return result;
   if (bytes < kParallelCopyBytes) {
     if (void* address = host_address(result)) {
-      if (std::optional<vm::HostSection> section = try_host_section(device.index())) {
+      if (std::optional<vm::HostSection> section = host_section(device.index())) {
         std::memcpy(address, host.data_ptr(), bytes);
         return result;
       }

@@ -1,7 +1,8 @@
 // tests/instructions/host_section_test.cc — vm::HostSection (Note [Host sections]) on a real VM,
 // on PoCL (fine-grained SVM segments) and on the host device: host-addressable segments, the
 // ordering against device instructions before and after a section, other threads' lists held
-// back while it lasts, and the refusals (busy worker, shut-down VM, waiting inside a section).
+// back while it lasts, enter waiting for a busy worker, and the refusals (busy worker for
+// try_enter, shut-down VM, waiting inside a section or an instruction callback).
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -167,6 +168,40 @@ TEST_P(HostSectionTest, NoSectionWhileTheWorkerIsBusyOrAfterShutdown) {
   EXPECT_TRUE(enter().has_value());
   vm_->shutdown();
   EXPECT_FALSE(vm::HostSection::try_enter(*vm_, device()).has_value());
+}
+
+TEST_P(HostSectionTest, EnterWaitsForTheWorkerAndRefusesWhereItWouldWaitForItself) {
+  std::atomic<bool> inside{false};
+  std::atomic<bool> leave{false};
+  std::atomic<bool> entered{false};
+  InstructionsBuilder builder(*vm_);
+  builder.barrier(builder.stream(device()), [&] {
+    inside = true;
+    while (!leave) std::this_thread::yield();
+  });
+  vm::Ticket busy = vm_->submit(builder.take());
+  while (!inside) std::this_thread::yield();
+  std::thread waiter([&] {
+    std::optional<vm::HostSection> section = vm::HostSection::enter(*vm_, device());
+    EXPECT_TRUE(section.has_value());
+    entered = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_FALSE(entered) << "enter waits while an instruction runs";
+  leave = true;
+  waiter.join();
+  busy.wait();
+  EXPECT_TRUE(entered);
+  // From inside an instruction callback the thread holds the execution right: no waiting.
+  std::optional<bool> inner;
+  builder.barrier(builder.stream(device()), [&] {
+    inner = vm::HostSection::enter(*vm_, device()).has_value();
+  });
+  vm_->run(builder.take());
+  ASSERT_TRUE(inner.has_value());
+  EXPECT_FALSE(*inner);
+  vm_->shutdown();
+  EXPECT_FALSE(vm::HostSection::enter(*vm_, device()).has_value());
 }
 
 }  // namespace
