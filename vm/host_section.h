@@ -15,9 +15,11 @@
 // instruction on every stream of the device, run by the host.
 //
 // try_enter never waits: it gives nothing when the worker is busy or shut down, and the caller
-// takes its ordinary path (lists of instructions). enter waits for the worker to become idle —
-// as a list submitted now would wait for what is ahead of it — and gives nothing only when the VM
-// shuts down or the calling thread holds an execution right (it would wait for itself). Since a
+// takes its ordinary path (lists of instructions). enter waits for the worker to become idle
+// (nothing pending, nobody dispatching) and gives nothing only when the VM shuts down or the
+// calling thread holds an execution right (it would wait for itself). It has no priority over
+// other producers: under an endless stream of asynchronous submissions it may wait as long as
+// they last. Since a
 // section excludes every other section and instruction of the device, two threads that each do a
 // read-modify-write of one tensor in a section never interleave: one runs wholly before the
 // other, as two kernels on one CUDA stream do. Not excluded: another device's worker reading

@@ -106,9 +106,6 @@ OperatorFacts learn(const c10::OperatorHandle& op) {
   for (size_t i = 0; i < arguments.size(); ++i) {
     if (is_generator(arguments[i].type())) facts.generators.push_back(i);
   }
-  facts.composite = facts.direct && facts.generators.empty() && !schema.is_mutable() &&
-                    op.hasKernelForDispatchKey(
-                        c10::DispatchKey::CompositeExplicitAutogradNonFunctional);
   for (const UnmarkedWrites& entry : unmarked_writes()) {
     if (schema.name() != entry.op || schema.overload_name() != entry.overload) continue;
     for (const std::string_view name : entry.arguments) {
@@ -117,6 +114,10 @@ OperatorFacts learn(const c10::OperatorHandle& op) {
       facts.unmarked_writes.push_back(static_cast<size_t>(*index));
     }
   }
+  facts.composite = facts.direct && facts.generators.empty() && !schema.is_mutable() &&
+                    facts.unmarked_writes.empty() &&
+                    op.hasKernelForDispatchKey(
+                        c10::DispatchKey::CompositeExplicitAutogradNonFunctional);
   return facts;
 }
 
@@ -338,16 +339,19 @@ bool writes(const c10::Argument& argument) {
 // On a device whose memory the host addresses directly (host_addressable: fine-grained SVM on a
 // host-unified device, every PoCL CPU device), the direct path needs neither copies nor maps:
 // the operator enters a host section (Note [Host sections] in vm/host_section.h; it waits for the
-// device's worker to be idle, as a list would wait for what is ahead of it), hands the CPU kernel
+// device's worker to be idle), hands the CPU kernel
 // each device tensor as a CPU tensor over its own bytes (host_aliases), in-place arguments
 // included, and leaves; no VM list, no command. Only the new results cost a list: their
 // allocation (device_copy copies their bytes in a second, short host section). While the section
-// lasts no instruction and no other section of the device runs, so an operator of another thread
-// on the same tensors runs wholly before or after this one, as two kernels on one stream; only a
-// thread inside an instruction callback (which may not wait) or a shut-down VM takes the lists
-// below, which then refuse as they always did. An out= argument is written in place too; one the
-// kernel resized (host_aliases: a grown one moved to host memory) is resized and copied on the
-// device afterwards, as on the copy path. A kernel that throws leaves nothing behind but what it
+// lasts no instruction and no other section of the device runs, so two operators that both take
+// this path run wholly one before the other, as two kernels on one stream. Operators that take
+// the lists below (a Tensor?[] argument, sparse or scattered tensors, operands on two devices or
+// with no elements, unmarked writes) read and write back in separate steps: as on the copy path,
+// concurrent writers of one tensor need the caller's synchronisation there. A thread inside an
+// instruction callback (which may not wait) or a shut-down VM also takes the lists, which then
+// refuse as they always did. An out= argument is written in place too: one the kernel resized
+// within its bytes takes the alias's sizes and strides; one it grew (host_aliases: moved to host
+// memory) is resized and copied on the device afterwards, as on the copy path. A kernel that throws leaves nothing behind but what it
 // wrote, as on the CPU.
 //
 // Note [Functional operators through their composite]
@@ -365,6 +369,25 @@ bool writes(const c10::Argument& argument) {
 // Operators with a generator keep it too: the out= call would carry the host generator the
 // fallback substituted.
 constexpr int64_t kCompositeMinBytes = 64 << 10;
+
+// Whether every tensor argument from `begin`, tensor lists included, is on `device` or a 0-dim
+// CPU tensor: the composite takes its result's device from its first tensor (cat of a CPU and a
+// device tensor would return a CPU tensor), so anything else keeps the plain path.
+bool only_on(const c10::Device& device, size_t begin, const torch::jit::Stack& stack) {
+  const auto fits = [&](const at::Tensor& tensor) {
+    return !tensor.defined() || tensor.device() == device || (tensor.is_cpu() && tensor.dim() == 0);
+  };
+  for (size_t i = begin; i < stack.size(); ++i) {
+    const c10::IValue& value = stack[i];
+    if (value.isTensor() && !fits(value.toTensor())) return false;
+    if (value.isTensorList()) {
+      for (const at::Tensor& tensor : value.toTensorList().vec()) {
+        if (!fits(tensor)) return false;
+      }
+    }
+  }
+  return true;
+}
 
 // Passes every warning on to the handler it replaces except ATen's "An output with one or more
 // elements was resized" — a composite whose meta function disagrees with its out= kernel about
@@ -388,8 +411,8 @@ class ResizeWarningFilter final : public c10::WarningHandler {
 };
 
 // Runs `op`'s CompositeExplicitAutogradNonFunctional kernel on the stack. One whose out= kernel
-// resized the result the composite allocated takes the plain path from then on (its meta shape is
-// not the kernel's, so the composite saves nothing).
+// resized the result the composite allocated takes the plain path from then on, on this thread
+// (its meta shape is not the kernel's, so the composite saves nothing).
 void run_composite(OperatorFacts& facts, const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   ResizeWarningFilter filter(c10::WarningUtils::get_warning_handler());
   c10::WarningUtils::WarningHandlerGuard guard(&filter);
@@ -404,7 +427,7 @@ bool run_in_host_section(c10::DispatchKey cpu_key, OperatorFacts& facts,
   if (!host_addressable(device.index()) || tensors[0].device() != device) return false;
   const std::vector<c10::Argument>& arguments = op.schema().arguments();
   // Note [Functional operators through their composite]
-  if (facts.composite) {
+  if (facts.composite && only_on(device, begin, *stack)) {
     for (const at::Tensor& tensor : tensors) {
       if (static_cast<int64_t>(tensor.nbytes()) >= kCompositeMinBytes) {
         run_composite(facts, op, stack);
@@ -431,10 +454,15 @@ bool run_in_host_section(c10::DispatchKey cpu_key, OperatorFacts& facts,
   section.reset();  // what follows runs VM lists
   for (size_t k = 0; k < written.size(); ++k) {
     const auto& [target, host] = written[k];
-    if (host.storage().data() != spans[k] || !host.sizes().equals(target.sizes()) ||
-        !host.strides().equals(target.strides()) ||
-        host.storage_offset() != target.storage_offset()) {
-      at::_copy_from_and_resize(host, target);  // the kernel resized an out= argument
+    if (host.storage().data() != spans[k]) {
+      at::_copy_from_and_resize(host, target);  // the kernel grew an out= argument: host memory
+    } else if (!host.sizes().equals(target.sizes()) || !host.strides().equals(target.strides()) ||
+               host.storage_offset() != target.storage_offset()) {
+      // Resized or restrided within its bytes: the values are already where the alias says, so
+      // the device tensor takes the alias's layout (a copy between two layouts of the same bytes
+      // would scramble them).
+      target.unsafeGetTensorImpl()->set_sizes_and_strides(host.sizes(), host.strides(),
+                                                          host.storage_offset());
     }
   }
   results_to_device(written, device, op.schema().returns().size(), stack);

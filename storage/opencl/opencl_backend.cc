@@ -45,26 +45,31 @@ void* OpenCLBackend::do_create(size_t bytes) {
   cl::Buffer buffer;
   if (properties().host_addressable) {
     // Note [Host-addressable segments]
+    // The release record first: nothing below may throw between clSVMAlloc and the callback.
+    auto release = std::make_unique<SvmRelease>(SvmRelease{context_(), nullptr});
     svm = clSVMAlloc(context_(), CL_MEM_READ_WRITE | CL_MEM_SVM_FINE_GRAIN_BUFFER, bytes, 0);
     if (svm == nullptr) {
       throw OutOfMemoryError("Out of memory on " + where_ + ": clSVMAlloc refused " +
                              std::to_string(bytes) + " bytes");
     }
-    buffer = cl::Buffer(context_, CL_MEM_READ_WRITE | CL_MEM_USE_HOST_PTR, bytes, svm, &err);
+    release->memory = svm;
+    cl_mem handle = clCreateBuffer(context_(), CL_MEM_READ_WRITE | CL_MEM_USE_HOST_PTR, bytes,
+                                   svm, &err);
     if (err == CL_SUCCESS) {
-      auto* release = new SvmRelease{context_(), svm};
       clRetainContext(release->context);
-      err = clSetMemObjectDestructorCallback(buffer(), free_svm, release);
-      if (err != CL_SUCCESS) {
+      err = clSetMemObjectDestructorCallback(handle, free_svm, release.get());
+      if (err == CL_SUCCESS) {
+        release.release();  // the callback owns it now
+      } else {
         clReleaseContext(release->context);
-        delete release;
       }
     }
     if (err != CL_SUCCESS) {
-      buffer = cl::Buffer();  // released before its memory
+      if (handle != nullptr) clReleaseMemObject(handle);  // released before its memory
       clSVMFree(context_(), svm);
       check_cl(err, "clCreateBuffer(CL_MEM_USE_HOST_PTR over SVM)", where_);
     }
+    buffer = cl::Buffer(handle);  // takes the reference clCreateBuffer gave
   } else {
     buffer = cl::Buffer(context_, CL_MEM_READ_WRITE, bytes, nullptr, &err);
     check_cl(err, "clCreateBuffer", where_);

@@ -230,3 +230,27 @@ def test_two_threads_updating_one_tensor_in_place_never_interleave():
         # as the design says; every value is still one the adds produced.
         values = counter.cpu()
         assert float(values.min()) >= rounds and float(values.max()) <= 3 * rounds
+
+
+def test_an_out_argument_restrided_within_its_bytes_keeps_the_cpus_values_and_layout():
+    # The CPU kernel resizes the out= tensor to [32, 64] with the transposed input's strides; the
+    # bytes stay the device's, so the device tensor takes that layout (no copy that would have to
+    # transpose the bytes onto themselves).
+    x = torch.arange(2048.0).reshape(64, 32)
+    expected = torch.empty(2048)
+    with pytest.warns(UserWarning, match="was resized"):
+        torch.add(x.t(), 0, out=expected)
+    out = torch.empty(2048, device=DEVICE)
+    with pytest.warns(UserWarning, match="was resized"):
+        torch.add(x.to(DEVICE).t(), 0, out=out)
+    assert torch.equal(out.cpu(), expected)
+    assert out.shape == expected.shape
+
+
+def test_large_structured_operators_keep_the_device_of_their_device_operands():
+    # The composite route takes its result's device from the first tensor; a list that mixes the
+    # CPU and the device keeps the plain path, whose result is on the device whatever the size.
+    # (CUDA refuses the mix; the adapter's one-device check does not look into lists yet.)
+    big = torch.ones(20000, device=DEVICE)
+    assert torch.cat([big, big]).device.type == "opencl"
+    assert torch.cat([torch.zeros(20000), big]).device.type == "opencl"
