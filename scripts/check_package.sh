@@ -49,7 +49,7 @@ cl=$(grep -rlE '#include [<"](CL/|opencl\.h)' "$prefix/include" || true)
 [ -z "$cl" ] || fail "installed headers include OpenCL: $cl"
 foreign=$(grep -rhE '^#include "' "$prefix/include" | grep -v '^#include "oclvm/' || true)
 [ -z "$foreign" ] || fail "installed headers include non-oclvm headers with quotes: $foreign"
-# The layering of DESIGN.md holds in what is installed: storage/ <- vm/ <- instructions/.
+# The project's layering (design/architecture.md) holds in what is installed: storage/ <- vm/ <- instructions/.
 upward=$(grep -lE '^#include "oclvm/(vm|instructions)/' "$prefix"/include/oclvm/storage/*.h || true;
          grep -lE '^#include "oclvm/instructions/' "$prefix"/include/oclvm/vm/*.h || true)
 [ -z "$upward" ] || fail "installed headers include a layer above their own: $upward"

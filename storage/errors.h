@@ -1,6 +1,6 @@
 // storage/errors.h — the exception types every oclvm layer throws.
 //
-// Two tiers (STYLE.md): errors caused by the user or the environment throw one of the typed
+// Two tiers: errors caused by the user or the environment throw one of the typed
 // exceptions below, with a message of the form "Expected X, but got Y" where that reads naturally;
 // broken internal invariants are debug assertions (OCLVM_DCHECK), never exceptions.
 //

@@ -20,8 +20,8 @@
 //
 // Nothing on the VM side (BlobObject, BlobStorage, instructions in flight) points back to a
 // TensorStorage, so no reference cycle can keep any of them alive. When the last shared_ptr to a
-// TensorStorage dies, its destructor MOVES its shared_ptr<BlobObject> into the Releaser. DESIGN.md
-// draws this as "the hook captures shared_ptr<BlobObject> by value"; passing it by value at the
+// TensorStorage dies, its destructor MOVES its shared_ptr<BlobObject> into the Releaser. A hook
+// that captured shared_ptr<BlobObject> by value would own the same; passing it by value at the
 // moment of release is the same ownership, with two advantages: one Releaser (a policy: "free
 // directly", "run a ReleaseTensor on this VM") serves every tensor of a device instead of one
 // closure per tensor, and the front end can still read the BlobObject through blob() while the
@@ -33,7 +33,7 @@
 // Note [Release errors in destructors]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // ~TensorStorage is noexcept: a destructor must not throw (it may run during stack unwinding, where
-// a second exception terminates the process, and DESIGN.md says nothing may terminate the process).
+// a second exception terminates the process, and nothing oclvm does may terminate the process).
 // If the Releaser throws, the error is printed on stderr, counted in
 // TensorStorage::failed_releases(), and swallowed. No memory leaks by that: the BlobObject
 // reference the Releaser was given dies with it, and a BlobStorage that dies unreleased frees itself

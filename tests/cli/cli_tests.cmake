@@ -9,8 +9,8 @@
 #     expression ('@@' separates several). ctest's own PASS_REGULAR_EXPRESSION ignores the exit
 #     status, hence the script.
 #
-# The recorded traces live outside the repository (../shared/traces); their cases are registered
-# only when the files exist, so configuring works without them.
+# Recorded traces from real models are not part of the repository; when a directory of them sits
+# next to the checkout their cases are registered, otherwise configuring works without them.
 
 if(CMAKE_SCRIPT_MODE_FILE)
   cmake_minimum_required(VERSION 3.22)

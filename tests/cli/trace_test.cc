@@ -1,7 +1,7 @@
 // tests/cli/trace_test.cc — the `oclvm-trace v1` parser (adapters/cli/trace.h).
 //
 // Well-formed input gives exact events, dense slots and stats; every malformed case gives its exact
-// `FILE:LINE: error: message`; the two recorded traces in ../shared/traces (when present) parse to
+// `FILE:LINE: error: message`; the two recorded traces kept next to the checkout (when present) parse to
 // the figures their header comments state.
 #include "adapters/cli/trace.h"
 

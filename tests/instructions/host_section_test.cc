@@ -78,6 +78,18 @@ class HostSectionTest : public testing::LeakCheckedTest,
     const Allocation& allocation = blob.storage()->allocation();
     return static_cast<uint8_t*>(allocation.segment->host) + allocation.offset;
   }
+  // Keeps the worker busy in an instruction until `leave` is set; returns once it runs.
+  vm::Ticket hold_worker(const std::atomic<bool>& leave) {
+    std::atomic<bool> inside{false};
+    InstructionsBuilder builder(*vm_);
+    builder.barrier(builder.stream(device()), [&inside, &leave] {
+      inside = true;
+      while (!leave) std::this_thread::yield();
+    });
+    vm::Ticket ticket = vm_->submit(builder.take());
+    while (!inside) std::this_thread::yield();
+    return ticket;
+  }
   // Enters a section, retrying while the worker finishes what was submitted before.
   std::optional<vm::HostSection> enter() {
     for (;;) {
@@ -153,15 +165,8 @@ TEST_P(HostSectionTest, HoldsBackOtherThreadsListsUntilItEnds) {
 }
 
 TEST_P(HostSectionTest, NoSectionWhileTheWorkerIsBusyOrAfterShutdown) {
-  std::atomic<bool> inside{false};
   std::atomic<bool> leave{false};
-  InstructionsBuilder builder(*vm_);
-  builder.barrier(builder.stream(device()), [&] {
-    inside = true;
-    while (!leave) std::this_thread::yield();
-  });
-  vm::Ticket busy = vm_->submit(builder.take());
-  while (!inside) std::this_thread::yield();
+  vm::Ticket busy = hold_worker(leave);
   EXPECT_FALSE(vm::HostSection::try_enter(*vm_, device()).has_value());
   leave = true;
   busy.wait();
@@ -171,16 +176,10 @@ TEST_P(HostSectionTest, NoSectionWhileTheWorkerIsBusyOrAfterShutdown) {
 }
 
 TEST_P(HostSectionTest, EnterWaitsForTheWorkerAndRefusesWhereItWouldWaitForItself) {
-  std::atomic<bool> inside{false};
   std::atomic<bool> leave{false};
   std::atomic<bool> entered{false};
+  vm::Ticket busy = hold_worker(leave);
   InstructionsBuilder builder(*vm_);
-  builder.barrier(builder.stream(device()), [&] {
-    inside = true;
-    while (!leave) std::this_thread::yield();
-  });
-  vm::Ticket busy = vm_->submit(builder.take());
-  while (!inside) std::this_thread::yield();
   std::thread waiter([&] {
     std::optional<vm::HostSection> section = vm::HostSection::enter(*vm_, device());
     EXPECT_TRUE(section.has_value());
