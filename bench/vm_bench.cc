@@ -16,6 +16,10 @@
 //                            (POCL_DEVICES=pthread for the pthread driver)
 //   BM_HostSectionWrite      the same 4 bytes written in a host section (Note [Host sections]):
 //                            no command at all
+//   BM_SectionAllocate       a host section that allocates a block with HostSection::run (Note
+//                            [Lists run in a host section]), then a vm::Run of its release: what
+//                            an operator's result written in device memory costs the VM, against
+//                            BM_RunRoundTrip
 //
 // After the run, the ratios the targets are stated in are printed from the medians measured in
 // this same run (machines here are shared and noisy; absolute times drift).
@@ -165,6 +169,26 @@ void BM_HostSectionWrite(benchmark::State& state) {
   vm.run(builder.take());
 }
 
+void BM_SectionAllocate(benchmark::State& state) {
+  vm::VirtualMachine& vm = the_vm();
+  const Device device = device_for(0);
+  vm::Stream& stream = vm.stream(device);
+  round_trip(vm, stream);  // warm the cache
+  for (auto _ : state) {
+    std::shared_ptr<BlobObject> blob;
+    {
+      std::optional<vm::HostSection> section = vm::HostSection::try_enter(vm, device);
+      if (!section) continue;  // never here: nothing else runs
+      InstructionsBuilder builder(vm);
+      blob = builder.allocate_blob(stream, kBytes);
+      section->run(builder.take());
+    }
+    InstructionsBuilder builder(vm);
+    builder.release(std::move(blob));
+    vm.run(builder.take());
+  }
+}
+
 BENCHMARK(BM_DirectAllocatorPair)->Repetitions(5)->ReportAggregatesOnly(true);
 BENCHMARK(BM_RunRoundTrip)->Repetitions(5)->ReportAggregatesOnly(true);
 BENCHMARK(BM_RunRoundTripOneList)->Repetitions(5)->ReportAggregatesOnly(true);
@@ -174,6 +198,7 @@ BENCHMARK(BM_StorageOnVm)->Repetitions(5)->ReportAggregatesOnly(true);
 BENCHMARK(BM_StorageOnRuntime)->Repetitions(5)->ReportAggregatesOnly(true);
 BENCHMARK(BM_SyncCommand)->Repetitions(5)->ReportAggregatesOnly(true);
 BENCHMARK(BM_HostSectionWrite)->Repetitions(5)->ReportAggregatesOnly(true);
+BENCHMARK(BM_SectionAllocate)->Repetitions(5)->ReportAggregatesOnly(true);
 
 // Keeps the medians so the ratios can be printed after the run.
 class RatioReporter : public benchmark::ConsoleReporter {
@@ -224,6 +249,9 @@ class RatioReporter : public benchmark::ConsoleReporter {
     std::printf("  synchronous 4-byte upload (a command):  %8.1f ns\n", command * 1e9);
     std::printf("  the same write in a host section:       %8.1f ns  (%.3f x the command's)\n",
                 section * 1e9, command > 0 ? section / command : 0.0);
+    const double section_allocate = find("BM_SectionAllocate", "", medians_);
+    std::printf("  section + alloc in it + vm::Run(release): %6.1f ns  (%.2f x the round trip)\n",
+                section_allocate * 1e9, trip > 0 ? section_allocate / trip : 0.0);
   }
 
  private:

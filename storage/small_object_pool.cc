@@ -12,37 +12,43 @@ struct FreeBlock {
   FreeBlock* next;
 };
 
-// False before this thread's cache is built and after it is destroyed (objects freed by atexit
-// handlers, static destructors or later thread_local destructors): then blocks go straight to
-// ::operator new / delete. Trivially destructible, so it outlives the cache.
-thread_local bool cache_alive = false;
-thread_local bool cache_destroyed = false;  // never touch the cache again (it is gone)
+// This thread's free lists. Trivially constructible and destructible, so the thread_local is
+// constant-initialised: the hot path reads it with no guard call (a cache with a constructor cost
+// a `__tls_init` call on every access, ~6% of an allocate/release round trip in the torch
+// adapter). The lists are freed at thread exit by a Reaper, made on the thread's first use.
+// Before that use, and after the Reaper has run (objects freed by atexit handlers, static
+// destructors or later thread_local destructors), blocks go straight to ::operator new / delete.
+enum class State : unsigned char { kUnused, kAlive, kGone };
 
 struct Cache {
-  FreeBlock* head[kClasses] = {};
-  size_t count[kClasses] = {};
-  Cache() { cache_alive = true; }
-  ~Cache() {
-    cache_alive = false;
-    cache_destroyed = true;
+  FreeBlock* head[kClasses];
+  size_t count[kClasses];
+  State state;
+};
+
+thread_local Cache cache{};
+
+struct Reaper {
+  ~Reaper() {
+    cache.state = State::kGone;  // never touch the lists again
     for (size_t c = 0; c < kClasses; ++c) {
-      while (head[c] != nullptr) {
-        FreeBlock* block = head[c];
-        head[c] = block->next;
+      while (cache.head[c] != nullptr) {
+        FreeBlock* block = cache.head[c];
+        cache.head[c] = block->next;
         ::operator delete(block);
       }
-      count[c] = 0;
+      cache.count[c] = 0;
     }
   }
 };
 
-thread_local Cache cache;
-
-// Builds this thread's cache on first use; false once it has been destroyed (thread exit).
+// Makes this thread's cache usable on first use; false once it has been freed (thread exit).
 bool touch_cache() {
-  if (cache_destroyed) return false;
-  (void)cache.count[0];  // the first access constructs the thread_local, which sets cache_alive
-  return cache_alive;
+  if (cache.state == State::kGone) return false;
+  static thread_local Reaper reaper;  // registers the thread-exit cleanup
+  (void)&reaper;
+  cache.state = State::kAlive;
+  return true;
 }
 
 // Class c holds blocks of (c + 1) * kGranule bytes.
@@ -53,7 +59,7 @@ size_t class_of(size_t bytes) { return bytes == 0 ? 0 : (bytes - 1) / kGranule; 
 void* allocate(size_t bytes) {
   if (bytes > kMaxPooledBytes) return ::operator new(bytes);
   const size_t c = class_of(bytes);
-  if (!cache_alive && !touch_cache()) return ::operator new((c + 1) * kGranule);
+  if (cache.state != State::kAlive && !touch_cache()) return ::operator new((c + 1) * kGranule);
   if (FreeBlock* block = cache.head[c]) {
     cache.head[c] = block->next;
     --cache.count[c];
@@ -69,7 +75,7 @@ void deallocate(void* pointer, size_t bytes) noexcept {
     return;
   }
   const size_t c = class_of(bytes);
-  if (!cache_alive || cache.count[c] >= kMaxCachedPerClass) {
+  if (cache.state != State::kAlive || cache.count[c] >= kMaxCachedPerClass) {
     ::operator delete(pointer);
     return;
   }

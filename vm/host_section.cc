@@ -8,15 +8,17 @@ namespace oclvm::vm {
 std::optional<HostSection> HostSection::try_enter(VirtualMachine& vm, Device device) {
   StreamWorker& worker = vm.worker(device);
   if (!worker.try_acquire_idle()) return std::nullopt;
-  return HostSection(&worker);
+  return HostSection(&vm, &worker);
 }
 
 std::optional<HostSection> HostSection::enter(VirtualMachine& vm, Device device) {
   StreamWorker& worker = vm.worker(device);
   if (StreamWorker::holds_execution_right_on_this_thread()) return std::nullopt;
   if (!worker.acquire_when_idle()) return std::nullopt;
-  return HostSection(&worker);
+  return HostSection(&vm, &worker);
 }
+
+void HostSection::run(InstructionList&& list) { vm_->run_held(*worker_, std::move(list)); }
 
 HostSection::~HostSection() {
   if (worker_ != nullptr) worker_->release_execution();

@@ -28,7 +28,10 @@
 //
 // Inside a section the thread holds an execution right, so it must not wait for the VM (Run and
 // Ticket::wait refuse with an Error); a tensor it drops is released detached, as from an
-// instruction. Sections do not nest on one device.
+// instruction, and that release runs when the section ends. Sections do not nest on one device.
+// What a section may do with instructions is run(list): the list is dispatched at once on the
+// section's thread, as a step of the section (Note [Lists run in a host section] in
+// virtual_machine.cc) — an allocation for a result the host is about to write, say.
 //
 // Thread-safety: a HostSection belongs to the thread that entered it and must end on that thread.
 #pragma once
@@ -36,6 +39,7 @@
 #include <optional>
 
 #include "oclvm/storage/device.h"
+#include "oclvm/vm/instruction.h"
 
 namespace oclvm::vm {
 
@@ -51,15 +55,24 @@ class HostSection {
   // thread holds an execution right. Throws InvalidArgument for an unknown device.
   static std::optional<HostSection> enter(VirtualMachine& vm, Device device);
 
-  HostSection(HostSection&& other) noexcept : worker_(other.worker_) { other.worker_ = nullptr; }
+  HostSection(HostSection&& other) noexcept : vm_(other.vm_), worker_(other.worker_) {
+    other.worker_ = nullptr;
+  }
   HostSection& operator=(HostSection&&) = delete;
   HostSection(const HostSection&) = delete;
   HostSection& operator=(const HostSection&) = delete;
   // Ends the section: instructions other threads submitted meanwhile are dispatched now.
   ~HostSection();
 
+  // Dispatches `list` now, on this thread, and returns when every instruction has run; rethrows
+  // the first error (as vm::Run). Every instruction must be on a stream of the section's device,
+  // and its blobs must have no access by an instruction still pending on this device or by
+  // another device: else InvalidArgument, with nothing run. Error after shutdown.
+  void run(InstructionList&& list);
+
  private:
-  explicit HostSection(StreamWorker* worker) : worker_(worker) {}
+  HostSection(VirtualMachine* vm, StreamWorker* worker) : vm_(vm), worker_(worker) {}
+  VirtualMachine* vm_;
   StreamWorker* worker_;  // nullptr once moved from
 };
 

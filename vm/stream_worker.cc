@@ -1,6 +1,7 @@
 // vm/stream_worker.cc — the per-device dispatch loop, caller runs, and soft syncs.
 #include "oclvm/vm/stream_worker.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 
@@ -155,6 +156,7 @@ void StreamWorker::dispatch(Instruction* instruction, bool settle) noexcept {
   ExecutionScope scope;  // also covers callers dispatching after shutdown
   std::exception_ptr error = instruction->pre_error_;
   Stream& stream = instruction->stream();
+  dispatched_through_ = std::max(dispatched_through_, instruction->sequence_);
   if (!error) try {
     for (const StreamWait& wait : instruction->waits_) {
       if (wait.signal != nullptr) {

@@ -75,6 +75,9 @@ class StreamWorker {
 
   // Only with the execution right.
   Allocator& allocator() { return *allocator_; }
+  // The highest sequence dispatched so far (instructions run in a host section take this place
+  // rather than a new one: Note [Lists run in a host section]).
+  uint64_t dispatched_through() const { return dispatched_through_; }
   DeviceQueue& foreign_queue(Device device);
   // Taken by callers that execute after stop() (runs_after_shutdown instructions).
   std::mutex& execution_mutex() { return execution_mutex_; }
@@ -97,6 +100,7 @@ class StreamWorker {
 
   std::mutex execution_mutex_;             // the execution right after stop()
   uint64_t last_sequence_ = 0;             // guarded by the VM's submission lock
+  uint64_t dispatched_through_ = 0;        // only with the execution right
   std::unordered_map<uint16_t, std::unique_ptr<DeviceQueue>> foreign_queues_;  // execution right
 
   std::thread thread_;

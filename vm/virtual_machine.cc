@@ -226,14 +226,7 @@ void VirtualMachine::admit(size_t count) {
   }
 }
 
-Ticket VirtualMachine::submit_impl(InstructionList&& list, bool caller_runs) {
-  if (StreamWorker::holds_execution_right_on_this_thread()) {
-    // Waiting from inside a dispatch would wait for the very worker this thread stands in for.
-    throw Error(
-        "Expected vm::Run and Submit outside instruction callbacks (Barrier, "
-        "AccessBlobByCallback), but got a call from inside one; it would wait for itself");
-  }
-  IntrusiveInstructionList& items = list.items();
+void VirtualMachine::check_own_streams(const IntrusiveInstructionList& items) const {
   for (const Instruction& instruction : items) {
     // A list built with another VM's builder names that VM's streams: refuse it whole, before
     // anything is assigned, instead of dispatching to workers that are not ours.
@@ -243,6 +236,50 @@ Ticket VirtualMachine::submit_impl(InstructionList&& list, bool caller_runs) {
                             ", a stream of another VM");
     }
   }
+}
+
+const Instruction* VirtualMachine::first_with_foreign_blob(
+    const IntrusiveInstructionList& items) const {
+  // A blob keeps the access records of the VM that first used it; another VM's stream ids would
+  // mean nothing here.
+  for (const Instruction& instruction : items) {
+    for (const Operand& operand : instruction.operands()) {
+      const void* owner = operand.blob->dependence().owner;
+      if (owner != nullptr && owner != this) return &instruction;
+    }
+  }
+  return nullptr;
+}
+
+InvalidArgument VirtualMachine::foreign_blob_error(const Instruction& instruction) {
+  return InvalidArgument(std::string("Expected blobs of this VM in ") + instruction.name() +
+                         " on " + instruction.stream().name() +
+                         ", but got one that another VM has used");
+}
+
+// The last instruction of a batch on each stream finishes that stream's queue, on the stream's
+// own worker, so the sync point needs no queue call of its own. Allocates nothing (it runs under
+// the submission lock): an instruction is the last on its stream when the scan to the next one on
+// the same stream finds none, which is short for the lists callers make.
+void VirtualMachine::mark_stream_ends(IntrusiveInstructionList& ordered) noexcept {
+  for (auto it = ordered.begin(); it != ordered.end(); ++it) {
+    bool later = false;
+    for (auto next = std::next(it); next != ordered.end() && !later; ++next) {
+      later = &next->stream() == &it->stream();
+    }
+    it->finish_stream_ = !later;
+  }
+}
+
+Ticket VirtualMachine::submit_impl(InstructionList&& list, bool caller_runs) {
+  if (StreamWorker::holds_execution_right_on_this_thread()) {
+    // Waiting from inside a dispatch would wait for the very worker this thread stands in for.
+    throw Error(
+        "Expected vm::Run and Submit outside instruction callbacks (Barrier, "
+        "AccessBlobByCallback), but got a call from inside one; it would wait for itself");
+  }
+  IntrusiveInstructionList& items = list.items();
+  check_own_streams(items);
   auto batch = std::allocate_shared<Batch>(pool::PoolAllocator<Batch>());
   const size_t count = items.size();
   if (count == 0) {
@@ -275,8 +312,6 @@ std::shared_ptr<Batch> VirtualMachine::enqueue_batch(const std::shared_ptr<Batch
   // a few workers and streams, so that the common list costs no heap allocation.
   boost::container::small_vector<IntrusiveInstructionList, 4> per_worker(workers_.size());
   boost::container::small_vector<StreamWorker*, 4> owners(workers_.size(), nullptr);
-  boost::container::small_vector<Instruction*, 4> last_on_stream;
-  last_on_stream.reserve(count);
 
   StreamWorker* inline_worker = nullptr;
   IntrusiveInstructionList ordered;  // the list in dispatch order, with StreamSignals added
@@ -301,41 +336,23 @@ std::shared_ptr<Batch> VirtualMachine::enqueue_batch(const std::shared_ptr<Batch
       }
       return batch;
     }
-    // A blob keeps the access records of the VM that first used it; another VM's stream ids would
-    // mean nothing here. Checked before anything changes, so a refused list leaves no trace.
-    for (const Instruction& instruction : items) {
-      for (const Operand& operand : instruction.operands()) {
-        const void* owner = operand.blob->dependence().owner;
-        if (owner != nullptr && owner != this) {
-          lock.unlock();
-          in_flight_.fetch_sub(count);
-          wake_producers();
-          {
-            // No instruction was handed out, so nobody will settle the batch: drop the VM's
-            // reference, or the batch owns itself and leaks (LeakSanitizer, `make asan`, on
-            // VmOwnershipTest.ABlobBelongsToTheFirstVmThatUsesIt).
-            std::lock_guard<std::mutex> batch_lock(batch->mutex);
-            batch->self.reset();
-          }
-          throw InvalidArgument(std::string("Expected blobs of this VM in ") + instruction.name() +
-                                " on " + instruction.stream().name() +
-                                ", but got one that another VM has used");
-        }
+    // Checked before anything changes, so a refused list leaves no trace.
+    if (const Instruction* refused = first_with_foreign_blob(items)) {
+      const InvalidArgument error = foreign_blob_error(*refused);
+      lock.unlock();
+      in_flight_.fetch_sub(count);
+      wake_producers();
+      {
+        // No instruction was handed out, so nobody will settle the batch: drop the VM's
+        // reference, or the batch owns itself and leaks (LeakSanitizer, `make asan`, on
+        // VmOwnershipTest.ABlobBelongsToTheFirstVmThatUsesIt).
+        std::lock_guard<std::mutex> batch_lock(batch->mutex);
+        batch->self.reset();
       }
+      throw error;
     }
     StreamWorker* single = nullptr;
     bool several = false;
-    // The last instruction of the batch on each stream finishes that stream's queue, on the
-    // stream's own worker, so the sync point needs no queue call of its own.
-    auto note_last = [&](Instruction& instruction) {
-      for (Instruction*& last : last_on_stream) {
-        if (&last->stream() == &instruction.stream()) {
-          last = &instruction;
-          return;
-        }
-      }
-      last_on_stream.push_back(&instruction);
-    };
     while (!items.empty()) {
       Instruction& instruction = items.front();
       items.pop_front();
@@ -352,15 +369,13 @@ std::shared_ptr<Batch> VirtualMachine::enqueue_batch(const std::shared_ptr<Batch
       }
       if (!extra.empty()) {
         several = true;
-        for (Instruction& signal : extra) note_last(signal);
         ordered.splice(ordered.end(), extra);
       }
-      note_last(instruction);
       ordered.push_back(instruction);
       if (single == nullptr) single = &owner;
       several = several || single != &owner;
     }
-    for (Instruction* last : last_on_stream) last->finish_stream_ = true;
+    mark_stream_ends(ordered);
     const size_t added = ordered.size() - count;
     if (added > 0) {
       batch->remaining.fetch_add(added);
@@ -399,6 +414,84 @@ std::shared_ptr<Batch> VirtualMachine::enqueue_batch(const std::shared_ptr<Batch
     inline_worker->release_execution();
   }
   return batch;
+}
+
+// Note [Lists run in a host section]: the section holds `held`'s execution right and the
+// worker was idle when it began, so the list is dispatched here at once, on this thread, as one
+// step of the section: ahead of lists other threads submitted for the device since the section
+// began (those run when it ends). Its instructions take the section's place in the worker's
+// sequence (dispatched_through), so later lists order after them. Two kinds of list could not
+// keep that order and are refused, changing nothing: one with an access record of an instruction
+// still pending on this device (it would have to run before that instruction, which runs after the
+// section), and one with a record on another device (its wait could be for a worker that waits
+// for this section). Lists of new blobs — allocations in a section — have neither.
+void VirtualMachine::run_held(StreamWorker& held, InstructionList&& list) {
+  IntrusiveInstructionList& items = list.items();
+  if (items.empty()) return;
+  check_own_streams(items);
+  const uint64_t place = held.dispatched_through();
+  for (const Instruction& instruction : items) {
+    if (&instruction.stream().worker() != &held) {
+      throw InvalidArgument(std::string("Expected instructions for the host section's device, "
+                                        "but got ") +
+                            instruction.name() + " on " + instruction.stream().name());
+    }
+  }
+  Batch batch;  // every instruction is dispatched and settled on this thread, before returning
+  const size_t count = items.size();
+  batch.remaining.store(count);
+  IntrusiveInstructionList ordered;
+  {
+    std::lock_guard<std::mutex> lock(submit_mutex_);
+    if (shut_down_.load()) {
+      throw Error("Expected a running VM, but it has been shut down (a list run in a host "
+                  "section)");
+    }
+    if (const Instruction* refused = first_with_foreign_blob(items)) {
+      throw foreign_blob_error(*refused);
+    }
+    for (const Instruction& instruction : items) {
+      for (const Operand& operand : instruction.operands()) {
+        const BlobObject::Dependence& dependence = operand.blob->dependence();
+        auto out_of_order = [&](const BlobObject::Access& access) {
+          if (access.stream == kNoStream) return false;
+          const Stream* stream = find_stream(access.stream);
+          return stream == nullptr || &stream->worker() != &held || access.sequence > place;
+        };
+        bool refused = out_of_order(dependence.last_write);
+        for (const BlobObject::Access& read : dependence.reads) refused = refused || out_of_order(read);
+        if (refused) {
+          throw InvalidArgument(
+              std::string("Expected a list of blobs that no pending instruction and no other "
+                          "device uses, to run in a host section, but got ") +
+              instruction.name() + " on " + instruction.stream().name());
+        }
+      }
+    }
+    while (!items.empty()) {
+      Instruction& instruction = items.front();
+      items.pop_front();
+      instruction.batch_ = &batch;
+      instruction.sequence_ = place;
+      IntrusiveInstructionList extra;
+      try {
+        analyze(instruction, extra);
+      } catch (...) {
+        instruction.pre_error_ = std::current_exception();  // out of memory in the analysis
+      }
+      OCLVM_DCHECK(extra.empty());  // no record on another device
+      ordered.push_back(instruction);
+    }
+    mark_stream_ends(ordered);
+  }
+  in_flight_.fetch_add(count);
+  while (!ordered.empty()) {
+    Instruction& instruction = ordered.front();
+    ordered.pop_front();
+    held.dispatch(&instruction, /*settle=*/false);
+  }
+  settle(batch, count);
+  if (batch.first_error) std::rethrow_exception(batch.first_error);
 }
 
 void VirtualMachine::on_dispatched(Instruction& instruction, std::exception_ptr error,

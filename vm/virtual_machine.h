@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "oclvm/storage/device_manager.h"
+#include "oclvm/storage/errors.h"
 #include "oclvm/storage/options.h"
 #include "oclvm/storage/stats.h"
 #include "oclvm/vm/instruction.h"
@@ -152,6 +153,16 @@ class VirtualMachine {
   StreamWorker& worker(Device device) const;
   size_t worker_index(Device device) const;  // throws InvalidArgument for an unknown device
   Ticket submit_impl(InstructionList&& list, bool caller_runs);
+  // Throws InvalidArgument when an instruction names a stream of another VM.
+  void check_own_streams(const IntrusiveInstructionList& items) const;
+  // The first instruction with a blob another VM has used; nullptr when none.
+  const Instruction* first_with_foreign_blob(const IntrusiveInstructionList& items) const;
+  static InvalidArgument foreign_blob_error(const Instruction& instruction);
+  // Marks the last instruction on each stream to finish that stream's queue after it.
+  static void mark_stream_ends(IntrusiveInstructionList& ordered) noexcept;
+  // HostSection::run: dispatches `list` on this thread, which holds `held`'s execution right
+  // (Note [Lists run in a host section]).
+  void run_held(StreamWorker& held, InstructionList&& list);
   // Sequences, analysis and hand-off of a batch whose count is already admitted.
   std::shared_ptr<Batch> enqueue_batch(const std::shared_ptr<Batch>& batch,
                                        IntrusiveInstructionList& items, bool caller_runs);

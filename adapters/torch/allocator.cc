@@ -111,8 +111,25 @@ c10::DataPtr CLDeviceAllocator::allocate(size_t bytes) {
 
 c10::DataPtr CLDeviceAllocator::allocate_on(c10::DeviceIndex index, size_t bytes,
                                             const void* contents) {
-  const c10::Device device(c10::DeviceType::PrivateUse1, index);
-  if (bytes == 0) return c10::DataPtr(nullptr, nullptr, &delete_handle, device);
+  if (bytes == 0) {
+    return c10::DataPtr(nullptr, nullptr, &delete_handle,
+                        c10::Device(c10::DeviceType::PrivateUse1, index));
+  }
+  return device_data(new_storage(index, bytes, contents, nullptr), index);
+}
+
+TensorStorage* CLDeviceAllocator::allocate_in_section(vm::HostSection& section,
+                                                      c10::DeviceIndex index, size_t bytes) {
+  return new_storage(index, bytes, nullptr, &section);
+}
+
+c10::DataPtr CLDeviceAllocator::device_data(TensorStorage* storage, c10::DeviceIndex index) {
+  return c10::DataPtr(storage->blob()->storage()->allocation().ptr, storage, &delete_handle,
+                      c10::Device(c10::DeviceType::PrivateUse1, index));
+}
+
+TensorStorage* CLDeviceAllocator::new_storage(c10::DeviceIndex index, size_t bytes,
+                                              const void* contents, vm::HostSection* section) {
   check_device_index(index);
   // More than one allocation may hold is out of memory to torch users (as on CUDA), not a bad
   // argument; nothing reaches the allocator, so no statistic changes (num_ooms included).
@@ -129,12 +146,17 @@ c10::DataPtr CLDeviceAllocator::allocate_on(c10::DeviceIndex index, size_t bytes
     // The block's first contents in the same list: one sync point for allocation and upload.
     if (contents != nullptr) builder.copy_host_to_device(contents, blob, 0, bytes, &stream);
     try {
-      vm.run(builder.take());
+      if (section != nullptr) {
+        section->run(builder.take());
+      } else {
+        vm.run(builder.take());
+      }
     } catch (...) {
       // Usually the AllocateBlob failed and the blob has no storage. But it may have succeeded
       // and the stream's finish failed: then the block goes back through the VM (as in
       // make_tensor_storage), not through the blob's destructor ("destroyed without being
-      // released", seen under injected finish faults).
+      // released", seen under injected finish faults). In a section the release runs detached,
+      // when the section ends.
       if (blob->storage() != nullptr) {
         try {
           release_through(vm, blob);
@@ -148,17 +170,13 @@ c10::DataPtr CLDeviceAllocator::allocate_on(c10::DeviceIndex index, size_t bytes
       return new TensorStorage(blob, make_vm_releaser(vm));  // owns the release from here on
     } catch (...) {
       // Only std::bad_alloc gets here: give the block back through the VM before rethrowing.
-      builder.release(std::move(blob));
-      vm.run(builder.take());
+      release_through(vm, std::move(blob));
       throw;
     }
   });
-  void* address = storage->blob()->storage()->allocation().ptr;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    blocks_[reinterpret_cast<uintptr_t>(address)] = storage;
-  }
-  return c10::DataPtr(address, storage, &delete_handle, device);
+  std::lock_guard<std::mutex> lock(mutex_);
+  blocks_[storage->blob()->storage()->device_address()] = storage;
+  return storage;
 }
 
 void CLDeviceAllocator::delete_handle(void* context) {
@@ -347,6 +365,12 @@ std::pair<size_t, size_t> CLDeviceAllocator::getMemoryInfo(c10::DeviceIndex devi
       stats.reserved_bytes[static_cast<size_t>(StatType::kAggregate)].current);
   const uint64_t free = reserved < total ? total - reserved : 0;
   return {static_cast<size_t>(free), static_cast<size_t>(total)};
+}
+
+void* block_host_address(const BlobObject& blob) {
+  const Allocation& allocation = blob.storage()->allocation();
+  if (allocation.segment == nullptr || allocation.segment->host == nullptr) return nullptr;
+  return static_cast<char*>(allocation.segment->host) + allocation.offset;
 }
 
 BlobRef blob_of(const c10::Storage& storage, size_t byte_offset) {

@@ -39,6 +39,7 @@
 #include "oclvm/storage/errors.h"
 #include "oclvm/storage/small_object_pool.h"
 #include "oclvm/storage/storage_objects.h"
+#include "oclvm/vm/host_section.h"
 
 namespace oclvm::torch_adapter {
 
@@ -102,6 +103,14 @@ class CLDeviceAllocator final : public c10::DeviceAllocator {
   // `bytes` bytes, uploaded in the same VM list as the allocation (one sync point). `contents`
   // may be reused once this returns.
   c10::DataPtr allocate_on(c10::DeviceIndex index, size_t bytes, const void* contents);
+  // A block of `bytes` > 0 on device `index`, allocated by an AllocateBlob run inside `section`
+  // (HostSection::run), for a CPU kernel to write (Note [Results written in device memory] in
+  // host_results.cc). The caller owns it: it frees it with raw_deleter(), or hands it to a
+  // DataPtr with device_data().
+  TensorStorage* allocate_in_section(vm::HostSection& section, c10::DeviceIndex index,
+                                     size_t bytes);
+  // The device DataPtr that owns `storage`, a block of this allocator on device `index`.
+  static c10::DataPtr device_data(TensorStorage* storage, c10::DeviceIndex index);
   c10::DeleterFnPtr raw_deleter() const override { return &delete_handle; }
   // Device-to-device copy of `count` bytes between two addresses of live blocks of this
   // allocator (used by storage resize and clone of storages).
@@ -128,6 +137,10 @@ class CLDeviceAllocator final : public c10::DeviceAllocator {
 
  private:
   static void delete_handle(void* context);
+  // Allocates a registered block of `bytes` > 0 on device `index` (through `section` when given;
+  // `contents`, when given, uploaded in the same list).
+  TensorStorage* new_storage(c10::DeviceIndex index, size_t bytes, const void* contents,
+                             vm::HostSection* section);
 
   mutable std::mutex mutex_;
   // Note [Block registry]: block start address -> its TensorStorage. GUARDED_BY(mutex_)
@@ -147,6 +160,9 @@ void resize_storage_bytes(const c10::Storage& storage, size_t bytes);
 BlobRef blob_of(const c10::Storage& storage, size_t byte_offset);
 // The blob behind a non-empty DataPtr made by CLDeviceAllocator and the offset of its data in it.
 BlobRef blob_of_data(const c10::DataPtr& data);
+// Where the host reaches the blob's byte 0 (its segment's host address, Segment::host); nullptr
+// when the segment has none.
+void* block_host_address(const BlobObject& blob);
 
 template <typename Fn>
 auto translate_errors(Fn&& fn) -> decltype(fn()) {

@@ -15,6 +15,7 @@
 
 #include "adapters/torch/allocator.h"
 #include "adapters/torch/generator.h"
+#include "adapters/torch/host_results.h"
 #include "adapters/torch/host_view.h"
 
 namespace oclvm::torch_adapter {
@@ -52,9 +53,9 @@ struct OperatorFacts {
   std::vector<size_t> generators;       // arguments of type Generator or Generator?
   std::vector<size_t> unmarked_writes;  // arguments the CPU kernel writes unannounced
   bool direct = false;                  // Note [The direct path of the fallback] may take it
-  // Note [Functional operators through their composite] may take it: a functional operator
-  // (no argument written, no generator) with a CompositeExplicitAutogradNonFunctional kernel.
-  bool composite = false;
+  // No argument written, marked or not: the results are new tensors (Note [Results written in
+  // device memory] in host_results.cc).
+  bool functional = false;
 };
 
 bool is_generator(const c10::TypePtr& type) {
@@ -114,10 +115,7 @@ OperatorFacts learn(const c10::OperatorHandle& op) {
       facts.unmarked_writes.push_back(static_cast<size_t>(*index));
     }
   }
-  facts.composite = facts.direct && facts.generators.empty() && !schema.is_mutable() &&
-                    facts.unmarked_writes.empty() &&
-                    op.hasKernelForDispatchKey(
-                        c10::DispatchKey::CompositeExplicitAutogradNonFunctional);
+  facts.functional = !schema.is_mutable() && facts.unmarked_writes.empty();
   return facts;
 }
 
@@ -329,6 +327,28 @@ void results_to_device(const std::vector<std::pair<at::Tensor, at::Tensor>>& wri
   }
 }
 
+// Replaces each result written in a device block (Note [Results written in device memory]) by
+// the device tensor over that block.
+void adopt_results(const c10::Device& device, size_t return_count, torch::jit::Stack* stack) {
+  const auto adopt = [&](at::Tensor& tensor) {
+    at::Tensor adopted = adopt_result(tensor, device);
+    if (adopted.defined()) tensor = std::move(adopted);
+  };
+  for (size_t i = stack->size() - return_count; i < stack->size(); ++i) {
+    c10::IValue& value = (*stack)[i];
+    if (value.isTensor()) {
+      at::Tensor tensor = std::move(value).toTensor();
+      adopt(tensor);
+      value = std::move(tensor);
+    } else if (value.isTensorList()) {
+      std::vector<at::Tensor> tensors = value.toTensorList().vec();
+      value = c10::IValue();  // the list held its tensors' storages too
+      for (at::Tensor& tensor : tensors) adopt(tensor);
+      value = c10::List<at::Tensor>(std::move(tensors));
+    }
+  }
+}
+
 bool writes(const c10::Argument& argument) {
   const c10::AliasInfo* alias = argument.alias_info();
   return alias != nullptr && alias->isWrite();
@@ -339,102 +359,28 @@ bool writes(const c10::Argument& argument) {
 // On a device whose memory the host addresses directly (host_addressable: fine-grained SVM on a
 // host-unified device, every PoCL CPU device), the direct path needs neither copies nor maps:
 // the operator enters a host section (Note [Host sections] in vm/host_section.h; it waits for the
-// device's worker to be idle), hands the CPU kernel
-// each device tensor as a CPU tensor over its own bytes (host_aliases), in-place arguments
-// included, and leaves; no VM list, no command. Only the new results cost a list: their
-// allocation (device_copy copies their bytes in a second, short host section). While the section
-// lasts no instruction and no other section of the device runs, so two operators that both take
-// this path run wholly one before the other, as two kernels on one stream. Operators that take
-// the lists below (a Tensor?[] argument, sparse or scattered tensors, operands on two devices or
-// with no elements, unmarked writes) read and write back in separate steps: as on the copy path,
+// device's worker to be idle), hands the CPU kernel each device tensor as a CPU tensor over its
+// own bytes (host_aliases), in-place arguments included, and leaves; no VM list, no command. A
+// functional operator's results are written in device blocks allocated inside the section (Note
+// [Results written in device memory] in host_results.cc); a result that is not such a block
+// alone is copied to the device (device_copy) after the section. While the section lasts no
+// instruction and no other section of the device runs, so two operators that both take this
+// path run wholly one before the other, as two kernels on one stream. Operators that take the
+// lists below (a Tensor?[] argument, sparse or scattered tensors, operands on two devices or with
+// no elements, unmarked writes) read and write back in separate steps: as on the copy path,
 // concurrent writers of one tensor need the caller's synchronisation there. A thread inside an
 // instruction callback (which may not wait) or a shut-down VM also takes the lists, which then
 // refuse as they always did. An out= argument is written in place too: one the kernel resized
 // within its bytes takes the alias's sizes and strides; one it grew (host_aliases: moved to host
-// memory) is resized and copied on the device afterwards, as on the copy path. A kernel that throws leaves nothing behind but what it
-// wrote, as on the CPU.
-//
-// Note [Functional operators through their composite]
-// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// A functional operator's CPU kernel allocates its results in host memory, which then has to be
-// copied into new device memory: for large results about as much work as the kernel itself, on
-// fresh host pages. A structured operator has a composite kernel
-// (CompositeExplicitAutogradNonFunctional) that computes its results' shapes in C++ (the same
-// meta function the CPU kernel runs), allocates them on the operands' device — here, through the
-// caching allocator — and calls its out= form, which reaches this fallback and writes the device
-// results in a host section. So a structured functional operator with an operand of
-// kCompositeMinBytes or more, on a host-addressable device, is handed to that composite: no host
-// result and no copy, and the out= kernel is the one the CPU's functional kernel is built from,
-// so the values are the CPU's. Small operands keep the plain path, which costs one dispatch less.
-// Operators with a generator keep it too: the out= call would carry the host generator the
-// fallback substituted.
-constexpr int64_t kCompositeMinBytes = 64 << 10;
-
-// Whether every tensor argument from `begin`, tensor lists included, is on `device` or a 0-dim
-// CPU tensor: the composite takes its result's device from its first tensor (cat of a CPU and a
-// device tensor would return a CPU tensor), so anything else keeps the plain path.
-bool only_on(const c10::Device& device, size_t begin, const torch::jit::Stack& stack) {
-  const auto fits = [&](const at::Tensor& tensor) {
-    return !tensor.defined() || tensor.device() == device || (tensor.is_cpu() && tensor.dim() == 0);
-  };
-  for (size_t i = begin; i < stack.size(); ++i) {
-    const c10::IValue& value = stack[i];
-    if (value.isTensor() && !fits(value.toTensor())) return false;
-    if (value.isTensorList()) {
-      for (const at::Tensor& tensor : value.toTensorList().vec()) {
-        if (!fits(tensor)) return false;
-      }
-    }
-  }
-  return true;
-}
-
-// Passes every warning on to the handler it replaces except ATen's "An output with one or more
-// elements was resized" — a composite whose meta function disagrees with its out= kernel about
-// the result's shape (mse_loss): the out= argument is ours, not the caller's, so the warning
-// would tell the caller of a mistake they did not make. It is counted instead.
-class ResizeWarningFilter final : public c10::WarningHandler {
- public:
-  explicit ResizeWarningFilter(c10::WarningHandler* next) : next_(next) {}
-  void process(const c10::Warning& warning) override {
-    if (warning.msg().rfind("An output with one or more elements was resized", 0) == 0) {
-      ++resized_;
-      return;
-    }
-    next_->process(warning);
-  }
-  int resized() const { return resized_; }
-
- private:
-  c10::WarningHandler* next_;
-  int resized_ = 0;
-};
-
-// Runs `op`'s CompositeExplicitAutogradNonFunctional kernel on the stack. One whose out= kernel
-// resized the result the composite allocated takes the plain path from then on, on this thread
-// (its meta shape is not the kernel's, so the composite saves nothing).
-void run_composite(OperatorFacts& facts, const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  ResizeWarningFilter filter(c10::WarningUtils::get_warning_handler());
-  c10::WarningUtils::WarningHandlerGuard guard(&filter);
-  op.callBoxedForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional, *stack);
-  if (filter.resized() > 0) facts.composite = false;
-}
-
+// memory) is resized and copied on the device afterwards, as on the copy path. A kernel that
+// throws leaves nothing behind but what it wrote, as on the CPU: the blocks it allocated are
+// released when the section ends.
 bool run_in_host_section(c10::DispatchKey cpu_key, OperatorFacts& facts,
                          const c10::OperatorHandle& op, size_t begin, const c10::Device& device,
                          const std::vector<Place>& places, const std::vector<at::Tensor>& tensors,
                          torch::jit::Stack* stack) {
   if (!host_addressable(device.index()) || tensors[0].device() != device) return false;
   const std::vector<c10::Argument>& arguments = op.schema().arguments();
-  // Note [Functional operators through their composite]
-  if (facts.composite && only_on(device, begin, *stack)) {
-    for (const at::Tensor& tensor : tensors) {
-      if (static_cast<int64_t>(tensor.nbytes()) >= kCompositeMinBytes) {
-        run_composite(facts, op, stack);
-        return true;
-      }
-    }
-  }
   std::vector<at::Tensor> hosts = host_aliases(tensors);
   if (hosts.empty()) return false;
   std::optional<vm::HostSection> section = host_section(device.index());
@@ -450,7 +396,17 @@ bool run_in_host_section(c10::DispatchKey cpu_key, OperatorFacts& facts,
     }
   }
   put_on_stack(places, hosts, begin, arguments.size(), stack);
-  op.redispatchBoxed(c10::DispatchKeySet(cpu_key), stack);
+  if (facts.functional) {
+    // Note [Results written in device memory]: the results are written in device blocks and
+    // become device tensors here; results_to_device copies any other.
+    {
+      ResultsOnDevice on_device(*section, device.index());
+      op.redispatchBoxed(c10::DispatchKeySet(cpu_key), stack);
+    }
+    adopt_results(device, op.schema().returns().size(), stack);
+  } else {
+    op.redispatchBoxed(c10::DispatchKeySet(cpu_key), stack);
+  }
   section.reset();  // what follows runs VM lists
   for (size_t k = 0; k < written.size(); ++k) {
     const auto& [target, host] = written[k];

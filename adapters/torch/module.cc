@@ -15,6 +15,8 @@
 //   host_memory_stats() -> dict   the pinned-memory allocator's HostStats, flattened like
 //                              torch.cuda.host_memory_stats ("active_bytes.current", ...)
 //   live_blocks() -> int       blocks CLDeviceAllocator handed out and not yet released (tests)
+//   adopted_results() -> int   results CPU kernels wrote straight into device blocks, since start
+//                              (Note [Results written in device memory]; tests)
 //   device_of_address(int) -> int   the PrivateUse1 hooks' getDeviceFromPtr (tests); RuntimeError
 //                              for an address outside opencl memory
 //   device_properties(int) -> dict  name, platform, version, total_memory, max_allocation,
@@ -44,6 +46,7 @@
 
 #include "adapters/torch/allocator.h"
 #include "adapters/torch/generator.h"
+#include "adapters/torch/host_results.h"
 
 namespace oclvm::torch_adapter {
 namespace {
@@ -160,6 +163,10 @@ PyObject* py_global_memory(PyObject*, PyObject* arg) {
   c10::DeviceIndex index = 0;
   if (!parse_index(arg, &index)) return nullptr;
   return guarded([&] { return PyLong_FromUnsignedLongLong(global_memory_bytes(index)); });
+}
+
+PyObject* py_adopted_results(PyObject*, PyObject*) {
+  return PyLong_FromUnsignedLongLong(adopted_results());
 }
 
 PyObject* py_live_blocks(PyObject*, PyObject*) {
@@ -327,6 +334,8 @@ PyMethodDef kMethods[] = {
     {"global_memory", py_global_memory, METH_O, "The device's global memory in bytes."},
     {"host_memory_stats", py_host_memory_stats, METH_NOARGS, "Pinned-memory allocator stats."},
     {"live_blocks", py_live_blocks, METH_NOARGS, "Live blocks of the opencl allocator."},
+    {"adopted_results", py_adopted_results, METH_NOARGS,
+     "Results CPU kernels wrote straight into device blocks, since start."},
     {"device_of_address", py_device_of_address, METH_O, "Device index of an opencl address."},
     {"device_properties", py_device_properties, METH_O, "What the driver says of a device."},
     {"manual_seed", py_manual_seed, METH_VARARGS, "Seed a device's default generator."},

@@ -599,9 +599,8 @@ void finish_on_host(std::vector<std::shared_ptr<HostMapping>>& mappings,
 void* host_address(const at::Tensor& device) {
   if (device.numel() == 0 || !host_addressable(device.device().index())) return nullptr;
   const BlobRef ref = element0(device);
-  const Allocation& allocation = ref.blob->storage()->allocation();
-  if (allocation.segment == nullptr || allocation.segment->host == nullptr) return nullptr;
-  return static_cast<char*>(allocation.segment->host) + allocation.offset + ref.offset;
+  char* block = static_cast<char*>(block_host_address(*ref.blob));
+  return block == nullptr ? nullptr : block + ref.offset;
 }
 
 std::vector<at::Tensor> host_aliases(c10::ArrayRef<at::Tensor> devices) {
@@ -618,9 +617,9 @@ std::vector<at::Tensor> host_aliases(c10::ArrayRef<at::Tensor> devices) {
                               [&](const auto& pair) { return pair.first == key; });
     if (known == storages.end()) {
       const BlobRef ref = blob_of(tensor.storage(), 0);
-      const Allocation& allocation = ref.blob->storage()->allocation();
-      if (allocation.segment == nullptr || allocation.segment->host == nullptr) return {};
-      void* start = static_cast<char*>(allocation.segment->host) + allocation.offset + ref.offset;
+      char* block = static_cast<char*>(block_host_address(*ref.blob));
+      if (block == nullptr) return {};
+      void* start = block + ref.offset;
       storages.emplace_back(key, c10::Storage(c10::Storage::use_byte_size_t(),
                                               tensor.storage().nbytes(),
                                               c10::DataPtr(start, c10::Device(c10::kCPU)),

@@ -20,6 +20,7 @@
 #include <optional>
 
 #include "adapters/torch/fallback.h"
+#include "adapters/torch/host_results.h"
 #include "adapters/torch/registration.h"
 
 namespace oclvm::torch_adapter {
@@ -97,6 +98,9 @@ constexpr c10::DispatchKey kAutocast = c10::DispatchKey::AutocastPrivateUse1;
     lasting_library("aten", c10::DispatchKey::Conjugate, &pass_bits_through, __LINE__);
 [[maybe_unused]] torch::Library* const kNegativeCopies =
     lasting_library("aten", c10::DispatchKey::Negative, &pass_bits_through, __LINE__);
+
+// Note [Results written in device memory] (host_results.cc).
+[[maybe_unused]] const bool kResultsAllocator = (install_results_allocator(), true);
 
 }  // namespace
 }  // namespace oclvm::torch_adapter

@@ -1,8 +1,10 @@
 // tests/instructions/host_section_test.cc — vm::HostSection (Note [Host sections]) on a real VM,
 // on PoCL (fine-grained SVM segments) and on the host device: host-addressable segments, the
 // ordering against device instructions before and after a section, other threads' lists held
-// back while it lasts, enter waiting for a busy worker, and the refusals (busy worker for
-// try_enter, shut-down VM, waiting inside a section or an instruction callback).
+// back while it lasts, enter waiting for a busy worker, the refusals (busy worker for
+// try_enter, shut-down VM, waiting inside a section or an instruction callback), and lists run
+// inside a section (HostSection::run): ahead of the lists held back, and refused, changing
+// nothing, when they would have to overtake one.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -201,6 +203,104 @@ TEST_P(HostSectionTest, EnterWaitsForTheWorkerAndRefusesWhereItWouldWaitForItsel
   EXPECT_FALSE(*inner);
   vm_->shutdown();
   EXPECT_FALSE(vm::HostSection::enter(*vm_, device()).has_value());
+}
+
+
+DeviceStats stats_of(vm::VirtualMachine& vm, Device device) {
+  DeviceStats stats;
+  InstructionsBuilder builder(vm);
+  builder.query_stats(device, &stats);
+  vm.run(builder.take());
+  return stats;
+}
+
+int64_t allocated_bytes(const DeviceStats& stats) {
+  return stats.allocated_bytes[static_cast<size_t>(StatType::kAggregate)].current;
+}
+
+TEST_P(HostSectionTest, RunsAnAllocationAtOnceAheadOfTheListsItHoldsBack) {
+  auto first = allocate(kBytes);
+  const std::vector<uint8_t> data = pattern_bytes(kBytes, 3);
+  std::optional<vm::HostSection> section = enter();
+  vm::Ticket held;
+  std::thread other([&] {
+    InstructionsBuilder builder(*vm_);
+    builder.copy_host_to_device(data.data(), first, 0, kBytes);
+    held = vm_->submit(builder.take());
+  });
+  other.join();
+  InstructionsBuilder builder(*vm_);
+  std::shared_ptr<BlobObject> made = builder.allocate_blob(builder.stream(device()), kBytes);
+  section->run(builder.take());
+  ASSERT_NE(made->storage(), nullptr) << "the allocation ran before run() returned";
+  std::memset(host_of(*made), 0x5a, kBytes);  // the host writes the new block in the section
+  std::memset(host_of(*first), 0, kBytes);
+  EXPECT_EQ(host_of(*first)[7], 0) << "the held-back copy has not run";
+  section.reset();
+  held.wait();
+  EXPECT_EQ(read(first, kBytes), data) << "the held-back copy ran after the section";
+  EXPECT_EQ(read(made, kBytes), std::vector<uint8_t>(kBytes, 0x5a));
+  release(made);
+  release(first);
+}
+
+TEST_P(HostSectionTest, ARunThatWouldOvertakeAHeldListIsRefusedAndChangesNothing) {
+  auto blob = allocate(kBytes);
+  const std::vector<uint8_t> data = pattern_bytes(kBytes, 11);
+  const int64_t before = allocated_bytes(stats_of(*vm_, device()));
+  std::optional<vm::HostSection> section = enter();
+  vm::Ticket held;
+  std::thread other([&] {
+    InstructionsBuilder builder(*vm_);
+    builder.copy_host_to_device(data.data(), blob, 0, kBytes);
+    held = vm_->submit(builder.take());
+  });
+  other.join();
+  // The release would have to wait for the held copy, which runs after the section.
+  InstructionsBuilder builder(*vm_);
+  builder.release(blob);
+  EXPECT_THROW(section->run(builder.take()), InvalidArgument);
+  section.reset();
+  held.wait();
+  EXPECT_EQ(allocated_bytes(stats_of(*vm_, device())), before) << "nothing was released";
+  EXPECT_EQ(read(blob, kBytes), data);
+  release(blob);
+}
+
+TEST_P(HostSectionTest, ARunForAnotherDeviceIsRefused) {
+  const Device other = device() == kCpu ? kOpenCL0 : kCpu;
+  std::optional<vm::HostSection> section = enter();
+  InstructionsBuilder builder(*vm_);
+  std::shared_ptr<BlobObject> blob = builder.allocate_blob(builder.stream(other), 4096);
+  EXPECT_THROW(section->run(builder.take()), InvalidArgument);
+  EXPECT_EQ(blob->storage(), nullptr);
+}
+
+TEST_P(HostSectionTest, ATensorDroppedInASectionIsReleasedWhenItEnds) {
+  const int64_t before = allocated_bytes(stats_of(*vm_, device()));
+  {
+    std::optional<vm::HostSection> section = enter();
+    InstructionsBuilder builder(*vm_);
+    std::shared_ptr<BlobObject> blob = builder.allocate_blob(builder.stream(device()), kBytes);
+    section->run(builder.take());
+    auto storage = std::make_shared<TensorStorage>(blob, make_vm_releaser(*vm_));
+    blob.reset();
+    storage.reset();  // released detached: the section holds the worker
+  }
+  EXPECT_EQ(allocated_bytes(stats_of(*vm_, device())), before);
+}
+
+TEST_P(HostSectionTest, ARunAfterShutdownIsAnError) {
+  std::optional<vm::HostSection> section = enter();
+  std::thread stopper([&] { vm_->shutdown(); });
+  // shutdown() marks the VM shut down, then waits for the worker, which waits for the section.
+  while (!vm_->is_shut_down()) std::this_thread::yield();
+  InstructionsBuilder builder(*vm_);
+  std::shared_ptr<BlobObject> blob = builder.allocate_blob(builder.stream(device()), 4096);
+  EXPECT_THROW(section->run(builder.take()), Error);
+  EXPECT_EQ(blob->storage(), nullptr);
+  section.reset();
+  stopper.join();
 }
 
 }  // namespace

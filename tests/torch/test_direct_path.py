@@ -149,12 +149,13 @@ xd, yd = x.to("opencl"), y.to("opencl")
 xd.add_(yd, alpha=2)
 z = torch.mul(xd, yd)
 assert torch.equal(xd.cpu(), x + 2) and torch.equal(z.cpu(), x + 2)
-print(p.host_unified_memory, p.zero_copy, p.host_sections)
+print(p.host_unified_memory, p.zero_copy, p.host_sections, oclvm._C.adopted_results() > 0)
 """
 
 
 @pytest.mark.parametrize("setting, expected", [
-    (None, "True True True"), ("map", "True True False"), ("0", "True False False")])
+    (None, "True True True True"), ("map", "True True False False"),
+    ("0", "True False False False")])
 def test_zero_copy_is_decided_once_shown_and_can_be_forced_off(setting, expected):
     import os
     import subprocess
@@ -247,10 +248,75 @@ def test_an_out_argument_restrided_within_its_bytes_keeps_the_cpus_values_and_la
     assert out.shape == expected.shape
 
 
-def test_large_structured_operators_keep_the_device_of_their_device_operands():
-    # The composite route takes its result's device from the first tensor; a list that mixes the
-    # CPU and the device keeps the plain path, whose result is on the device whatever the size.
+def test_a_list_mixing_the_cpu_and_the_device_gives_a_device_result():
     # (CUDA refuses the mix; the adapter's one-device check does not look into lists yet.)
     big = torch.ones(20000, device=DEVICE)
     assert torch.cat([big, big]).device.type == "opencl"
     assert torch.cat([torch.zeros(20000), big]).device.type == "opencl"
+
+
+# ---------------------------------------------------------------------------------------------
+# Results written in device memory (host_results.cc, Note [Results written in device memory]).
+
+needs_host_sections = pytest.mark.skipif(
+    not torch.opencl.get_device_properties(0).host_sections,
+    reason="the device's memory has no host address here (OCLVM_ZERO_COPY set)")
+
+
+@needs_host_sections
+def test_functional_results_are_written_in_device_memory_and_equal_the_cpu():
+    x, xd = _pair(64, 32)
+    w, wd = _pair(16, 32)
+    big, big_d = _pair(512, 128)  # 256 KiB
+    cases = {  # name: (one operator, the number of its results)
+        "mul": (lambda a, b, c: a * 1.5, 1),
+        "mm": (lambda a, b, c: a @ b.t(), 1),
+        "softmax": (lambda a, b, c: torch.softmax(a, dim=1), 1),
+        "sort": (lambda a, b, c: torch.sort(a, dim=0), 2),
+        "foreach": (lambda a, b, c: torch._foreach_mul([a, b], 3.0), 2),
+        "large": (lambda a, b, c: torch.exp(c), 1),
+    }
+    for name, (case, results) in cases.items():
+        expected = case(x, w, big)
+        before = oclvm._C.adopted_results()
+        got = case(xd, wd, big_d)
+        assert oclvm._C.adopted_results() - before == results, name
+        expected = expected if isinstance(expected, (tuple, list)) else (expected,)
+        got = got if isinstance(got, (tuple, list)) else (got,)
+        for e, g in zip(expected, got):
+            assert g.device.type == DEVICE and g.stride() == e.stride(), name
+            torch.testing.assert_close(g.cpu(), e, rtol=1e-6, atol=1e-6, msg=name)
+
+
+@needs_host_sections
+def test_results_in_device_memory_are_counted_as_every_allocation_and_leave_no_temporaries():
+    _, xd = _pair(256, 64)
+    gc.collect()
+    before = torch.opencl.memory_allocated()
+    values, indices = torch.sort(xd, dim=1)  # the CPU kernel allocates temporaries too
+    with_results = torch.opencl.memory_allocated() - before
+    del values, indices
+    gc.collect()
+    assert torch.opencl.memory_allocated() == before
+    same_sizes = (torch.empty(256, 64, device=DEVICE),
+                  torch.empty(256, 64, dtype=torch.int64, device=DEVICE))
+    assert with_results == torch.opencl.memory_allocated() - before
+    del same_sizes
+
+
+@needs_host_sections
+def test_a_kernel_that_raises_after_allocating_leaves_nothing_behind():
+    not_positive_definite = -torch.eye(8, device=DEVICE)
+    gc.collect()
+    live = (oclvm._C.live_blocks(), torch.opencl.memory_allocated())
+    with pytest.raises(RuntimeError, match="positive-definite"):
+        torch.linalg.cholesky(not_positive_definite)
+    gc.collect()
+    assert (oclvm._C.live_blocks(), torch.opencl.memory_allocated()) == live
+
+
+def test_cpu_operators_keep_host_memory():
+    before = oclvm._C.adopted_results()
+    x = torch.ones(1000) * 2
+    assert x.device.type == "cpu" and torch.equal(x, torch.full((1000,), 2.0))
+    assert oclvm._C.adopted_results() == before

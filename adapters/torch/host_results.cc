@@ -1,0 +1,173 @@
+// adapters/torch/host_results.cc — CPU kernels' results allocated in device memory.
+#include "adapters/torch/host_results.h"
+
+#include <c10/core/CPUAllocator.h>
+
+#include <atomic>
+#include <mutex>
+#include <unordered_map>
+
+#include "adapters/torch/allocator.h"
+
+namespace oclvm::torch_adapter {
+
+// Note [Results written in device memory]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A functional operator's CPU kernel allocates its results itself, through the CPU allocator.
+// On the host-section path (Note [Operators in a host section] in fallback.cc) those results
+// used to land in host memory and be copied into new device blocks: a second allocation, a copy
+// and a second section per result. Instead, oclvm's CPU allocator stands in front of the one
+// torch had. On every thread, at every other time, it forwards to that allocator. While a
+// ResultsOnDevice scope lives on a thread — only around a CPU kernel the fallback runs in a host
+// section — each allocation that thread makes is a block of the section's device, allocated by
+// an AllocateBlob run in the section (HostSection::run), and handed to the kernel as CPU memory
+// at the block's host address. The kernel writes its result there; adopt_result then makes the
+// device tensor over the same block, and the CPU storage gives the block up. No copy, no host
+// memory, and the allocation is counted in the device's statistics as every other.
+//
+// Temporaries the kernel allocates on that thread are device blocks too; the ones it frees
+// release when the section ends (a release inside a section goes out detached, and the section's
+// end dispatches it on this thread). A CPU allocation that outlives the operator by some other
+// path than its results (a kernel that kept a buffer) keeps its block until it is freed, as
+// any tensor does. Allocations on other threads (the intra-op pool's) are host memory as always.
+//
+// The host-side DataPtr of such a block is a simple one (its context is its data, as the default
+// CPU allocator's), since some kernels take raw memory (Allocator::raw_allocate, which asserts
+// that, and raw_deallocate, which frees through raw_deleter()): convolution's did. So the blocks
+// are found by host address in a registry, and this allocator's raw deleter gives back either
+// such a block or, for anything else, hands the pointer to the allocator it stands in front of.
+namespace {
+
+thread_local ResultsOnDevice* t_scope = nullptr;
+std::atomic<uint64_t> g_adopted{0};
+
+// Host address -> the block's TensorStorage, for every block handed out and not yet freed or
+// adopted. Thread-safe.
+class HostBlocks {
+ public:
+  void add(void* host, TensorStorage* storage) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    blocks_.emplace(host, storage);
+  }
+  // Removes and returns the block at `host`; nullptr when none.
+  TensorStorage* take(void* host) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = blocks_.find(host);
+    if (it == blocks_.end()) return nullptr;
+    TensorStorage* storage = it->second;
+    blocks_.erase(it);
+    return storage;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::unordered_map<void*, TensorStorage*> blocks_;  // GUARDED_BY(mutex_)
+};
+
+HostBlocks& host_blocks() {
+  static HostBlocks* const blocks = new HostBlocks();  // never destroyed: freed until exit
+  return *blocks;
+}
+
+void release(TensorStorage* storage) { CLDeviceAllocator::instance().raw_deleter()(storage); }
+
+// The deleter of the host-side DataPtrs.
+void delete_host_block(void* host) {
+  if (TensorStorage* storage = host_blocks().take(host)) release(storage);
+}
+
+}  // namespace
+
+class ResultsAllocator final : public c10::Allocator {
+ public:
+  explicit ResultsAllocator(c10::Allocator* next) : next_(next), next_raw_(next->raw_deleter()) {}
+
+  c10::DataPtr allocate(size_t bytes) override {
+    const ResultsOnDevice* scope = t_scope;
+    if (scope == nullptr || bytes == 0) return next_->allocate(bytes);
+    TensorStorage* storage = CLDeviceAllocator::instance().allocate_in_section(
+        *scope->section_, scope->index_, bytes);
+    void* host = block_host_address(*storage->blob());
+    if (host == nullptr) {
+      release(storage);  // when the section ends
+      return next_->allocate(bytes);
+    }
+    try {
+      host_blocks().add(host, storage);
+    } catch (...) {
+      release(storage);
+      throw;
+    }
+    return c10::DataPtr(host, host, &delete_host_block, c10::Device(c10::kCPU));
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return &raw_delete; }
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    next_->copy_data(dest, src, count);
+  }
+
+ private:
+  static void raw_delete(void* pointer);
+
+  c10::Allocator* const next_;
+  const c10::DeleterFnPtr next_raw_;
+};
+
+namespace {
+ResultsAllocator* g_allocator = nullptr;  // set once, by install_results_allocator
+}  // namespace
+
+void ResultsAllocator::raw_delete(void* pointer) {
+  if (TensorStorage* storage = host_blocks().take(pointer)) {
+    release(storage);
+  } else if (pointer != nullptr) {
+    g_allocator->next_raw_(pointer);
+  }
+}
+
+void install_results_allocator() {
+  static ResultsAllocator* const allocator = [] {
+    g_allocator = new ResultsAllocator(c10::GetCPUAllocator());
+    return g_allocator;
+  }();
+  // At the default allocator's priority: an allocator a user installs with a higher one takes
+  // precedence, and results are then copied as before.
+  c10::SetCPUAllocator(allocator, /*priority=*/0);
+}
+
+ResultsOnDevice::ResultsOnDevice(vm::HostSection& section, c10::DeviceIndex index)
+    : section_(&section), index_(index), outer_(t_scope) {
+  t_scope = this;
+}
+
+ResultsOnDevice::~ResultsOnDevice() { t_scope = outer_; }
+
+at::Tensor adopt_result(const at::Tensor& result, const c10::Device& device) {
+  if (!result.defined() || !result.is_cpu() || result.layout() != at::kStrided ||
+      result.is_quantized() || result.is_nested() || result.is_conj() || result.is_neg()) {
+    return {};
+  }
+  const c10::Storage& storage = result.storage();
+  if (!storage || storage.data_ptr().get_deleter() != &delete_host_block ||
+      storage.use_count() != 1) {
+    return {};
+  }
+  c10::StorageImpl* host = storage.unsafeGetStorageImpl();
+  const size_t bytes = host->nbytes();
+  TensorStorage* block = host_blocks().take(host->mutable_data());
+  if (block == nullptr) return {};
+  // The host storage no longer owns the block: its DataPtr becomes an empty one.
+  host->set_data_ptr(c10::DataPtr(nullptr, c10::Device(c10::kCPU)));
+  c10::Storage on_device(c10::Storage::use_byte_size_t(), bytes,
+                         CLDeviceAllocator::device_data(block, device.index()),
+                         &CLDeviceAllocator::instance(), /*resizable=*/true);
+  at::Tensor adopted = at::detail::make_tensor<c10::TensorImpl>(
+      std::move(on_device), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), result.dtype());
+  adopted.unsafeGetTensorImpl()->set_sizes_and_strides(result.sizes(), result.strides(),
+                                                        result.storage_offset());
+  g_adopted.fetch_add(1, std::memory_order_relaxed);
+  return adopted;
+}
+
+uint64_t adopted_results() { return g_adopted.load(std::memory_order_relaxed); }
+
+}  // namespace oclvm::torch_adapter
