@@ -152,11 +152,10 @@ void BM_HostSectionWrite(benchmark::State& state) {
   InstructionsBuilder builder(vm);
   std::shared_ptr<BlobObject> blob = builder.allocate_blob(vm.stream(device), kBytes);
   vm.run(builder.take());
-  const Allocation& allocation = blob->storage()->allocation();
-  if (allocation.segment->host == nullptr) {
+  auto* host = static_cast<char*>(blob->storage()->host_address());
+  if (host == nullptr) {
     state.SkipWithError("the device's segments have no host address");
   } else {
-    auto* host = static_cast<char*>(allocation.segment->host) + allocation.offset;
     uint32_t value = 7;
     for (auto _ : state) {
       std::optional<vm::HostSection> section = vm::HostSection::try_enter(vm, device);

@@ -193,6 +193,15 @@ vm::Stream& Runtime::stream(Device device, vm::StreamRole role, int user_index) 
 
 void Runtime::run(vm::InstructionList&& list) { core_->vm.run(std::move(list)); }
 
+std::optional<vm::HostSection> Runtime::host_section(Device device) {
+  return vm::HostSection::enter(core_->vm, device);
+}
+
+void* Runtime::host_address(const TensorStorage& storage) {
+  const std::shared_ptr<BlobStorage>& blob = storage.blob()->storage();
+  return blob == nullptr ? nullptr : blob->host_address();
+}
+
 vm::Ticket Runtime::submit(vm::InstructionList&& list) {
   return core_->vm.submit(std::move(list));
 }

@@ -30,6 +30,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "oclvm/instructions/builder.h"
@@ -39,6 +40,7 @@
 #include "oclvm/storage/options.h"
 #include "oclvm/storage/stats.h"
 #include "oclvm/storage/storage_objects.h"
+#include "oclvm/vm/host_section.h"
 #include "oclvm/vm/virtual_machine.h"
 
 namespace oclvm {
@@ -98,6 +100,18 @@ class Runtime {
   void run(vm::InstructionList&& list);
   // Asynchronous: returns at once (or after backpressure); Ticket::wait() is the sync point.
   [[nodiscard]] vm::Ticket submit(vm::InstructionList&& list);
+
+  // ---- Host access (Note [Host sections] in vm/host_section.h) ---------------------------------
+  // Waits until `device`'s worker is idle and holds it: while the section lives, no instruction
+  // of the device runs, and the host may read and write the device's blobs at their host
+  // addresses; run(list) on the section runs a list inside it. nullopt after shutdown and inside
+  // an instruction callback. Throws InvalidArgument for an unknown device.
+  std::optional<vm::HostSection> host_section(Device device);
+  // Where the host reaches byte 0 of `storage`'s blob: on a device whose segments have host
+  // addresses (DeviceProperties::host_addressable: the host device, and every OpenCL device with
+  // unified memory and fine-grained buffer SVM, PoCL's among them); nullptr elsewhere and for a
+  // storage without memory. Use it only inside a host section of the blob's device.
+  static void* host_address(const TensorStorage& storage);
 
   // ---- Statistics and allocator control (each an instruction run on the device's worker) ----
   // A snapshot of the device allocator's statistics (PyTorch's DeviceStats fields). Works after

@@ -136,6 +136,13 @@ class BlobStorage {
   // Device address of byte 0 (allocation().ptr as an integer); 0 for an empty allocation. Never
   // dereference it on the host: see storage/address_space.h.
   uintptr_t device_address() const { return reinterpret_cast<uintptr_t>(allocation_.ptr); }
+  // Where the host reaches byte 0 (the segment's host address, Segment::host, plus the offset);
+  // nullptr for an empty allocation and on a segment without one. Read or write it only while
+  // no device command uses the blob (a host section, vm/host_section.h).
+  void* host_address() const {
+    if (allocation_.segment == nullptr || allocation_.segment->host == nullptr) return nullptr;
+    return static_cast<char*>(allocation_.segment->host) + allocation_.offset;
+  }
   // Bytes requested from the allocator.
   size_t size() const { return allocation_.size; }
   Device device() const { return device_; }

@@ -26,6 +26,7 @@ the storage methods.
 """
 import atexit
 import dataclasses
+import os as _os
 import re
 import sys
 
@@ -38,6 +39,15 @@ if torch._C._get_privateuse1_backend_name() != BACKEND:
     torch.utils.rename_privateuse1_backend(BACKEND)
 
 from . import _C  # noqa: E402  (static initialisers register allocator, guard, hooks, kernels)
+
+# Backward on the calling thread (design/torch.md, "Backward on the calling thread"): autograd
+# runs the backward of device operators on this thread, as it does for the CPU's, instead of
+# handing them to a per-device engine thread. The device's operators are CPU kernels, so that
+# thread bought no overlap, only a hand-off each way and a second OpenMP team spinning against
+# the first. A setting of this (the importing) thread, as torch.autograd.set_multithreading_enabled
+# is; OCLVM_AUTOGRAD_THREADS=1 keeps torch's per-device threads.
+if _os.environ.get("OCLVM_AUTOGRAD_THREADS", "0") != "1":
+    torch.autograd.set_multithreading_enabled(False)
 
 __all__ = [
     "is_available", "is_initialized", "init", "device_count", "current_device", "set_device",

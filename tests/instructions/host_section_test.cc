@@ -77,8 +77,7 @@ class HostSectionTest : public testing::LeakCheckedTest,
   }
   // Where the host reaches the blob's byte 0.
   static uint8_t* host_of(const BlobObject& blob) {
-    const Allocation& allocation = blob.storage()->allocation();
-    return static_cast<uint8_t*>(allocation.segment->host) + allocation.offset;
+    return static_cast<uint8_t*>(blob.storage()->host_address());
   }
   // Keeps the worker busy in an instruction until `leave` is set; returns once it runs.
   vm::Ticket hold_worker(const std::atomic<bool>& leave) {

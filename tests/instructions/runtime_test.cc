@@ -120,6 +120,32 @@ TEST_F(RuntimeTest, StoragesAreReleasedByTheirLastOwner) {
   EXPECT_EQ(runtime_.stats(kCpu).allocation[kAll].current, 0) << "0 bytes: no device memory";
 }
 
+TEST_F(RuntimeTest, AHostSectionReadsAndWritesAStorageInPlace) {
+  for (Device device : {kOpenCL0, kCpu}) {
+    ASSERT_TRUE(runtime_.properties(device).host_addressable) << device.str();
+    auto storage = runtime_.create_storage(device, 4096);
+    InstructionsBuilder builder = runtime_.builder();
+    builder.fill(storage->blob(), 0, 4096, 0x5a);
+    vm::Ticket filled = runtime_.submit(builder.take());  // the section waits for it
+    {
+      std::optional<vm::HostSection> section = runtime_.host_section(device);
+      ASSERT_TRUE(section.has_value());
+      auto* host = static_cast<uint8_t*>(Runtime::host_address(*storage));
+      ASSERT_NE(host, nullptr);
+      EXPECT_EQ(host[4095], 0x5a) << "the fill ran before the section";
+      std::memset(host, 0x11, 16);
+    }
+    filled.wait();
+    std::vector<uint8_t> back(16, 0);
+    builder.copy_device_to_host(storage->blob(), 0, back.data(), back.size());
+    runtime_.run(builder.take());
+    EXPECT_EQ(back, std::vector<uint8_t>(16, 0x11)) << "later lists see the host's writes";
+  }
+  EXPECT_EQ(Runtime::host_address(*runtime_.create_storage(kCpu, 0)), nullptr);
+  runtime_.shutdown();
+  EXPECT_FALSE(runtime_.host_section(kCpu).has_value());
+}
+
 TEST_F(RuntimeTest, BuildersRunListsAndTheDataRoundTrips) {
   auto storage = runtime_.create_storage(kOpenCL0, 4096);
   std::vector<uint8_t> back(4096, 0);

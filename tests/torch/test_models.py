@@ -140,3 +140,30 @@ def test_convolution_matches_cpu(dims):
     assert_close(conv_dev.weight.grad.cpu(), conv.weight.grad)
     assert_close(conv_dev.bias.grad.cpu(), conv.bias.grad)
     del conv_dev, out_dev
+
+
+BACKWARD_THREAD_PROBE = """
+import threading, torch, oclvm
+x = torch.randn(4, 3, device="opencl", requires_grad=True)
+threads = []
+x.register_hook(lambda grad: threads.append(threading.current_thread() is threading.main_thread()))
+(x * 2).sum().backward()
+assert torch.equal(x.grad.cpu(), torch.full((4, 3), 2.0))
+print(threads[0], torch._C._is_multithreading_enabled())
+"""
+
+
+@pytest.mark.parametrize("setting, expected", [(None, "True False"), ("1", "False True")])
+def test_backward_runs_on_the_calling_thread_unless_asked_otherwise(setting, expected):
+    # oclvm turns off autograd's per-device threads on the importing thread (design/torch.md,
+    # "Backward on the calling thread"); OCLVM_AUTOGRAD_THREADS=1 keeps them.
+    import os
+    import subprocess
+    env = dict(os.environ)
+    env.pop("OCLVM_AUTOGRAD_THREADS", None)
+    if setting is not None:
+        env["OCLVM_AUTOGRAD_THREADS"] = setting
+    out = subprocess.run([sys.executable, "-c", BACKWARD_THREAD_PROBE], env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == expected.split()

@@ -446,7 +446,9 @@ def run_item(op, dtype_name, max_samples, random_keys, on_sample=None):
 # device, and forks a worker per run of items; a worker that dies costs a fork, not an import.
 # The server has run no operator when it forks (only torch's import-time threads exist, which
 # torch itself keeps fork-safe, as DataLoader workers rely on), and each worker initialises the
-# device for itself. Protocol, JSON lines: server -> parent {"ready", "items": every (op,
+# device for itself. Not with PoCL's pthread driver, though: importing op_db finds the devices,
+# which starts that driver's scheduler threads in the server, and a forked worker, which has none
+# of them, waits forever on its first command. The sweep refuses that driver. Protocol, JSON lines: server -> parent {"ready", "items": every (op,
 # dtype) of op_db, so the parent never imports op_db}, then per request (a JSON list of items)
 # {"worker": pid}, the worker's {"start": [op, dtype]} / result lines / {"done"}, and the
 # server's {"exit": code} once the worker is gone (code < 0: killed by signal -code).
@@ -807,6 +809,14 @@ def main(argv=None):
     if args.server:
         _server(args.max_samples)
         return 0
+    if "pthread" in os.environ.get("POCL_DEVICES", "") and not args.table_only:
+        # The fork server's import of op_db finds the devices, and PoCL's pthread driver starts
+        # its scheduler threads then; a forked worker has none of them, and its first command
+        # waits forever (Note [The fork server]).
+        print("opinfo_sweep: PoCL's pthread driver cannot run under the fork server (its threads "
+              "do not survive fork); run the sweep on basic devices, e.g. "
+              "POCL_DEVICES=\"basic basic\" for two", file=sys.stderr)
+        return 2
     if args.table_only:
         results = load_results(args.out)
     else:
