@@ -378,14 +378,18 @@ BlobRef blob_of(const c10::Storage& storage, size_t byte_offset) {
 }
 
 BlobRef blob_of_data(const c10::DataPtr& data) {
-  TORCH_CHECK(data.get_deleter() == CLDeviceAllocator::instance().raw_deleter(),
-              "Expected an opencl storage made by oclvm's allocator, but got one with another "
-              "deleter");
-  auto* owner = static_cast<TensorStorage*>(data.get_context());
+  const TensorStorage& owner = CLDeviceAllocator::owner(data);
   // The DataPtr may point past the block start only if someone moved it; blocks here never do.
   const size_t base = static_cast<size_t>(reinterpret_cast<uintptr_t>(data.get()) -
-                                          owner->blob()->storage()->device_address());
-  return BlobRef{owner->blob(), base};
+                                          owner.blob()->storage()->device_address());
+  return BlobRef{owner.blob(), base};
+}
+
+const TensorStorage& CLDeviceAllocator::owner(const c10::DataPtr& data) {
+  TORCH_CHECK(data.get_deleter() == &delete_handle && data.get_context() != nullptr,
+              "Expected an opencl storage made by oclvm's allocator, but got one with another "
+              "deleter");
+  return *static_cast<const TensorStorage*>(data.get_context());
 }
 
 REGISTER_ALLOCATOR(c10::DeviceType::PrivateUse1, &CLDeviceAllocator::instance());

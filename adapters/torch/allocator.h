@@ -111,6 +111,9 @@ class CLDeviceAllocator final : public c10::DeviceAllocator {
                                      size_t bytes);
   // The device DataPtr that owns `storage`, a block of this allocator on device `index`.
   static c10::DataPtr device_data(TensorStorage* storage, c10::DeviceIndex index);
+  // The block behind a non-empty DataPtr this allocator made (no reference taken); throws
+  // c10::Error for any other DataPtr.
+  static const TensorStorage& owner(const c10::DataPtr& data);
   c10::DeleterFnPtr raw_deleter() const override { return &delete_handle; }
   // Device-to-device copy of `count` bytes between two addresses of live blocks of this
   // allocator (used by storage resize and clone of storages).

@@ -39,6 +39,8 @@
 #include <ATen/ops/view_native.h>
 #include <torch/library.h>
 
+#include <boost/container/small_vector.hpp>
+
 #include <algorithm>
 #include <cstring>
 #include <initializer_list>
@@ -608,7 +610,8 @@ std::vector<at::Tensor> host_aliases(c10::ArrayRef<at::Tensor> devices) {
   if (devices.empty()) return hosts;
   const c10::Device device = devices[0].device();
   if (!host_addressable(device.index())) return hosts;
-  std::vector<std::pair<const c10::StorageImpl*, c10::Storage>> storages;  // device -> host
+  boost::container::small_vector<std::pair<const c10::StorageImpl*, c10::Storage>, 4>
+      storages;  // device -> host
   hosts.reserve(devices.size());
   for (const at::Tensor& tensor : devices) {
     if (tensor.device() != device || tensor.numel() == 0) return {};
@@ -616,10 +619,13 @@ std::vector<at::Tensor> host_aliases(c10::ArrayRef<at::Tensor> devices) {
     auto known = std::find_if(storages.begin(), storages.end(),
                               [&](const auto& pair) { return pair.first == key; });
     if (known == storages.end()) {
-      const BlobRef ref = blob_of(tensor.storage(), 0);
-      char* block = static_cast<char*>(block_host_address(*ref.blob));
+      const c10::DataPtr& data = tensor.storage().data_ptr();
+      const BlobObject& blob = *CLDeviceAllocator::owner(data).blob();
+      char* block = static_cast<char*>(block_host_address(blob));
       if (block == nullptr) return {};
-      void* start = block + ref.offset;
+      // The DataPtr is the block's start (blocks are never moved): its host start is the block's.
+      void* start = block + (reinterpret_cast<uintptr_t>(data.get()) -
+                             blob.storage()->device_address());
       storages.emplace_back(key, c10::Storage(c10::Storage::use_byte_size_t(),
                                               tensor.storage().nbytes(),
                                               c10::DataPtr(start, c10::Device(c10::kCPU)),

@@ -7,6 +7,8 @@ out= operators return the caller's own device tensor; an out= argument of the wr
 resized; strided views written in place keep the elements between theirs; tensor lists (the
 optimizers' _foreach_ operators) are read and written back; an operator that raises leaves
 nothing held; an argument read and written by the same operator (x.add_(x)) reads its old value.
+And on host-addressable devices, functional results written in device memory by the CPU kernel
+(Note [Results written in device memory]): counted as every allocation, no temporaries left.
 """
 import gc
 import warnings
