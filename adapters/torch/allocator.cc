@@ -128,6 +128,31 @@ c10::DataPtr CLDeviceAllocator::device_data(TensorStorage* storage, c10::DeviceI
                       c10::Device(c10::DeviceType::PrivateUse1, index));
 }
 
+namespace {
+
+// Set while free_detached() deletes a block on this thread.
+thread_local bool t_release_detached = false;
+
+TensorStorage::Releaser detachable_releaser(vm::VirtualMachine& vm) {
+  return [&vm](std::shared_ptr<BlobObject> blob) {
+    if (!t_release_detached) {
+      release_through(vm, std::move(blob));
+      return;
+    }
+    InstructionsBuilder builder(vm);
+    builder.release(std::move(blob));
+    vm.submit_detached(builder.take());
+  };
+}
+
+}  // namespace
+
+void CLDeviceAllocator::free_detached(TensorStorage* storage) {
+  t_release_detached = true;
+  delete_handle(storage);
+  t_release_detached = false;
+}
+
 TensorStorage* CLDeviceAllocator::new_storage(c10::DeviceIndex index, size_t bytes,
                                               const void* contents, vm::HostSection* section) {
   check_device_index(index);
@@ -167,7 +192,10 @@ TensorStorage* CLDeviceAllocator::new_storage(c10::DeviceIndex index, size_t byt
       throw;
     }
     try {
-      return new TensorStorage(blob, make_vm_releaser(vm));  // owns the release from here on
+      // Owns the release from here on. A block made in a section is released detached while
+      // free_detached() frees it (Note [Results written in device memory]).
+      return new TensorStorage(blob, section != nullptr ? detachable_releaser(vm)
+                                                        : make_vm_releaser(vm));
     } catch (...) {
       // Only std::bad_alloc gets here: give the block back through the VM before rethrowing.
       release_through(vm, std::move(blob));

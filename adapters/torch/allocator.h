@@ -109,6 +109,9 @@ class CLDeviceAllocator final : public c10::DeviceAllocator {
   // DataPtr with device_data().
   TensorStorage* allocate_in_section(vm::HostSection& section, c10::DeviceIndex index,
                                      size_t bytes);
+  // Frees a block allocate_in_section made, with its release submitted detached: it never waits
+  // for the device's worker (which a host section on another thread may hold).
+  static void free_detached(TensorStorage* storage);
   // The device DataPtr that owns `storage`, a block of this allocator on device `index`.
   static c10::DataPtr device_data(TensorStorage* storage, c10::DeviceIndex index);
   // The block behind a non-empty DataPtr this allocator made (no reference taken); throws

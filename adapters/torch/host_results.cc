@@ -26,8 +26,12 @@ namespace oclvm::torch_adapter {
 // memory, and the allocation is counted in the device's statistics as every other.
 //
 // Temporaries the kernel allocates on that thread are device blocks too; the ones it frees
-// release when the section ends (a release inside a section goes out detached, and the section's
-// end dispatches it on this thread). A CPU allocation that outlives the operator by some other
+// release when the section ends (a block in host form is always released detached, and the
+// section's end dispatches what its thread submitted meanwhile on that thread). Detached, because
+// the freeing thread may be an intra-op worker the section's thread waits for, and a release that
+// waited for the device's worker would wait for that section: a deadlock. A result that is not
+// adopted (it shares its storage) is copied, and its block, freed after the operator, comes back
+// as soon as the worker runs the release. A CPU allocation that outlives the operator by some other
 // path than its results (a kernel that kept a buffer) keeps its block until it is freed, as
 // any tensor does. Allocations on other threads (the intra-op pool's) are host memory as always.
 //
@@ -69,7 +73,10 @@ HostBlocks& host_blocks() {
   return *blocks;
 }
 
-void release(TensorStorage* storage) { CLDeviceAllocator::instance().raw_deleter()(storage); }
+// A block in host form is released detached: the thread freeing it may be one the section's
+// thread waits for (an intra-op worker dropping a temporary inside the kernel), so it must not
+// wait for the device's worker, which that section holds.
+void release(TensorStorage* storage) { CLDeviceAllocator::free_detached(storage); }
 
 // The deleter of the host-side DataPtrs.
 void delete_host_block(void* host) {
