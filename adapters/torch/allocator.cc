@@ -395,8 +395,6 @@ std::pair<size_t, size_t> CLDeviceAllocator::getMemoryInfo(c10::DeviceIndex devi
   return {static_cast<size_t>(free), static_cast<size_t>(total)};
 }
 
-void* block_host_address(const BlobObject& blob) { return blob.storage()->host_address(); }
-
 BlobRef blob_of(const c10::Storage& storage, size_t byte_offset) {
   const c10::DataPtr& data = storage.data_ptr();
   if (data.get() == nullptr) return BlobRef{nullptr, byte_offset};

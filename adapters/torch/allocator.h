@@ -166,9 +166,6 @@ void resize_storage_bytes(const c10::Storage& storage, size_t bytes);
 BlobRef blob_of(const c10::Storage& storage, size_t byte_offset);
 // The blob behind a non-empty DataPtr made by CLDeviceAllocator and the offset of its data in it.
 BlobRef blob_of_data(const c10::DataPtr& data);
-// Where the host reaches the blob's byte 0 (its segment's host address, Segment::host); nullptr
-// when the segment has none.
-void* block_host_address(const BlobObject& blob);
 
 template <typename Fn>
 auto translate_errors(Fn&& fn) -> decltype(fn()) {

@@ -83,18 +83,31 @@ void delete_host_block(void* host) {
   if (TensorStorage* storage = host_blocks().take(host)) release(storage);
 }
 
+// The raw deleter of the allocator oclvm's stands in front of; set once, by
+// install_results_allocator, before any raw memory is handed out.
+c10::DeleterFnPtr g_replaced_raw_delete = nullptr;
+
+// The raw deleter: a block goes back to the device, anything else to the replaced allocator.
+void raw_delete(void* pointer) {
+  if (TensorStorage* storage = host_blocks().take(pointer)) {
+    release(storage);
+  } else if (pointer != nullptr) {
+    g_replaced_raw_delete(pointer);
+  }
+}
+
 }  // namespace
 
 class ResultsAllocator final : public c10::Allocator {
  public:
-  explicit ResultsAllocator(c10::Allocator* next) : next_(next), next_raw_(next->raw_deleter()) {}
+  explicit ResultsAllocator(c10::Allocator* next) : next_(next) {}
 
   c10::DataPtr allocate(size_t bytes) override {
     const ResultsOnDevice* scope = t_scope;
     if (scope == nullptr || bytes == 0) return next_->allocate(bytes);
     TensorStorage* storage = CLDeviceAllocator::instance().allocate_in_section(
         *scope->section_, scope->index_, bytes);
-    void* host = block_host_address(*storage->blob());
+    void* host = storage->blob()->storage()->host_address();
     if (host == nullptr) {
       release(storage);  // when the section ends
       return next_->allocate(bytes);
@@ -113,28 +126,14 @@ class ResultsAllocator final : public c10::Allocator {
   }
 
  private:
-  static void raw_delete(void* pointer);
-
   c10::Allocator* const next_;
-  const c10::DeleterFnPtr next_raw_;
 };
-
-namespace {
-ResultsAllocator* g_allocator = nullptr;  // set once, by install_results_allocator
-}  // namespace
-
-void ResultsAllocator::raw_delete(void* pointer) {
-  if (TensorStorage* storage = host_blocks().take(pointer)) {
-    release(storage);
-  } else if (pointer != nullptr) {
-    g_allocator->next_raw_(pointer);
-  }
-}
 
 void install_results_allocator() {
   static ResultsAllocator* const allocator = [] {
-    g_allocator = new ResultsAllocator(c10::GetCPUAllocator());
-    return g_allocator;
+    c10::Allocator* replaced = c10::GetCPUAllocator();
+    g_replaced_raw_delete = replaced->raw_deleter();
+    return new ResultsAllocator(replaced);
   }();
   // At the default allocator's priority: an allocator a user installs with a higher one takes
   // precedence, and results are then copied as before.

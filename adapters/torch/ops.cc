@@ -601,7 +601,7 @@ void finish_on_host(std::vector<std::shared_ptr<HostMapping>>& mappings,
 void* host_address(const at::Tensor& device) {
   if (device.numel() == 0 || !host_addressable(device.device().index())) return nullptr;
   const BlobRef ref = element0(device);
-  char* block = static_cast<char*>(block_host_address(*ref.blob));
+  char* block = static_cast<char*>(ref.blob->storage()->host_address());
   return block == nullptr ? nullptr : block + ref.offset;
 }
 
@@ -621,7 +621,7 @@ std::vector<at::Tensor> host_aliases(c10::ArrayRef<at::Tensor> devices) {
     if (known == storages.end()) {
       const c10::DataPtr& data = tensor.storage().data_ptr();
       const BlobObject& blob = *CLDeviceAllocator::owner(data).blob();
-      char* block = static_cast<char*>(block_host_address(blob));
+      char* block = static_cast<char*>(blob.storage()->host_address());
       if (block == nullptr) return {};
       // The DataPtr is the block's start (blocks are never moved): its host start is the block's.
       void* start = block + (reinterpret_cast<uintptr_t>(data.get()) -

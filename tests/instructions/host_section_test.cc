@@ -91,6 +91,19 @@ class HostSectionTest : public testing::LeakCheckedTest,
     while (!inside) std::this_thread::yield();
     return ticket;
   }
+  // Submits, from another thread (the section's thread must not), a copy of `data` into `blob`;
+  // returns its ticket without waiting.
+  vm::Ticket submit_copy_from_another_thread(const std::vector<uint8_t>& data,
+                                             const std::shared_ptr<BlobObject>& blob) {
+    vm::Ticket ticket;
+    std::thread other([&] {
+      InstructionsBuilder builder(*vm_);
+      builder.copy_host_to_device(data.data(), blob, 0, data.size());
+      ticket = vm_->submit(builder.take());
+    });
+    other.join();
+    return ticket;
+  }
   // Enters a section, retrying while the worker finishes what was submitted before.
   std::optional<vm::HostSection> enter() {
     for (;;) {
@@ -221,13 +234,7 @@ TEST_P(HostSectionTest, RunsAnAllocationAtOnceAheadOfTheListsItHoldsBack) {
   auto first = allocate(kBytes);
   const std::vector<uint8_t> data = pattern_bytes(kBytes, 3);
   std::optional<vm::HostSection> section = enter();
-  vm::Ticket held;
-  std::thread other([&] {
-    InstructionsBuilder builder(*vm_);
-    builder.copy_host_to_device(data.data(), first, 0, kBytes);
-    held = vm_->submit(builder.take());
-  });
-  other.join();
+  vm::Ticket held = submit_copy_from_another_thread(data, first);
   InstructionsBuilder builder(*vm_);
   std::shared_ptr<BlobObject> made = builder.allocate_blob(builder.stream(device()), kBytes);
   section->run(builder.take());
@@ -248,13 +255,7 @@ TEST_P(HostSectionTest, ARunThatWouldOvertakeAHeldListIsRefusedAndChangesNothing
   const std::vector<uint8_t> data = pattern_bytes(kBytes, 11);
   const int64_t before = allocated_bytes(stats_of(*vm_, device()));
   std::optional<vm::HostSection> section = enter();
-  vm::Ticket held;
-  std::thread other([&] {
-    InstructionsBuilder builder(*vm_);
-    builder.copy_host_to_device(data.data(), blob, 0, kBytes);
-    held = vm_->submit(builder.take());
-  });
-  other.join();
+  vm::Ticket held = submit_copy_from_another_thread(data, blob);
   // The release would have to wait for the held copy, which runs after the section.
   InstructionsBuilder builder(*vm_);
   builder.release(blob);
