@@ -1,5 +1,6 @@
 # oclvm — the thin entry point. `make demo` and `make test` each install what is missing first.
-SHARED ?= ../shared
+# Allocation traces for `make bench` to replay (oclvm-trace v1 files); none are shipped yet.
+TRACES ?=
 BUILD  ?= build
 JOBS   ?= $(shell nproc)
 PY     ?= .venv/bin/python
@@ -28,6 +29,8 @@ torch: setup
 	@$(PY) -m pip install -q --no-build-isolation --no-deps .
 
 test: build torch
+	python3 scripts/check_docs.py --self-test
+	python3 scripts/check_docs.py
 	cd $(BUILD) && ctest --output-on-failure -j 2
 	@bash scripts/check_package.sh $(BUILD)
 	@cmake -S adapters/torch -B build-torch -DOCLVM_TORCH_TESTS=ON >/dev/null
@@ -123,8 +126,10 @@ bench: build torch
 	$(BUILD)/allocator_bench
 	POCL_DEVICES="basic basic" $(BUILD)/vm_bench
 	$(PY) bench/torch_bench.py
-	$(BUILD)/oclvm replay $(SHARED)/traces/transformer_train.trace --allocator caching
-	$(BUILD)/oclvm replay $(SHARED)/traces/cnn_train.trace --allocator caching
+	@for trace in $(if $(TRACES),$(wildcard $(TRACES)/*.trace)); do \
+	  echo "$(BUILD)/oclvm replay $$trace --allocator caching"; \
+	  $(BUILD)/oclvm replay $$trace --allocator caching || exit 1; \
+	done
 
 # libFuzzer on the two text parsers (fuzz/README.md): builds the fuzzers with clang in
 # build-fuzz/ (tests and benchmarks off), then runs each for FUZZ_SECONDS over a scratch copy of

@@ -154,8 +154,11 @@ void ReleaseTensor::execute(vm::ExecutionContext& context) {
                           context.stream.device().str() + ", but got " + blob_label(*blob()) +
                           " from another allocator (a blob of another VM?)");
   }
-  // Every command that may still use the memory is on this queue or ordered before its end by a
-  // soft sync the VM inserted (design/vm.md: a release frees on the producer stream).
+  // Note [Stream-ordered release]: every command that may still use the memory is on this queue
+  // or ordered before its end by a soft sync the VM inserted (a release runs on the producer
+  // stream and writes its blob, so it waits for every other stream that used it; design/vm.md).
+  // Once the queue has finished, the block is idle on every stream, so the allocator may hand it
+  // to the next allocation of any stream at once.
   // Note [A release whose finish fails]: the block is given back all the same and the error is
   // the instruction's. A queue whose finish reports an error has failed (no later command of it
   // can use the memory), and keeping the block would leak it for the life of the process.
@@ -500,28 +503,30 @@ double StreamEvent::elapsed_ms_since(const StreamEvent& start) const {
                           std::string(start.timing_ ? "an end" : "a start") +
                           " event created without timing");
   }
-  std::chrono::steady_clock::time_point from;
-  std::chrono::steady_clock::time_point to;
-  bool both = false;
-  {
-    std::scoped_lock lock(mutex_, start.mutex_);
-    both = marker_ != nullptr && start.marker_ != nullptr;
-    from = start.completed_at_;
-    to = completed_at_;
+  // Each event is read under its own lock, one after the other: no lock order to keep, and
+  // `start` may be this very event.
+  const auto [from_recorded, from] = start.completion();
+  const auto [to_recorded, to] = completion();
+  if (!from_recorded || !to_recorded) {
+    throw InvalidArgument("Expected two recorded events, but got one never recorded");
   }
-  if (!both) throw InvalidArgument("Expected two recorded events, but got one never recorded");
   return std::chrono::duration<double, std::milli>(to - from).count();
 }
 
 void StreamEvent::set(std::shared_ptr<QueueMarker> marker,
                       std::chrono::steady_clock::time_point completed) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   marker_ = std::move(marker);
   completed_at_ = completed;
 }
 
+std::pair<bool, std::chrono::steady_clock::time_point> StreamEvent::completion() const {
+  MutexLock lock(mutex_);
+  return {marker_ != nullptr, completed_at_};
+}
+
 std::shared_ptr<QueueMarker> StreamEvent::marker() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   return marker_;
 }
 

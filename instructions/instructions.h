@@ -48,10 +48,12 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 
 #include "oclvm/storage/queue.h"
 #include "oclvm/storage/stats.h"
 #include "oclvm/storage/storage_objects.h"
+#include "oclvm/storage/thread_annotations.h"
 #include "oclvm/vm/instruction.h"
 
 namespace oclvm {
@@ -382,11 +384,13 @@ class StreamEvent {
   friend class WaitEvent;
   void set(std::shared_ptr<QueueMarker> marker, std::chrono::steady_clock::time_point completed);
   std::shared_ptr<QueueMarker> marker() const;
+  // Whether the event was recorded, and its completed point.
+  std::pair<bool, std::chrono::steady_clock::time_point> completion() const;
 
   const bool timing_;
-  mutable std::mutex mutex_;
-  std::shared_ptr<QueueMarker> marker_;                 // GUARDED_BY(mutex_)
-  std::chrono::steady_clock::time_point completed_at_;  // GUARDED_BY(mutex_); timing events
+  mutable Mutex mutex_;
+  std::shared_ptr<QueueMarker> marker_ OCLVM_GUARDED_BY(mutex_);
+  std::chrono::steady_clock::time_point completed_at_ OCLVM_GUARDED_BY(mutex_);  // timing events
 };
 
 class RecordEvent final : public vm::Instruction {

@@ -1263,7 +1263,7 @@ class Executor {
       return error;  // `list` dies here: nothing of the batch runs
     }
     if (options_.trace) {
-      std::lock_guard<std::mutex> lock(trace_mutex_);
+      MutexLock lock(trace_mutex_);
       instruction_lines_.clear();
       size_t k = 0;
       for (const vm::Instruction& instruction : list.items()) {
@@ -1278,14 +1278,14 @@ class Executor {
       error = std::current_exception();
     }
     if (options_.trace) {
-      std::lock_guard<std::mutex> lock(trace_mutex_);
+      MutexLock lock(trace_mutex_);
       instruction_lines_.clear();
     }
     return error;
   }
 
   void trace(const vm::TraceEvent& event) {
-    std::lock_guard<std::mutex> lock(trace_mutex_);
+    MutexLock lock(trace_mutex_);
     std::string text = script_.file;
     if (auto it = instruction_lines_.find(&event.instruction); it != instruction_lines_.end()) {
       text += ":" + std::to_string(it->second);
@@ -1324,7 +1324,7 @@ class Executor {
                                                *alloc.dtype)
                       : builder_.allocate_blob(stream(alloc.stream), alloc.bytes);
       blobs_[static_cast<size_t>(alloc.blob)] = object;
-      std::lock_guard<std::mutex> lock(trace_mutex_);
+      MutexLock lock(trace_mutex_);
       blob_names_[object.get()] = blob_name(alloc.blob);
     });
     return false;
@@ -1607,10 +1607,10 @@ class Executor {
   int line_ = 0;                      // of the statement being executed
   std::atomic<int64_t> barriers_{0};  // barrier callbacks run so far (from worker threads)
 
-  // Tracing: read by worker threads during a run, written between runs; under trace_mutex_.
-  std::mutex trace_mutex_;
-  std::unordered_map<const vm::Instruction*, int> instruction_lines_;
-  std::unordered_map<const BlobObject*, std::string> blob_names_;
+  // Tracing: read by worker threads during a run, written between runs.
+  Mutex trace_mutex_;
+  std::unordered_map<const vm::Instruction*, int> instruction_lines_ OCLVM_GUARDED_BY(trace_mutex_);
+  std::unordered_map<const BlobObject*, std::string> blob_names_ OCLVM_GUARDED_BY(trace_mutex_);
 };
 
 }  // namespace

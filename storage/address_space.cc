@@ -26,7 +26,7 @@ AddressSpace& AddressSpace::instance() {
 
 uintptr_t AddressSpace::take_range(size_t length) {
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     // Most recently released first (entries of equal length keep insertion order).
     auto it = cached_ranges_.upper_bound(length);
     if (it != cached_ranges_.begin() && (--it)->first == length) {
@@ -56,7 +56,7 @@ uintptr_t AddressSpace::take_range(size_t length) {
 uintptr_t AddressSpace::reserve(Segment* segment) {
   const size_t length = reserved_length(segment->size);
   const uintptr_t start = take_range(length);
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   for (uintptr_t chunk = start >> kChunkShift; chunk < (start + length) >> kChunkShift; ++chunk) {
     chunk_owner_[chunk] = segment;
   }
@@ -67,7 +67,7 @@ uintptr_t AddressSpace::reserve(Segment* segment) {
 void AddressSpace::release(const Segment* segment) noexcept {
   const size_t length = reserved_length(segment->size);
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     for (uintptr_t chunk = segment->address >> kChunkShift;
          chunk < (segment->address + length) >> kChunkShift; ++chunk) {
       chunk_owner_.erase(chunk);
@@ -87,7 +87,7 @@ void AddressSpace::release(const Segment* segment) noexcept {
 }
 
 ResolvedAddress AddressSpace::resolve(uintptr_t address) const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   auto it = chunk_owner_.find(address >> kChunkShift);
   if (it == chunk_owner_.end()) return {};
   Segment* segment = it->second;
@@ -96,12 +96,12 @@ ResolvedAddress AddressSpace::resolve(uintptr_t address) const {
 }
 
 size_t AddressSpace::cached_bytes() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   return cached_bytes_;
 }
 
 size_t AddressSpace::live_ranges() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   return live_ranges_;
 }
 

@@ -25,6 +25,8 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "oclvm/storage/thread_annotations.h"
+
 namespace oclvm {
 
 struct Segment;
@@ -59,11 +61,12 @@ class AddressSpace {
   // A fresh chunk-aligned range of `length` bytes from the cache or from mmap.
   uintptr_t take_range(size_t length);
 
-  mutable std::mutex mutex_;
-  std::unordered_map<uintptr_t, Segment*> chunk_owner_;  // chunk number -> segment. GUARDED_BY(mutex_)
-  size_t live_ranges_ = 0;                              // GUARDED_BY(mutex_)
-  std::multimap<size_t, uintptr_t> cached_ranges_;      // length -> start. GUARDED_BY(mutex_)
-  size_t cached_bytes_ = 0;                             // sum of cached lengths. GUARDED_BY(mutex_)
+  mutable Mutex mutex_;
+  // chunk number -> segment
+  std::unordered_map<uintptr_t, Segment*> chunk_owner_ OCLVM_GUARDED_BY(mutex_);
+  size_t live_ranges_ OCLVM_GUARDED_BY(mutex_) = 0;
+  std::multimap<size_t, uintptr_t> cached_ranges_ OCLVM_GUARDED_BY(mutex_);  // length -> start
+  size_t cached_bytes_ OCLVM_GUARDED_BY(mutex_) = 0;  // sum of cached lengths
 };
 
 }  // namespace oclvm

@@ -44,7 +44,7 @@ void AllocatorRegistry::add(std::string name, int priority, Factory factory) {
   if (!factory) {
     throw InvalidArgument("Expected a factory for allocator '" + name + "', but got an empty one");
   }
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   for (const Entry& entry : entries_) {
     if (entry.name == name) {
       throw InvalidArgument("Expected a new allocator name to register, but got '" + name +
@@ -61,7 +61,7 @@ void AllocatorRegistry::add(std::string name, int priority, Factory factory) {
 }
 
 std::vector<std::pair<std::string, int>> AllocatorRegistry::entries() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   std::vector<std::pair<std::string, int>> result;
   result.reserve(entries_.size());
   for (const Entry& entry : entries_) result.emplace_back(entry.name, entry.priority);
@@ -84,7 +84,7 @@ const AllocatorRegistry::Entry& AllocatorRegistry::choose(const Options& options
 }
 
 std::string AllocatorRegistry::default_name(const Options& options) const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   return choose(options).name;
 }
 
@@ -92,7 +92,7 @@ std::unique_ptr<Allocator> AllocatorRegistry::create(MemoryBackend& backend,
                                                      const Options& options) const {
   Factory factory;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     factory = choose(options).factory;
   }
   return factory(backend, options);

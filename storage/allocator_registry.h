@@ -33,6 +33,7 @@
 #include "oclvm/storage/allocator.h"
 #include "oclvm/storage/backend.h"
 #include "oclvm/storage/options.h"
+#include "oclvm/storage/thread_annotations.h"
 
 namespace oclvm {
 
@@ -79,11 +80,11 @@ class AllocatorRegistry {
     Factory factory;   // not empty
   };
 
-  // The entry default_name(options) names; REQUIRES(mutex_).
-  const Entry& choose(const Options& options) const;
+  // The entry default_name(options) names.
+  const Entry& choose(const Options& options) const OCLVM_REQUIRES(mutex_);
 
-  mutable std::mutex mutex_;
-  std::vector<Entry> entries_;  // sorted: priority desc, then name asc. GUARDED_BY(mutex_)
+  mutable Mutex mutex_;
+  std::vector<Entry> entries_ OCLVM_GUARDED_BY(mutex_);  // sorted: priority desc, then name asc
 };
 
 }  // namespace oclvm

@@ -6,8 +6,8 @@
 // later request that fits. Segments go back to the driver only when they are wholly free and
 // memory is wanted (empty_cache, the out-of-memory ladder, or release_unfit_on_grow).
 //
-//   CachingAllocatorOptions  the policy knobs, with the defaults that the allocation traces in
-//                            /work/shared/traces were tuned on (see Note [Caching policy]).
+//   CachingAllocatorOptions  the policy knobs, with the defaults tuned on two recorded training
+//                            traces, a transformer's and a CNN's (see Note [Caching policy]).
 //   CachingAllocator         the Allocator; name() is "caching".
 //
 // Blocks are ranges [offset, offset + size) of a segment; Allocation::ptr is
@@ -113,8 +113,7 @@ class CachingAllocator final : public Allocator {
   // See the Allocator contract (storage/allocator.h), Note [Caching policy] and
   // Note [Out-of-memory ladder]. A cache hit costs O(log free blocks of the pool) and, in steady
   // state, allocates no heap memory (block records and hash buckets are pooled and only grow).
-  // Measured on this machine: a cache-hit allocate + deallocate pair of 512 B to 1 MiB takes about
-  // 65-85 ns (median) with ~140 free blocks cached.
+  // Its cost is measured by build/allocator_bench (the README gives the latest figures).
   Allocation allocate(size_t bytes) override;
   // Validates the handle against the live blocks of this allocator (O(1) hash lookup; its address,
   // id, block, segment, offset and size must all match) and merges the block with its free

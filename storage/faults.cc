@@ -120,7 +120,7 @@ FaultOptions FaultOptions::parse(std::string_view text, std::string_view what) {
 }
 
 void FaultInjector::configure(const FaultOptions& options) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   options_ = options;
   calls_ = {};
   injected_ = {};
@@ -128,14 +128,14 @@ void FaultInjector::configure(const FaultOptions& options) {
 }
 
 FaultOptions FaultInjector::options() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   return options_;
 }
 
 bool FaultInjector::should_fail(FaultPoint point) {
   if (!enabled_.load(std::memory_order_relaxed)) return false;
   const size_t i = static_cast<size_t>(point);
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   const uint64_t call = ++calls_[i];
   const FaultRule& rule = options_.rules[i];
   bool fail = false;
@@ -159,17 +159,17 @@ bool FaultInjector::should_fail(FaultPoint point) {
 }
 
 uint64_t FaultInjector::calls(FaultPoint point) const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   return calls_[static_cast<size_t>(point)];
 }
 
 uint64_t FaultInjector::injected(FaultPoint point) const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   return injected_[static_cast<size_t>(point)];
 }
 
 uint64_t FaultInjector::injected_total() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   uint64_t total = 0;
   for (uint64_t n : injected_) total += n;
   return total;

@@ -35,6 +35,8 @@
 #include <string>
 #include <string_view>
 
+#include "oclvm/storage/thread_annotations.h"
+
 namespace oclvm {
 
 enum class FaultPoint : uint8_t { kSegment, kCopy, kFill, kFinish, kMap };
@@ -83,11 +85,11 @@ class FaultInjector {
   uint64_t injected_total() const;
 
  private:
-  mutable std::mutex mutex_;
+  mutable Mutex mutex_;
   std::atomic<bool> enabled_{false};
-  FaultOptions options_;                               // GUARDED_BY(mutex_)
-  std::array<uint64_t, kNumFaultPoints> calls_{};      // GUARDED_BY(mutex_)
-  std::array<uint64_t, kNumFaultPoints> injected_{};   // GUARDED_BY(mutex_)
+  FaultOptions options_ OCLVM_GUARDED_BY(mutex_);
+  std::array<uint64_t, kNumFaultPoints> calls_ OCLVM_GUARDED_BY(mutex_){};
+  std::array<uint64_t, kNumFaultPoints> injected_ OCLVM_GUARDED_BY(mutex_){};
 };
 
 }  // namespace oclvm

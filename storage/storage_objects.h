@@ -226,8 +226,8 @@ class BlobObject {
   StreamId last_used_stream() const { return last_used_stream_; }
   void set_last_used_stream(StreamId stream) { last_used_stream_ = stream; }
 
-  // Dependence bookkeeping of the VM (vm/dependence.h), touched only under the VM's submission
-  // lock. An access is (stream, its position in the stream's worker sequence).
+  // Dependence bookkeeping of the VM (VirtualMachine::analyze, Note [Dependence rules] in
+  // vm/virtual_machine.cc), touched only under the VM's submission lock. An access is (stream, its position in the stream's worker sequence).
   struct Access {
     StreamId stream = kNoStream;
     uint64_t sequence = 0;

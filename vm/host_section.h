@@ -6,7 +6,7 @@
 // memory), the host can read and write a blob's bytes in place, with no map and no command,
 // provided no device command on them runs meanwhile. A HostSection gives exactly that: it holds
 // the device's execution right (as a caller running its own list inline does, Note [Caller runs]
-// in stream_worker.h), so while it lives no instruction of the device is dispatched — a list
+// in virtual_machine.cc), so while it lives no instruction of the device is dispatched — a list
 // another thread submits meanwhile waits, and is dispatched when the section ends — and it is
 // entered only when the device's worker is idle, so every instruction submitted for the device
 // before it has been dispatched and, as every batch ends by finishing the queues it used, has

@@ -31,6 +31,7 @@
 #include "oclvm/storage/allocator.h"
 #include "oclvm/storage/small_object_pool.h"
 #include "oclvm/storage/storage_objects.h"
+#include "oclvm/storage/thread_annotations.h"
 #include "oclvm/vm/stream.h"
 
 namespace oclvm::vm {
@@ -65,9 +66,9 @@ class Signal {
   void wait();
 
  private:
-  std::mutex mutex_;
+  Mutex mutex_;
   std::condition_variable cv_;
-  bool set_ = false;  // GUARDED_BY(mutex_)
+  bool set_ OCLVM_GUARDED_BY(mutex_) = false;
 };
 
 // A wait computed at submission. For another stream of the same device: a device-side soft sync

@@ -38,7 +38,7 @@ StreamWorker::~StreamWorker() { stop(); }
 
 bool StreamWorker::enqueue(IntrusiveInstructionList& instructions) {
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     if (exited_) return false;
     // While stopping, the thread still drains whatever is appended before it exits.
     pending_.splice(pending_.end(), instructions);
@@ -48,7 +48,7 @@ bool StreamWorker::enqueue(IntrusiveInstructionList& instructions) {
 }
 
 bool StreamWorker::try_acquire_idle() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   if (executing_ || stopping_ || !pending_.empty()) return false;
   executing_ = true;
   ++execution_depth;  // until release_execution()
@@ -56,9 +56,9 @@ bool StreamWorker::try_acquire_idle() {
 }
 
 bool StreamWorker::acquire_when_idle() {
-  std::unique_lock<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   ++idle_waiters_;
-  idle_.wait(lock, [this] { return stopping_ || (!executing_ && pending_.empty()); });
+  while (!stopping_ && (executing_ || !pending_.empty())) idle_.wait(lock.native());
   --idle_waiters_;
   if (stopping_) return false;
   executing_ = true;
@@ -74,7 +74,7 @@ void StreamWorker::release_execution() {
   for (;;) {
     IntrusiveInstructionList batch;
     {
-      std::lock_guard<std::mutex> lock(mutex_);
+      MutexLock lock(mutex_);
       if (pending_.empty() || stopping_ || combined >= kMaxCombined) {
         executing_ = false;
         --execution_depth;
@@ -99,8 +99,8 @@ void StreamWorker::run() {
   for (;;) {
     IntrusiveInstructionList batch;
     {
-      std::unique_lock<std::mutex> lock(mutex_);
-      wake_.wait(lock, [this] { return !executing_ && (!pending_.empty() || stopping_); });
+      MutexLock lock(mutex_);
+      while (executing_ || (pending_.empty() && !stopping_)) wake_.wait(lock.native());
       if (pending_.empty()) {  // stopping, and everything before the stop is dispatched
         exited_ = true;
         return;
@@ -113,7 +113,7 @@ void StreamWorker::run() {
       batch.pop_front();
       dispatch(&instruction);
     }
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     executing_ = false;
     if (idle_waiters_ > 0 && pending_.empty()) idle_.notify_all();
   }
@@ -195,7 +195,7 @@ void StreamWorker::dispatch(Instruction* instruction, bool settle) noexcept {
 
 void StreamWorker::stop() {
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     if (stopping_) {
       if (!thread_.joinable()) return;
     }

@@ -28,6 +28,7 @@
 #include "oclvm/storage/allocator.h"
 #include "oclvm/storage/backend.h"
 #include "oclvm/storage/queue.h"
+#include "oclvm/storage/thread_annotations.h"
 #include "oclvm/vm/instruction.h"
 
 namespace oclvm::vm {
@@ -80,7 +81,7 @@ class StreamWorker {
   uint64_t dispatched_through() const { return dispatched_through_; }
   DeviceQueue& foreign_queue(Device device);
   // Taken by callers that execute after stop() (runs_after_shutdown instructions).
-  std::mutex& execution_mutex() { return execution_mutex_; }
+  Mutex& execution_mutex() OCLVM_RETURN_CAPABILITY(execution_mutex_) { return execution_mutex_; }
 
  private:
   void run();
@@ -89,16 +90,16 @@ class StreamWorker {
   MemoryBackend& backend_;
   const std::unique_ptr<Allocator> allocator_;
 
-  std::mutex mutex_;                       // guards pending_, executing_, stopping_
+  Mutex mutex_;
   std::condition_variable wake_;
   std::condition_variable idle_;           // acquire_when_idle's waiters: executing_ went false
-  int idle_waiters_ = 0;                   // GUARDED_BY(mutex_)
-  IntrusiveInstructionList pending_;       // GUARDED_BY(mutex_)
-  bool executing_ = false;                 // GUARDED_BY(mutex_): someone holds the execution right
-  bool stopping_ = false;                  // GUARDED_BY(mutex_)
-  bool exited_ = false;                    // GUARDED_BY(mutex_): the thread drained and returned
+  int idle_waiters_ OCLVM_GUARDED_BY(mutex_) = 0;
+  IntrusiveInstructionList pending_ OCLVM_GUARDED_BY(mutex_);
+  bool executing_ OCLVM_GUARDED_BY(mutex_) = false;  // someone holds the execution right
+  bool stopping_ OCLVM_GUARDED_BY(mutex_) = false;
+  bool exited_ OCLVM_GUARDED_BY(mutex_) = false;  // the thread drained and returned
 
-  std::mutex execution_mutex_;             // the execution right after stop()
+  Mutex execution_mutex_;  // the execution right after stop()
   uint64_t last_sequence_ = 0;             // guarded by the VM's submission lock
   uint64_t dispatched_through_ = 0;        // only with the execution right
   std::unordered_map<uint16_t, std::unique_ptr<DeviceQueue>> foreign_queues_;  // execution right

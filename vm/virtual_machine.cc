@@ -27,22 +27,22 @@ void Ticket::wait() {
   // Another thread dispatching this batch (a worker, or a caller combining it) usually finishes
   // within microseconds: yield a few times before sleeping. See Note [Batch lifetime].
   for (int i = 0; i < 64 && batch.remaining.load() != 0; ++i) std::this_thread::yield();
-  std::unique_lock<std::mutex> lock(batch.mutex);
-  batch.done_cv.wait(lock, [&] { return batch.done; });
+  MutexLock lock(batch.mutex);
+  while (!batch.done) batch.done_cv.wait(lock.native());
   if (batch.first_error) std::rethrow_exception(batch.first_error);
 }
 
 void Signal::set() {
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     set_ = true;
   }
   cv_.notify_all();
 }
 
 void Signal::wait() {
-  std::unique_lock<std::mutex> lock(mutex_);
-  cv_.wait(lock, [this] { return set_; });
+  MutexLock lock(mutex_);
+  while (!set_) cv_.wait(lock.native());
 }
 
 namespace {
@@ -131,7 +131,7 @@ Stream& VirtualMachine::stream(Device device, StreamRole role, int user_index) {
     throw InvalidArgument("Expected a user stream index >= 0, but got " +
                           std::to_string(user_index));
   }
-  std::lock_guard<std::mutex> lock(streams_mutex_);
+  MutexLock lock(streams_mutex_);
   for (const auto& stream : streams_) {
     if (stream->device() == device && stream->role() == role &&
         stream->user_index() == user_index) {
@@ -214,9 +214,9 @@ void VirtualMachine::admit(size_t count) {
   for (;;) {
     // A list larger than the bound is admitted alone.
     if (current != 0 && current + count > bound) {
-      std::unique_lock<std::mutex> lock(flight_mutex_);
+      MutexLock lock(flight_mutex_);
       flight_waiters_.fetch_add(1);
-      flight_cv_.wait(lock, [&] {
+      flight_cv_.wait(lock.native(), [&] {
         current = in_flight_.load();
         return current == 0 || current + count <= bound;
       });
@@ -271,6 +271,22 @@ void VirtualMachine::mark_stream_ends(IntrusiveInstructionList& ordered) noexcep
   }
 }
 
+// A batch of `count` instructions, done at once when there are none, else owned by itself until
+// its last instruction settles (Note [Batch lifetime]). Its guarded members are set without the
+// lock, which the analysis cannot tell is safe: no other thread can see the batch yet.
+std::shared_ptr<Batch> VirtualMachine::new_batch(size_t count, bool detached)
+    OCLVM_NO_THREAD_SAFETY_ANALYSIS {
+  auto batch = std::allocate_shared<Batch>(pool::PoolAllocator<Batch>());
+  batch->detached = detached;
+  if (count == 0) {
+    batch->done = true;
+    return batch;
+  }
+  batch->remaining.store(count);
+  batch->self = batch;
+  return batch;
+}
+
 Ticket VirtualMachine::submit_impl(InstructionList&& list, bool caller_runs) {
   if (StreamWorker::holds_execution_right_on_this_thread()) {
     // Waiting from inside a dispatch would wait for the very worker this thread stands in for.
@@ -280,14 +296,9 @@ Ticket VirtualMachine::submit_impl(InstructionList&& list, bool caller_runs) {
   }
   IntrusiveInstructionList& items = list.items();
   check_own_streams(items);
-  auto batch = std::allocate_shared<Batch>(pool::PoolAllocator<Batch>());
   const size_t count = items.size();
-  if (count == 0) {
-    batch->done = true;
-    return Ticket(batch);
-  }
-  batch->remaining.store(count);
-  batch->self = batch;
+  std::shared_ptr<Batch> batch = new_batch(count, /*detached=*/false);
+  if (count == 0) return Ticket(batch);
   admit(count);
   return Ticket(enqueue_batch(batch, items, caller_runs));
 }
@@ -296,10 +307,7 @@ void VirtualMachine::submit_detached(InstructionList&& list) {
   IntrusiveInstructionList& items = list.items();
   const size_t count = items.size();
   if (count == 0) return;
-  auto batch = std::allocate_shared<Batch>(pool::PoolAllocator<Batch>());
-  batch->remaining.store(count);
-  batch->self = batch;
-  batch->detached = true;
+  std::shared_ptr<Batch> batch = new_batch(count, /*detached=*/true);
   in_flight_.fetch_add(count);  // never blocks: the caller may be the thread that would unblock it
   enqueue_batch(batch, items, /*caller_runs=*/false);
 }
@@ -316,7 +324,7 @@ std::shared_ptr<Batch> VirtualMachine::enqueue_batch(const std::shared_ptr<Batch
   StreamWorker* inline_worker = nullptr;
   IntrusiveInstructionList ordered;  // the list in dispatch order, with StreamSignals added
   {
-    std::unique_lock<std::mutex> lock(submit_mutex_);
+    MutexLock lock(submit_mutex_);
     if (shut_down_.load()) {
       lock.unlock();
       for (Instruction& instruction : items) instruction.batch_ = batch.get();
@@ -346,7 +354,7 @@ std::shared_ptr<Batch> VirtualMachine::enqueue_batch(const std::shared_ptr<Batch
         // No instruction was handed out, so nobody will settle the batch: drop the VM's
         // reference, or the batch owns itself and leaks (LeakSanitizer, `make asan`, on
         // VmOwnershipTest.ABlobBelongsToTheFirstVmThatUsesIt).
-        std::lock_guard<std::mutex> batch_lock(batch->mutex);
+        MutexLock batch_lock(batch->mutex);
         batch->self.reset();
       }
       throw error;
@@ -442,7 +450,7 @@ void VirtualMachine::run_held(StreamWorker& held, InstructionList&& list) {
   batch.remaining.store(count);
   IntrusiveInstructionList ordered;
   {
-    std::lock_guard<std::mutex> lock(submit_mutex_);
+    MutexLock lock(submit_mutex_);
     if (shut_down_.load()) {
       throw Error("Expected a running VM, but it has been shut down (a list run in a host "
                   "section)");
@@ -491,7 +499,12 @@ void VirtualMachine::run_held(StreamWorker& held, InstructionList&& list) {
     held.dispatch(&instruction, /*settle=*/false);
   }
   settle(batch, count);
-  if (batch.first_error) std::rethrow_exception(batch.first_error);
+  std::exception_ptr error;
+  {
+    MutexLock lock(batch.mutex);
+    error = batch.first_error;
+  }
+  if (error) std::rethrow_exception(error);
 }
 
 void VirtualMachine::on_dispatched(Instruction& instruction, std::exception_ptr error,
@@ -509,7 +522,7 @@ void VirtualMachine::on_dispatched(Instruction& instruction, std::exception_ptr 
   }
   Batch& batch = *instruction.batch_;
   if (error) {
-    std::lock_guard<std::mutex> lock(batch.mutex);
+    MutexLock lock(batch.mutex);
     if (!batch.first_error) batch.first_error = error;
   }
   if (settle_now) settle(batch, 1);
@@ -521,7 +534,7 @@ void VirtualMachine::settle(Batch& batch, size_t dispatched) {
   if (batch.remaining.fetch_sub(dispatched) == dispatched) {
     std::shared_ptr<Batch> last_reference;  // dies after the unlock, maybe freeing the batch
     {
-      std::lock_guard<std::mutex> lock(batch.mutex);
+      MutexLock lock(batch.mutex);
       batch.done = true;
       last_reference = std::move(batch.self);
       if (batch.detached && batch.first_error) {
@@ -540,7 +553,7 @@ void VirtualMachine::settle(Batch& batch, size_t dispatched) {
 
 void VirtualMachine::wake_producers() {
   if (flight_waiters_.load() > 0) {
-    std::lock_guard<std::mutex> lock(flight_mutex_);
+    MutexLock lock(flight_mutex_);
     flight_cv_.notify_all();
   }
 }
@@ -551,7 +564,7 @@ void VirtualMachine::wake_producers() {
 void VirtualMachine::shutdown() {
   const bool in_dispatch = StreamWorker::holds_execution_right_on_this_thread();
   {
-    std::lock_guard<std::mutex> lock(submit_mutex_);
+    MutexLock lock(submit_mutex_);
     if (shut_down_.load()) {
       if (!in_dispatch) wait_drained();
       return;
@@ -566,7 +579,7 @@ void VirtualMachine::shutdown() {
   }
   for (auto& worker : workers_) worker->stop();
   {
-    std::lock_guard<std::mutex> lock(drain_mutex_);
+    MutexLock lock(drain_mutex_);
     drained_ = true;
   }
   drain_cv_.notify_all();
@@ -575,20 +588,20 @@ void VirtualMachine::shutdown() {
 DeviceStats VirtualMachine::stats_after_shutdown(Device device) {
   StreamWorker& owner = worker(device);
   {
-    std::lock_guard<std::mutex> lock(drain_mutex_);
+    MutexLock lock(drain_mutex_);
     if (!drained_) {
       throw Error("Expected a VM that has been shut down and drained, but " + device.str() +
                   "'s worker may still be running");
     }
   }
   // Late releases take the same mutex to run on their caller's thread (run_after_shutdown).
-  std::lock_guard<std::mutex> lock(owner.execution_mutex());
+  MutexLock lock(owner.execution_mutex());
   return owner.allocator().stats();
 }
 
 void VirtualMachine::wait_drained() {
-  std::unique_lock<std::mutex> lock(drain_mutex_);
-  drain_cv_.wait(lock, [this] { return drained_; });
+  MutexLock lock(drain_mutex_);
+  while (!drained_) drain_cv_.wait(lock.native());
 }
 
 void VirtualMachine::run_after_shutdown(IntrusiveInstructionList& items) {
@@ -598,7 +611,7 @@ void VirtualMachine::run_after_shutdown(IntrusiveInstructionList& items) {
     StreamWorker& owner = instruction.stream().worker();
     if (instruction.runs_after_shutdown()) {
       // The worker thread is gone; callers take turns with the execution right.
-      std::lock_guard<std::mutex> lock(owner.execution_mutex());
+      MutexLock lock(owner.execution_mutex());
       owner.dispatch(&instruction);
     } else {
       on_dispatched(instruction,

@@ -8,11 +8,11 @@
 //                      queue the list touched has finished; rethrows the first error.
 //   vm::Submit(list)   asynchronous: returns a Ticket; Ticket::wait() is the sync point.
 //
-// Submission (Note [Submission]): under one submission lock the VM gives each instruction the
-// next sequence number of its device's worker and computes its waits from its operands' access
-// records (the OneFlow rules; design/vm.md), then hands the instructions to their workers in
-// order — or, on an idle single device, dispatches them on the caller's thread (Note [Caller
-// runs], vm/stream_worker.h).
+// Note [Submission]: under one submission lock the VM gives each instruction the next sequence
+// number of its device's worker and computes its waits from its operands' access records (the
+// OneFlow rules; design/vm.md), then hands the instructions to their workers in order — or, on an
+// idle single device, dispatches them on the caller's thread (Note [Caller runs] in
+// virtual_machine.cc).
 //
 // Backpressure: at most VmOptions::max_in_flight submitted-but-undispatched instructions; a
 // producer blocks past it (a list larger than the bound is admitted alone).
@@ -43,6 +43,7 @@
 #include "oclvm/storage/errors.h"
 #include "oclvm/storage/options.h"
 #include "oclvm/storage/stats.h"
+#include "oclvm/storage/thread_annotations.h"
 #include "oclvm/vm/instruction.h"
 #include "oclvm/vm/stream.h"
 #include "oclvm/vm/stream_worker.h"
@@ -77,11 +78,11 @@ struct VmOptions {
 // leaves workers writing into freed memory.
 struct Batch {
   std::atomic<size_t> remaining{0};     // instructions not yet dispatched
-  std::mutex mutex;
+  Mutex mutex;
   std::condition_variable done_cv;
-  bool done = false;                    // GUARDED_BY(mutex): remaining reached 0
-  std::exception_ptr first_error;       // GUARDED_BY(mutex)
-  std::shared_ptr<Batch> self;          // GUARDED_BY(mutex): the VM's reference until done
+  bool done OCLVM_GUARDED_BY(mutex) = false;  // remaining reached 0
+  std::exception_ptr first_error OCLVM_GUARDED_BY(mutex);
+  std::shared_ptr<Batch> self OCLVM_GUARDED_BY(mutex);  // the VM's reference until done
   bool detached = false;                // no ticket: errors are reported on stderr
 };
 
@@ -177,6 +178,7 @@ class VirtualMachine {
   void settle(Batch& batch, size_t dispatched);
   void run_after_shutdown(IntrusiveInstructionList& list);
   void wait_drained();       // until shutdown() has joined every worker
+  static std::shared_ptr<Batch> new_batch(size_t count, bool detached);
   void admit(size_t count);  // backpressure: blocks while the bound would be passed
   void wake_producers();     // after in_flight_ went down
 
@@ -191,24 +193,24 @@ class VirtualMachine {
   // find_stream, which the builder and the dependence analysis call per instruction, takes no
   // lock. compute_streams_ caches each worker's compute stream for stream(device).
   static constexpr size_t kMaxStreams = 4096;
-  mutable std::mutex streams_mutex_;
-  std::vector<std::unique_ptr<Stream>> streams_;  // GUARDED_BY(streams_mutex_)
+  mutable Mutex streams_mutex_;
+  std::vector<std::unique_ptr<Stream>> streams_ OCLVM_GUARDED_BY(streams_mutex_);
   std::unique_ptr<std::atomic<Stream*>[]> stream_table_;
   std::unique_ptr<std::atomic<Stream*>[]> compute_streams_;  // per worker index
 
-  std::mutex submit_mutex_;  // Note [Submission]
+  Mutex submit_mutex_;  // Note [Submission]
 
   // Backpressure: in_flight_ is atomic so that dispatch costs no lock; producers that must wait
   // register in flight_waiters_ and sleep on flight_cv_.
   std::atomic<size_t> in_flight_{0};
   std::atomic<size_t> flight_waiters_{0};
-  std::mutex flight_mutex_;
+  Mutex flight_mutex_;
   std::condition_variable flight_cv_;
 
   std::atomic<bool> shut_down_{false};
-  std::mutex drain_mutex_;
+  Mutex drain_mutex_;
   std::condition_variable drain_cv_;
-  bool drained_ = false;  // GUARDED_BY(drain_mutex_): every worker stopped and joined
+  bool drained_ OCLVM_GUARDED_BY(drain_mutex_) = false;  // every worker stopped and joined
 };
 
 // The process-wide VM's Run and Submit.

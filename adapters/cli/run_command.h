@@ -8,9 +8,9 @@
 // stdout is its failed expectations ("FILE:LINE: expected ..."), any `query` output, and one
 // summary line:
 //
-//   tests/scripts/basic.oclvm: 12 expectations, all held
-//   tests/scripts/oom.oclvm: 5 expectations, 1 failure
-//   tests/scripts/two.oclvm: skipped (requires 2 OpenCL devices, 1 present)
+//   tests/scripts/alloc_release.oclvm: 12 expectations, all held
+//   tests/scripts/out_of_memory.oclvm: 5 expectations, 1 failure
+//   tests/scripts/two_devices.oclvm: skipped (requires 2 OpenCL devices, 1 present)
 //
 // --trace prints one line per dispatched instruction (its script line, stream, operands and
 // duration) on stdout as it happens.

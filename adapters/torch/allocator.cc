@@ -202,7 +202,7 @@ TensorStorage* CLDeviceAllocator::new_storage(c10::DeviceIndex index, size_t byt
       throw;
     }
   });
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   blocks_[storage->blob()->storage()->device_address()] = storage;
   return storage;
 }
@@ -213,7 +213,7 @@ void CLDeviceAllocator::delete_handle(void* context) {
   const uintptr_t address = storage->blob()->storage()->device_address();
   {
     CLDeviceAllocator& self = instance();
-    std::lock_guard<std::mutex> lock(self.mutex_);
+    MutexLock lock(self.mutex_);
     self.blocks_.erase(address);
   }
   delete storage;  // ~TensorStorage runs ReleaseTensor synchronously (make_vm_releaser)
@@ -221,7 +221,7 @@ void CLDeviceAllocator::delete_handle(void* context) {
 
 BlobRef CLDeviceAllocator::find(const void* address) const {
   const auto key = reinterpret_cast<uintptr_t>(address);
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   auto it = blocks_.upper_bound(key);
   TORCH_CHECK(it != blocks_.begin(), "Expected an address inside a live opencl block, but got ",
               address);
@@ -234,7 +234,7 @@ BlobRef CLDeviceAllocator::find(const void* address) const {
 }
 
 size_t CLDeviceAllocator::live_blocks() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  MutexLock lock(mutex_);
   return blocks_.size();
 }
 

@@ -38,6 +38,7 @@
 #include "oclvm/storage/device.h"
 #include "oclvm/storage/errors.h"
 #include "oclvm/storage/small_object_pool.h"
+#include "oclvm/storage/thread_annotations.h"
 #include "oclvm/storage/storage_objects.h"
 #include "oclvm/vm/host_section.h"
 
@@ -148,12 +149,12 @@ class CLDeviceAllocator final : public c10::DeviceAllocator {
   TensorStorage* new_storage(c10::DeviceIndex index, size_t bytes, const void* contents,
                              vm::HostSection* section);
 
-  mutable std::mutex mutex_;
-  // Note [Block registry]: block start address -> its TensorStorage. GUARDED_BY(mutex_)
+  mutable Mutex mutex_;
+  // Note [Block registry]: block start address -> its TensorStorage.
   // Nodes come from the per-thread pools: a tensor's allocation costs no malloc here.
   std::map<uintptr_t, TensorStorage*, std::less<>,
            pool::PoolAllocator<std::pair<const uintptr_t, TensorStorage*>>>
-      blocks_;
+      blocks_ OCLVM_GUARDED_BY(mutex_);
 };
 
 // Grows or shrinks a storage made by CLDeviceAllocator to `bytes`: a new block, a device-to-device

@@ -287,7 +287,7 @@ class HostAllocator final : public at::HostAllocator {
     TORCH_CHECK_WITH(OutOfMemoryError, bytes == 0 || ptr != nullptr,
                      "Out of host memory: could not pin ", bytes, " bytes");
     if (ptr != nullptr) {
-      std::lock_guard<std::mutex> lock(mutex_);
+      MutexLock lock(mutex_);
       live_[ptr] = bytes;
       for (c10::CachingAllocator::Stat* stat : {&stats_.active_requests, &stats_.allocations}) {
         stat->increase(1);
@@ -307,21 +307,21 @@ class HostAllocator final : public at::HostAllocator {
   void empty_cache() override {}  // no cache: freed blocks go straight back to malloc
   // No cache, so active == allocated; the time stats stay 0 (malloc is not timed).
   at::HostStats get_stats() override {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     return stats_;
   }
   void reset_accumulated_stats() override {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     for (c10::CachingAllocator::Stat* stat : all_stats()) stat->reset_accumulated();
     stats_.num_host_alloc = 0;
     stats_.num_host_free = 0;
   }
   void reset_peak_stats() override {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     for (c10::CachingAllocator::Stat* stat : all_stats()) stat->reset_peak();
   }
   bool owns(const void* ptr) const {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     return live_.count(const_cast<void*>(ptr)) != 0;
   }
 
@@ -330,7 +330,7 @@ class HostAllocator final : public at::HostAllocator {
     if (ptr == nullptr) return;
     {
       HostAllocator& self = instance();
-      std::lock_guard<std::mutex> lock(self.mutex_);
+      MutexLock lock(self.mutex_);
       auto it = self.live_.find(ptr);
       if (it != self.live_.end()) {
         self.stats_.active_requests.decrease(1);
@@ -347,9 +347,9 @@ class HostAllocator final : public at::HostAllocator {
     return {&stats_.active_requests, &stats_.active_bytes, &stats_.allocations,
             &stats_.allocated_bytes};
   }
-  mutable std::mutex mutex_;
-  std::unordered_map<void*, size_t> live_;  // GUARDED_BY(mutex_)
-  at::HostStats stats_;                     // GUARDED_BY(mutex_)
+  mutable Mutex mutex_;
+  std::unordered_map<void*, size_t> live_ OCLVM_GUARDED_BY(mutex_);
+  at::HostStats stats_ OCLVM_GUARDED_BY(mutex_);
 };
 REGISTER_HOST_ALLOCATOR(at::kPrivateUse1, &HostAllocator::instance());
 

@@ -50,12 +50,12 @@ std::atomic<uint64_t> g_adopted{0};
 class HostBlocks {
  public:
   void add(void* host, TensorStorage* storage) {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     blocks_.emplace(host, storage);
   }
   // Removes and returns the block at `host`; nullptr when none.
   TensorStorage* take(void* host) {
-    std::lock_guard<std::mutex> lock(mutex_);
+    MutexLock lock(mutex_);
     auto it = blocks_.find(host);
     if (it == blocks_.end()) return nullptr;
     TensorStorage* storage = it->second;
@@ -64,8 +64,8 @@ class HostBlocks {
   }
 
  private:
-  std::mutex mutex_;
-  std::unordered_map<void*, TensorStorage*> blocks_;  // GUARDED_BY(mutex_)
+  Mutex mutex_;
+  std::unordered_map<void*, TensorStorage*> blocks_ OCLVM_GUARDED_BY(mutex_);
 };
 
 HostBlocks& host_blocks() {

@@ -511,11 +511,9 @@ bool has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& 
 // are routed too (float16 gradients differed): autograd calls them only when no graph is being
 // built — with create_graph it uses their infinitely differentiable forms — so no decomposition is
 // lost. native_channel_shuffle stays composite: a backend kernel would take autograd's
-// decomposition away from it. The fallback itself hands a large structured functional operator
-// back to its CompositeExplicitAutogradNonFunctional kernel on host-addressable devices (Note
-// [Functional operators through their composite] in fallback.cc): that composite is the CPU's own
-// meta plus the CPU's out= kernel, so the numbers stay the CPU's, and with host sections its
-// device result costs no copy; the mse_loss warning is filtered there.
+// decomposition away from it. On host-addressable devices the fallback writes these operators'
+// results straight into device blocks (Note [Results written in device memory] in
+// host_results.cc), so taking the CPU kernel costs no copy of the result.
 void route_cpu_kernels_over_composites(torch::Library& m) {
   for (const char* backward : {"mish_backward", "silu_backward"}) {
     m.impl(backward, torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>());

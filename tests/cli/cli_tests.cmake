@@ -47,7 +47,9 @@ endif()
 
 set(OCLVM_CLI_TESTS_SCRIPT ${CMAKE_CURRENT_LIST_FILE})
 set(OCLVM_CLI_DATA ${PROJECT_SOURCE_DIR}/tests/cli/data)
-set(OCLVM_SHARED_TRACES ${PROJECT_SOURCE_DIR}/../shared/traces)
+# A folder holding transformer_train.trace and cnn_train.trace (-DOCLVM_TRACE_DIR=...), whose
+# replays are checked event for event below when it is given; empty by default.
+set(OCLVM_TRACE_DIR "" CACHE PATH "Folder of the recorded allocation traces the replay tests check")
 
 # oclvm_cli_test(NAME EXIT_STATUS [ARGS a b ...] [STDOUT re ...] [STDERR re ...] [ENV VAR=value ...])
 function(oclvm_cli_test name exit_status)
@@ -73,15 +75,15 @@ set(OCLVM_CLI_JSON_KEYS
 
 # --- The recorded traces, through every allocator (exact events and live peak; no OOM).
 foreach(allocator caching buddy system)
-  if(EXISTS ${OCLVM_SHARED_TRACES}/transformer_train.trace)
+  if(OCLVM_TRACE_DIR AND EXISTS ${OCLVM_TRACE_DIR}/transformer_train.trace)
     oclvm_cli_test(replay.transformer.${allocator} 0
-      ARGS replay ${OCLVM_SHARED_TRACES}/transformer_train.trace --allocator ${allocator} --json
+      ARGS replay ${OCLVM_TRACE_DIR}/transformer_train.trace --allocator ${allocator} --json
       STDOUT ${OCLVM_CLI_JSON_KEYS} "\"allocator\": \"${allocator}\"" "\"events\": 5364,"
              "\"live_peak_bytes\": 294765608," "\"ooms\": 0,")
   endif()
-  if(EXISTS ${OCLVM_SHARED_TRACES}/cnn_train.trace)
+  if(OCLVM_TRACE_DIR AND EXISTS ${OCLVM_TRACE_DIR}/cnn_train.trace)
     oclvm_cli_test(replay.cnn.${allocator} 0
-      ARGS replay ${OCLVM_SHARED_TRACES}/cnn_train.trace --allocator=${allocator} --json
+      ARGS replay ${OCLVM_TRACE_DIR}/cnn_train.trace --allocator=${allocator} --json
       STDOUT ${OCLVM_CLI_JSON_KEYS} "\"allocator\": \"${allocator}\"" "\"events\": 1398,"
              "\"live_peak_bytes\": 82056200," "\"ooms\": 0,")
   endif()
