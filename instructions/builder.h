@@ -58,7 +58,9 @@ namespace oclvm {
 
 class InstructionsBuilder {
  public:
-  explicit InstructionsBuilder(vm::VirtualMachine& vm = vm::VirtualMachine::instance());
+  // Builds lists for `vm`: its streams and devices (there is no default VM; the process-wide
+  // one is vm::VirtualMachine::instance(), a Runtime's is Runtime::builder()).
+  explicit InstructionsBuilder(vm::VirtualMachine& vm);
 
   vm::VirtualMachine& vm() const { return vm_; }
   // The compute stream of `device` (shorthand for vm().stream(device)).
@@ -119,7 +121,7 @@ class InstructionsBuilder {
 // The releaser for TensorStorage (storage/storage_objects.h) on the VM: builds a ReleaseTensor
 // for the blob and runs it synchronously (vm::Run), so the memory is back in the allocator and the
 // producer queue is finished when the last front-end owner's destructor returns.
-TensorStorage::Releaser make_vm_releaser(vm::VirtualMachine& vm = vm::VirtualMachine::instance());
+TensorStorage::Releaser make_vm_releaser(vm::VirtualMachine& vm);
 // What that releaser does, for releasers that capture more than the VM: a ReleaseTensor of `blob`
 // run on `vm` — detached when this thread holds a device's execution right (an instruction
 // callback dropped the last owner), where waiting could wait for itself.

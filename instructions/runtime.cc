@@ -13,6 +13,7 @@
 
 #include "oclvm/storage/device_manager.h"
 #include "oclvm/storage/errors.h"
+#include "oclvm/storage/log.h"
 #include "oclvm/version.h"
 
 namespace oclvm {
@@ -89,17 +90,17 @@ void Runtime::Core::retire(Core* core) noexcept {
       delete core;
       return;
     }
-    std::fprintf(stderr,
-                 "oclvm: a Runtime was destroyed while blobs allocated through its builder were "
-                 "still live on%s; its devices and allocators are kept (leaked) so that those "
-                 "blobs stay valid. Release every blob (InstructionsBuilder::release) or wrap it "
-                 "in a TensorStorage before destroying the Runtime.\n",
-                 live.c_str());
+    log_message(LogLevel::kWarning,
+                "a Runtime was destroyed while blobs allocated through its builder were still "
+                "live on%s; its devices and allocators are kept (leaked) so that those blobs "
+                "stay valid. Release every blob (InstructionsBuilder::release) or wrap it in a "
+                "TensorStorage before destroying the Runtime.",
+                live.c_str());
   } catch (const std::exception& e) {
-    std::fprintf(stderr,
-                 "oclvm: a Runtime could not check for live blobs at its end (%s); its devices "
-                 "and allocators are kept (leaked)\n",
-                 e.what());
+    log_message(LogLevel::kError,
+                "a Runtime could not check for live blobs at its end (%s); its devices and "
+                "allocators are kept (leaked)",
+                e.what());
   }
   keep(core);
 }
@@ -136,10 +137,10 @@ Runtime::~Runtime() {
     }).detach();
   } catch (const std::exception& e) {
     // `core` dies below: retire() cannot shut down on this thread either, so it keeps the Core.
-    std::fprintf(stderr,
-                 "oclvm: a Runtime destroyed inside an instruction callback could not start the "
-                 "thread that shuts it down (%s)\n",
-                 e.what());
+    log_message(LogLevel::kError,
+                "a Runtime destroyed inside an instruction callback could not start the thread "
+                "that shuts it down (%s)",
+                e.what());
   }
 }
 

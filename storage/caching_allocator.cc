@@ -10,6 +10,7 @@
 #include <iterator>
 
 #include "oclvm/storage/errors.h"
+#include "oclvm/storage/log.h"
 #include "oclvm/storage/options.h"
 
 namespace oclvm {
@@ -72,10 +73,10 @@ CachingAllocator::~CachingAllocator() {
   for (auto& [id, info] : segments_) backend_.release_segment(info.segment);
   segments_.clear();
   if (leaked != 0) {
-    std::fprintf(stderr,
-                 "oclvm: warning: caching allocator on %s destroyed with %zu live block(s); their "
-                 "memory was released anyway\n",
-                 backend_.device().str().c_str(), leaked);
+    log_message(LogLevel::kWarning,
+                "caching allocator on %s destroyed with %zu live block(s); their memory was "
+                "released anyway",
+                backend_.device().str().c_str(), leaked);
   }
 }
 

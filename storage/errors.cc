@@ -1,5 +1,6 @@
 // storage/errors.cc — the failure path of OCLVM_DCHECK.
 #include "oclvm/storage/errors.h"
+#include "oclvm/storage/log.h"
 
 #include <cstdio>
 #include <cstdlib>
@@ -7,7 +8,7 @@
 namespace oclvm::internal {
 
 void dcheck_failed(const char* condition, const char* file, int line) {
-  std::fprintf(stderr, "oclvm: internal invariant violated: %s at %s:%d\n", condition, file, line);
+  log_message(LogLevel::kFatal, "internal invariant violated: %s at %s:%d", condition, file, line);
   std::abort();
 }
 

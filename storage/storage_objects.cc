@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "oclvm/storage/errors.h"
+#include "oclvm/storage/log.h"
 
 namespace oclvm {
 namespace {
@@ -31,13 +32,18 @@ void note_exit_watch() {
 std::atomic<uint64_t> failed_release_count{0};
 
 // Prints "opencl:N" / "cpu" without allocating: used on paths that must not throw.
-void print_device(std::FILE* out, Device device) {
-  if (device.type == DeviceType::kCpu) {
-    std::fputs("cpu", out);
-  } else {
-    std::fprintf(out, "opencl:%d", static_cast<int>(device.index));
+// A device's name formatted without allocating (the messages below come from destructors and
+// failure paths).
+struct DeviceLabel {
+  explicit DeviceLabel(Device device) {
+    if (device.type == DeviceType::kCpu) {
+      std::snprintf(text, sizeof text, "cpu");
+    } else {
+      std::snprintf(text, sizeof text, "opencl:%d", static_cast<int>(device.index));
+    }
   }
-}
+  char text[24];
+};
 
 std::string describe(const BlobStorage& storage) {
   return "allocation " + std::to_string(storage.allocation().id) + " of " +
@@ -81,10 +87,8 @@ int64_t checked_nbytes(int64_t numel, DType dtype, std::span<const int64_t> shap
 // Reports a releaser that threw from ~TensorStorage. Must not throw: no allocation.
 void report_failed_release(uint64_t id, size_t bytes, Device device, const char* what) noexcept {
   failed_release_count.fetch_add(1, std::memory_order_relaxed);
-  std::fprintf(stderr, "oclvm: releasing a tensor (allocation %llu of %zu bytes on ",
-               static_cast<unsigned long long>(id), bytes);
-  print_device(stderr, device);
-  std::fprintf(stderr, ") failed: %s\n", what);
+  log_message(LogLevel::kError, "releasing a tensor (allocation %llu of %zu bytes on %s) failed: %s",
+              static_cast<unsigned long long>(id), bytes, DeviceLabel(device).text, what);
 }
 
 }  // namespace
@@ -174,17 +178,17 @@ BlobStorage::~BlobStorage() {
   // A blob still held by a static object when the process exits: the operating system takes the
   // memory back, and its allocator may be in use by a worker still running, so leave it alone.
   if (process_exiting.load(std::memory_order_relaxed)) return;
-  std::fprintf(stderr,
-               "oclvm: a blob (allocation %llu of %zu bytes on ",
-               static_cast<unsigned long long>(allocation_.id), allocation_.size);
-  print_device(stderr, device_);
-  std::fputs(") was destroyed without being released; freeing it now\n", stderr);
+  log_message(LogLevel::kWarning,
+              "a blob (allocation %llu of %zu bytes on %s) was destroyed without being released; "
+              "freeing it now",
+              static_cast<unsigned long long>(allocation_.id), allocation_.size,
+              DeviceLabel(device_).text);
   try {
     allocator_->deallocate(allocation_);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "oclvm: freeing that blob failed: %s\n", e.what());
+    log_message(LogLevel::kError, "freeing that blob failed: %s", e.what());
   } catch (...) {
-    std::fputs("oclvm: freeing that blob failed with an unknown exception\n", stderr);
+    log_message(LogLevel::kError, "freeing that blob failed with an unknown exception");
   }
 }
 

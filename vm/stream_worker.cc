@@ -7,6 +7,7 @@
 
 #include "oclvm/storage/device_manager.h"
 #include "oclvm/storage/errors.h"
+#include "oclvm/storage/log.h"
 #include "oclvm/vm/virtual_machine.h"
 
 namespace oclvm::vm {
@@ -184,7 +185,7 @@ void StreamWorker::dispatch(Instruction* instruction, bool settle) noexcept {
     vm_.on_dispatched(*instruction, error, seconds, /*settle_now=*/false);
   } catch (...) {
     // Only a throwing trace callback or bad_alloc gets here; dispatch must not throw.
-    std::fprintf(stderr, "oclvm: could not record the outcome of %s\n", instruction->name());
+    log_message(LogLevel::kError, "could not record the outcome of %s", instruction->name());
   }
   // May drop the last reference to a blob or tensor; a release that causes goes out detached
   // (make_vm_releaser), since this thread holds the execution right. It happens before the

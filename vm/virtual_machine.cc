@@ -10,6 +10,7 @@
 
 #include "oclvm/storage/allocator_registry.h"
 #include "oclvm/storage/errors.h"
+#include "oclvm/storage/log.h"
 
 namespace oclvm::vm {
 
@@ -541,7 +542,7 @@ void VirtualMachine::settle(Batch& batch, size_t dispatched) {
         try {
           std::rethrow_exception(batch.first_error);
         } catch (const std::exception& e) {
-          std::fprintf(stderr, "oclvm: a detached release failed: %s\n", e.what());
+          log_message(LogLevel::kError, "a detached release failed: %s", e.what());
         }
       }
       batch.done_cv.notify_all();

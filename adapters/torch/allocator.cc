@@ -47,7 +47,7 @@ DeviceStats query_stats(c10::DeviceIndex index, uint64_t* limit = nullptr) {
   check_device_index(index);
   return translate_errors([&] {
     DeviceStats stats;
-    InstructionsBuilder builder;
+    InstructionsBuilder builder(adapter_vm());
     builder.query_stats(to_oclvm(index), &stats, limit);
     vm::Run(builder.take());
     return stats;
@@ -99,6 +99,8 @@ void check_device_index(c10::DeviceIndex index) {
                     discovery_error().empty() ? "" : " (no opencl device: ", discovery_error(),
                     discovery_error().empty() ? "" : ")");
 }
+
+vm::VirtualMachine& adapter_vm() { return vm::VirtualMachine::instance(); }
 
 CLDeviceAllocator& CLDeviceAllocator::instance() {
   static CLDeviceAllocator* allocator = new CLDeviceAllocator();  // never destroyed
@@ -164,7 +166,7 @@ TensorStorage* CLDeviceAllocator::new_storage(c10::DeviceIndex index, size_t byt
                    " bytes, more than the device's largest single allocation (", max_alloc,
                    " bytes)");
   TensorStorage* storage = translate_errors([&] {
-    vm::VirtualMachine& vm = vm::VirtualMachine::instance();
+    vm::VirtualMachine& vm = adapter_vm();
     InstructionsBuilder builder(vm);
     vm::Stream& stream = current_vm_stream(index);
     std::shared_ptr<BlobObject> blob = builder.allocate_blob(stream, bytes);
@@ -243,7 +245,7 @@ void CLDeviceAllocator::copy_data(void* dest, const void* src, std::size_t count
   const BlobRef to = find(dest);
   const BlobRef from = find(src);
   translate_errors([&] {
-    InstructionsBuilder builder;
+    InstructionsBuilder builder(adapter_vm());
     vm::Stream& stream = current_vm_stream(static_cast<c10::DeviceIndex>(to.blob->device().index));
     builder.copy(from.blob, from.offset, to.blob, to.offset, count, &stream);
     vm::Run(builder.take());
@@ -256,7 +258,7 @@ void CLDeviceAllocator::recordStream(const c10::DataPtr& ptr, c10::Stream stream
   vm::Stream& user = vm_stream(stream);
   if (user.id() == block.blob->producer_stream()) return;
   translate_errors([&] {
-    InstructionsBuilder builder;
+    InstructionsBuilder builder(adapter_vm());
     builder.record_blob_use(user, block.blob);
     vm::Run(builder.take());
   });
@@ -264,7 +266,7 @@ void CLDeviceAllocator::recordStream(const c10::DataPtr& ptr, c10::Stream stream
 
 void CLDeviceAllocator::emptyCache(c10::MempoolId_t /*mempool_id: no private pools*/) {
   translate_errors([&] {
-    InstructionsBuilder builder;
+    InstructionsBuilder builder(adapter_vm());
     for (c10::DeviceIndex i = 0; i < device_count(); ++i) builder.empty_cache(to_oclvm(i));
     vm::Run(builder.take());
   });
@@ -297,7 +299,7 @@ void CLDeviceAllocator::resetAccumulatedStats(c10::DeviceIndex device) {
   const c10::DeviceIndex index = resolve_index(device);
   check_device_index(index);
   translate_errors([&] {
-    InstructionsBuilder builder;
+    InstructionsBuilder builder(adapter_vm());
     builder.reset_stats(to_oclvm(index), ResetKind::kAccumulated);
     vm::Run(builder.take());
   });
@@ -307,7 +309,7 @@ void CLDeviceAllocator::resetPeakStats(c10::DeviceIndex device) {
   const c10::DeviceIndex index = resolve_index(device);
   check_device_index(index);
   translate_errors([&] {
-    InstructionsBuilder builder;
+    InstructionsBuilder builder(adapter_vm());
     builder.reset_stats(to_oclvm(index), ResetKind::kPeak);
     vm::Run(builder.take());
   });
@@ -322,7 +324,7 @@ uint64_t memory_limit(c10::DeviceIndex index) {
 void set_memory_limit(c10::DeviceIndex index, uint64_t bytes) {
   check_device_index(index);
   translate_errors([&] {
-    InstructionsBuilder builder;
+    InstructionsBuilder builder(adapter_vm());
     builder.set_memory_limit(to_oclvm(index), bytes);
     vm::Run(builder.take());
   });
@@ -331,7 +333,7 @@ void set_memory_limit(c10::DeviceIndex index, uint64_t bytes) {
 const DeviceProperties& device_properties(c10::DeviceIndex index) {
   check_device_index(index);
   return translate_errors([&]() -> const DeviceProperties& {
-    return vm::VirtualMachine::instance().devices().backend(to_oclvm(index)).properties();
+    return adapter_vm().devices().backend(to_oclvm(index)).properties();
   });
 }
 
@@ -374,7 +376,7 @@ uint64_t max_allocation_bytes(c10::DeviceIndex index) {
   static const std::vector<uint64_t> per_device = [] {
     return translate_errors([] {
       std::vector<uint64_t> bytes;
-      const DeviceManager& devices = vm::VirtualMachine::instance().devices();
+      const DeviceManager& devices = adapter_vm().devices();
       for (c10::DeviceIndex d = 0; d < device_count(); ++d) {
         bytes.push_back(devices.backend(to_oclvm(d)).properties().max_alloc_bytes);
       }

@@ -3,8 +3,8 @@
 //
 // Types:
 //   CLDeviceAllocator  c10::DeviceAllocator registered for PrivateUse1 ("opencl"). Every
-//                      allocate(n > 0) runs an AllocateBlob of n bytes through the process-wide VM
-//                      on this thread's current stream of the current device (the block's
+//                      allocate(n > 0) runs an AllocateBlob of n bytes through adapter_vm() on
+//                      this thread's current stream of the current device (the block's
 //                      producer stream, where its release runs); the DataPtr's data is the blob's
 //                      device address (never dereferenceable on the host, storage/address_space.h),
 //                      its context a heap TensorStorage made with make_vm_releaser(), and its
@@ -43,6 +43,11 @@
 #include "oclvm/vm/host_section.h"
 
 namespace oclvm::torch_adapter {
+
+// The VM that holds every tensor of the device: the process-wide one, shared with vm::Run and
+// memory:: in the same process. The one place the adapter names it: every list the adapter builds
+// and every section it enters is of this VM.
+vm::VirtualMachine& adapter_vm();
 
 // The per-thread current device index (PrivateUse1 index == oclvm opencl index).
 c10::DeviceIndex current_device();

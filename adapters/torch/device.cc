@@ -56,14 +56,14 @@ c10::Stream pool_stream(c10::DeviceIndex index) {
   static std::vector<std::atomic<int>> next(static_cast<size_t>(device_count()));
   const int user = next[static_cast<size_t>(index)].fetch_add(1) % kPoolStreams;
   return translate_errors([&] {
-    return torch_stream(vm::VirtualMachine::instance().stream(to_oclvm(index),
+    return torch_stream(adapter_vm().stream(to_oclvm(index),
                                                                vm::StreamRole::kUser, user));
   });
 }
 
 c10::Stream new_stream(c10::DeviceIndex index) {
   return translate_errors([&] {
-    return torch_stream(vm::VirtualMachine::instance().stream(
+    return torch_stream(adapter_vm().stream(
         to_oclvm(index), vm::StreamRole::kUser, g_next_new_stream.fetch_add(1)));
   });
 }
@@ -71,7 +71,7 @@ c10::Stream new_stream(c10::DeviceIndex index) {
 // Runs an empty Barrier on each of `streams`: returns once their queues have finished.
 void finish_streams(const std::vector<vm::Stream*>& streams) {
   translate_errors([&] {
-    InstructionsBuilder builder;
+    InstructionsBuilder builder(adapter_vm());
     for (vm::Stream* stream : streams) builder.barrier(*stream, [] {});
     vm::Run(builder.take());
   });
@@ -88,7 +88,7 @@ vm::Stream& vm_stream(const c10::Stream& stream) {
   TORCH_CHECK(stream.device_type() == c10::DeviceType::PrivateUse1,
               "Expected a stream of an opencl device, but got one of ", stream.device());
   check_device_index(stream.device_index());
-  vm::VirtualMachine& vm = vm::VirtualMachine::instance();
+  vm::VirtualMachine& vm = adapter_vm();
   if (stream.id() == 0) return translate_errors([&]() -> vm::Stream& {
     return vm.stream(to_oclvm(stream.device_index()));
   });
@@ -111,7 +111,7 @@ vm::Stream& current_vm_stream(c10::DeviceIndex index) {
   // On every allocate and copy: the index is the caller's checked one, and a current id was
   // checked by exchangeStream when it was set, so only the lookups remain.
   const c10::StreamId id = current_stream_ids()[static_cast<size_t>(index)];
-  vm::VirtualMachine& vm = vm::VirtualMachine::instance();
+  vm::VirtualMachine& vm = adapter_vm();
   if (id == 0) {
     return translate_errors([&]() -> vm::Stream& { return vm.stream(to_oclvm(index)); });
   }
@@ -211,7 +211,7 @@ class GuardImpl final : public c10::impl::DeviceGuardImplInterface {
   bool queryStream(const c10::Stream& stream) const override {
     auto probe = std::make_shared<StreamEvent>();
     translate_errors([&] {
-      InstructionsBuilder builder;
+      InstructionsBuilder builder(adapter_vm());
       builder.record_event(vm_stream(stream), probe);
       vm::Run(builder.take());
     });
@@ -220,7 +220,7 @@ class GuardImpl final : public c10::impl::DeviceGuardImplInterface {
   void synchronizeDevice(const c10::DeviceIndex index) const override {
     const c10::DeviceIndex d = index < 0 ? current_device() : index;
     check_device_index(d);
-    const vm::VirtualMachine& vm = vm::VirtualMachine::instance();
+    const vm::VirtualMachine& vm = adapter_vm();
     std::vector<vm::Stream*> streams;
     for (StreamId id = 0; vm::Stream* stream = vm.find_stream(id); ++id) {
       if (stream->device() == to_oclvm(d)) streams.push_back(stream);
@@ -241,7 +241,7 @@ class GuardImpl final : public c10::impl::DeviceGuardImplInterface {
     }
     const std::shared_ptr<StreamEvent> recorded = event_of(*event);
     translate_errors([&] {
-      InstructionsBuilder builder;
+      InstructionsBuilder builder(adapter_vm());
       builder.record_event(target, recorded);
       vm::Run(builder.take());
     });
@@ -251,7 +251,7 @@ class GuardImpl final : public c10::impl::DeviceGuardImplInterface {
     vm::Stream& target = vm_stream(stream);
     const std::shared_ptr<StreamEvent> awaited = event_of(event);
     translate_errors([&] {
-      InstructionsBuilder builder;
+      InstructionsBuilder builder(adapter_vm());
       builder.wait_event(target, awaited);
       vm::Run(builder.take());
     });

@@ -116,7 +116,7 @@ bool copy_on_host(const at::Tensor& device, void* host, size_t bytes, bool to_de
   const BlobRef range = element0(device);
   std::vector<std::shared_ptr<HostMapping>> mappings;
   translate_errors([&] {
-    InstructionsBuilder builder;
+    InstructionsBuilder builder(adapter_vm());
     mappings.push_back(builder.map(range.blob, range.offset, bytes,
                                    to_device ? HostAccess::kWrite : HostAccess::kRead,
                                    &stream_of(device)));
@@ -137,7 +137,7 @@ void device_to_host(const at::Tensor& src, void* host, size_t bytes) {
   if (copy_on_host(src, host, bytes, /*to_device=*/false)) return;
   const BlobRef from = element0(src);
   translate_errors([&] {
-    InstructionsBuilder builder;
+    InstructionsBuilder builder(adapter_vm());
     builder.copy_device_to_host(from.blob, from.offset, host, bytes, &stream_of(src));
     vm::Run(builder.take());
   });
@@ -148,7 +148,7 @@ void host_to_device(const void* host, const at::Tensor& dst, size_t bytes) {
   if (copy_on_host(dst, const_cast<void*>(host), bytes, /*to_device=*/true)) return;
   const BlobRef to = element0(dst);
   translate_errors([&] {
-    InstructionsBuilder builder;
+    InstructionsBuilder builder(adapter_vm());
     builder.copy_host_to_device(host, to.blob, to.offset, bytes, &stream_of(dst));
     vm::Run(builder.take());
   });
@@ -351,7 +351,7 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
     const BlobRef from = element0(self);
     const BlobRef to = element0(dst);
     translate_errors([&] {
-      InstructionsBuilder builder;
+      InstructionsBuilder builder(adapter_vm());
       builder.copy(from.blob, from.offset, to.blob, to.offset, dst.nbytes(), &stream_of(dst));
       vm::Run(builder.take());
     });
@@ -438,7 +438,7 @@ at::Tensor& fill_scalar(at::Tensor& self, const at::Scalar& value) {
     std::memcpy(&pattern, element.data_ptr(), width);
     const BlobRef to = element0(self);
     translate_errors([&] {
-      InstructionsBuilder builder;
+      InstructionsBuilder builder(adapter_vm());
       builder.fill(to.blob, to.offset, self.nbytes(), pattern, width, &stream_of(self));
       vm::Run(builder.take());
     });
@@ -530,7 +530,7 @@ HostOperands stage_on_host(c10::ArrayRef<at::Tensor> devices, c10::ArrayRef<Stag
   TORCH_INTERNAL_ASSERT(how.empty() || how.size() == devices.size());
   HostOperands operands;
   operands.hosts.reserve(devices.size());
-  InstructionsBuilder builder;
+  InstructionsBuilder builder(adapter_vm());
   for (size_t i = 0; i < devices.size(); ++i) {
     const at::Tensor& device = devices[i];
     const int64_t elements = span_elements(device);
@@ -579,7 +579,7 @@ std::vector<at::Tensor> host_views(c10::ArrayRef<at::Tensor> devices) {
 
 void finish_on_host(std::vector<std::shared_ptr<HostMapping>>& mappings,
                     c10::ArrayRef<std::pair<at::Tensor, at::Tensor>> written) {
-  InstructionsBuilder builder;
+  InstructionsBuilder builder(adapter_vm());
   for (std::shared_ptr<HostMapping>& mapping : mappings) {
     const auto index = static_cast<c10::DeviceIndex>(mapping->blob()->device().index);
     builder.unmap(std::move(mapping), &current_vm_stream(index));
@@ -641,7 +641,7 @@ std::vector<at::Tensor> host_aliases(c10::ArrayRef<at::Tensor> devices) {
 
 std::optional<vm::HostSection> host_section(c10::DeviceIndex index) {
   return translate_errors(
-      [&] { return vm::HostSection::enter(vm::VirtualMachine::instance(), to_oclvm(index)); });
+      [&] { return vm::HostSection::enter(adapter_vm(), to_oclvm(index)); });
 }
 
 at::Tensor device_copy(const at::Tensor& host, const c10::Device& device) {

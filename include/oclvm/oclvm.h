@@ -35,6 +35,7 @@
 #include "oclvm/instructions/runtime.h"
 #include "oclvm/storage/device.h"
 #include "oclvm/storage/errors.h"
+#include "oclvm/storage/log.h"
 #include "oclvm/storage/options.h"
 #include "oclvm/storage/stats.h"
 #include "oclvm/storage/storage_objects.h"

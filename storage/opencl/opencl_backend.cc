@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "oclvm/storage/errors.h"
+#include "oclvm/storage/log.h"
 #include "oclvm/storage/opencl/cl_check.h"
 #include "oclvm/storage/opencl/opencl_devices.h"
 
@@ -92,7 +93,7 @@ bool OpenCLBackend::do_release(void* native, size_t) noexcept {
   delete allocation;
   if (err == CL_SUCCESS) err = clReleaseMemObject(handle);
   if (err != CL_SUCCESS) {
-    std::fprintf(stderr, "oclvm: %s\n", describe_cl_error(err, "clReleaseMemObject", where_).c_str());
+    log_message(LogLevel::kError, "%s", describe_cl_error(err, "clReleaseMemObject", where_).c_str());
     return false;
   }
   return true;

@@ -51,7 +51,7 @@ void produce(Device device, int index, bool exits) {
   host.assign(kHostBytes, static_cast<uint8_t>(index));
   int rounds = 0;
   while (!g_stop.load(std::memory_order_relaxed)) {
-    InstructionsBuilder builder;
+    InstructionsBuilder builder(vm::VirtualMachine::instance());
     vm::Stream& stream = builder.stream(device);
     auto a = builder.allocate_blob(stream, host.size());
     auto b = builder.allocate_blob(stream, host.size());
@@ -82,7 +82,7 @@ int main(int argc, char** argv) {
   static std::vector<std::shared_ptr<BlobObject>> live_blobs;
   static std::vector<std::shared_ptr<TensorStorage>> live_tensors;
   for (Device d : devices) {
-    InstructionsBuilder builder;
+    InstructionsBuilder builder(vm::VirtualMachine::instance());
     for (int i = 0; i < 4; ++i) {
       live_blobs.push_back(builder.allocate_blob(builder.stream(d), size_t{1} << (12 + i)));
       builder.fill(live_blobs.back(), 0, live_blobs.back()->required_bytes(), 0x5A);

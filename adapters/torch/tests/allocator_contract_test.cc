@@ -87,12 +87,12 @@ Stats stats(c10::DeviceIndex device) { return allocator().getDeviceStats(device)
 c10::Device opencl(c10::DeviceIndex index) { return c10::Device(c10::DeviceType::PrivateUse1, index); }
 
 const DeviceProperties& properties(c10::DeviceIndex device) {
-  return vm::VirtualMachine::instance().devices().backend(to_oclvm(device)).properties();
+  return adapter_vm().devices().backend(to_oclvm(device)).properties();
 }
 
 // The exact byte counts below hold for CachingAllocator only; OCLVM_ALLOCATOR may pick another.
 bool caching_allocator_in_use() {
-  const std::string& name = vm::VirtualMachine::instance().options().allocator;
+  const std::string& name = adapter_vm().options().allocator;
   return name.empty() || name == "caching";
 }
 constexpr const char* kNeedsCaching = "exact sizes of CachingAllocator (OCLVM_ALLOCATOR is set)";
@@ -192,7 +192,7 @@ void expect_stat(const C10Stat& s, int64_t current, int64_t peak, int64_t alloca
 
 void write_bytes(void* address, const std::vector<uint8_t>& bytes) {
   const BlobRef where = allocator().find(address);
-  InstructionsBuilder builder;
+  InstructionsBuilder builder(adapter_vm());
   builder.copy_host_to_device(bytes.data(), where.blob, where.offset, bytes.size());
   vm::Run(builder.take());
 }
@@ -200,7 +200,7 @@ void write_bytes(void* address, const std::vector<uint8_t>& bytes) {
 std::vector<uint8_t> read_bytes(const void* address, size_t count) {
   const BlobRef where = allocator().find(address);
   std::vector<uint8_t> bytes(count);
-  InstructionsBuilder builder;
+  InstructionsBuilder builder(adapter_vm());
   builder.copy_device_to_host(where.blob, where.offset, bytes.data(), count);
   vm::Run(builder.take());
   return bytes;
@@ -542,7 +542,7 @@ TEST_F(CLDeviceAllocatorTest, DeviceStatsAreOclvmQueryStatsOneToOne) {
   ThreeBlocks blocks;
   blocks.b.reset();  // something freed too: allocated/freed differ from current
   DeviceStats own;
-  InstructionsBuilder builder;
+  InstructionsBuilder builder(adapter_vm());
   builder.query_stats(to_oclvm(0), &own);
   vm::Run(builder.take());
   const Stats s = stats(0);
@@ -682,7 +682,7 @@ TEST_F(CLDeviceAllocatorTest, StatisticsCallsRefuseDevicesThatDoNotExist) {
 
 TEST_F(CLDeviceAllocatorTest, MemoryInfoIsTotalAndTotalMinusReserved) {
   if (!caching_allocator_in_use()) GTEST_SKIP() << kNeedsCaching;
-  const uint64_t limit = vm::VirtualMachine::instance().options().memory_limit;
+  const uint64_t limit = adapter_vm().options().memory_limit;
   for (c10::DeviceIndex d = 0; d < device_count(); ++d) {
     const size_t total_expected =
         static_cast<size_t>(limit != 0 ? limit : properties(d).global_mem_bytes);
@@ -745,7 +745,7 @@ TEST_F(CLDeviceAllocatorTest, AllocateBeyondLargestSingleAllocationIsOutOfMemory
 // message, num_ooms + 1, every other statistic unchanged (the cache is kept), nothing held.
 TEST_F(CLDeviceAllocatorTest, OutOfMemoryUnderLimitIsOutOfMemoryErrorCountedInNumOoms) {
   if (!caching_allocator_in_use()) GTEST_SKIP() << kNeedsCaching;
-  const uint64_t limit = vm::VirtualMachine::instance().options().memory_limit;
+  const uint64_t limit = adapter_vm().options().memory_limit;
   if (limit == 0) GTEST_SKIP() << "needs OCLVM_MEMORY_LIMIT (ctest oclvm_torch_tests.memory_limit)";
   ASSERT_EQ(limit % kMiB, 0u) << "the test's sizes assume a limit of whole MiB";
   ASSERT_LE(limit, properties(0).max_alloc_bytes);
@@ -923,7 +923,7 @@ class CurrentStream {
 };
 
 TEST_F(CLDeviceAllocatorTest, TorchStreamIdsMapToVmStreamsAndBack) {
-  vm::VirtualMachine& vm = vm::VirtualMachine::instance();
+  vm::VirtualMachine& vm = adapter_vm();
   const c10::Stream default_stream = guard_impl().getDefaultStream(opencl(0));
   EXPECT_EQ(default_stream.id(), 0);
   EXPECT_EQ(&vm_stream(default_stream), &vm.stream(to_oclvm(0)));
@@ -952,7 +952,7 @@ TEST_F(CLDeviceAllocatorTest, BlocksAreProducedOnTheCurrentStream) {
   c10::DataPtr on_default = allocator().allocate(4096);
   EXPECT_EQ(blob_of_data(on_user).blob->producer_stream(), vm_stream(user).id());
   EXPECT_EQ(blob_of_data(on_default).blob->producer_stream(),
-            vm::VirtualMachine::instance().stream(to_oclvm(0)).id());
+            adapter_vm().stream(to_oclvm(0)).id());
 }
 
 TEST_F(CLDeviceAllocatorTest, RecordStreamMakesTheBlockAReadOperandOfTheOtherStream) {
