@@ -324,7 +324,7 @@ vm::InstructionList InstructionsBuilder::take() { return std::move(list_); }
 void release_through(vm::VirtualMachine& vm, std::shared_ptr<BlobObject> blob) {
   InstructionsBuilder builder(vm);
   builder.release(std::move(blob));
-  if (vm::StreamWorker::holds_execution_right_on_this_thread()) {
+  if (vm::DeviceWorker::holds_execution_right_on_this_thread()) {
     // The last owner died inside a dispatch (a callback held the tensor): waiting here could
     // wait for this very thread, so the release goes out detached (vm/virtual_machine.h).
     vm.submit_detached(builder.take());

@@ -120,7 +120,7 @@ Runtime::Runtime(const Options& options, const vm::VmOptions& vm_options)
     : core_(new Core(options, vm_options), &Core::retire) {}
 
 Runtime::~Runtime() {
-  if (!vm::StreamWorker::holds_execution_right_on_this_thread()) {
+  if (!vm::DeviceWorker::holds_execution_right_on_this_thread()) {
     // The Core is retired with core_ here, or later by the releaser of the last TensorStorage.
     core_->vm.shutdown();
     return;

@@ -1,7 +1,7 @@
 // instructions/runtime.h — Runtime: the one object an embedder holds (design/embedding.md).
 //
 // A Runtime owns, for its lifetime, a DeviceManager (the devices of one OpenCL platform plus the
-// host device `cpu`) and a VirtualMachine over them (one stream worker per device, each owning its
+// host device `cpu`) and a VirtualMachine over them (one device worker per device, each owning its
 // device's allocator). Everything an eager tensor runtime needs from oclvm goes through it: list
 // devices, create storages, build and run instruction lists, read and control the allocators'
 // statistics, shut down. It never touches the process-wide VirtualMachine::instance() nor
@@ -48,7 +48,7 @@ namespace oclvm {
 class Runtime {
  public:
   // Discovers the devices of `options.platform` (with `options.faults` injected, if any) and
-  // starts one stream worker per device with the allocator `options.allocator` names (the
+  // starts one device worker per device with the allocator `options.allocator` names (the
   // registry's default when empty) under `options.memory_limit` (0: none). `vm_options` bounds the
   // instructions in flight and chooses whether callers may run instructions inline.
   // Environment variables are not read: pass Options::from_environment() for them.

@@ -3,7 +3,7 @@
 
 1. Every `Note [Name]` cited in a source file or document has a definition: a comment line that
    begins with it (`// Note [Name]` or `# Note [Name]`). A citation that names the file
-   ("Note [Name] in vm/stream_worker.h") must find the definition in that file.
+   ("Note [Name] in vm/device_worker.h") must find the definition in that file.
 2. Every repository path a file cites (`design/vm.md`, `adapters/torch/fallback.cc`,
    `tests/torch/...py`) exists.
 3. Nothing points outside the repository: no `../shared`, no absolute paths into a work tree, no

@@ -62,7 +62,7 @@
 //   num_ooms                  OutOfMemoryErrors thrown.
 //
 // Thread-safety: thread-compatible. The allocator is confined to one thread at a time (its
-// device's stream worker, once the VM exists) and takes no lock.
+// device's device worker, once the VM exists) and takes no lock.
 #pragma once
 
 #include <boost/intrusive/set.hpp>

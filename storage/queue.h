@@ -17,7 +17,7 @@
 // completes; the caller keeps it alive until a marker after it, or finish(), has been waited on.
 //
 // Thread-safety: confined to one thread at a time — the holder of its device's execution right
-// (vm/stream_worker.h). The OpenCL API allows calls on one queue from several threads, but PoCL's
+// (vm/device_worker.h). The OpenCL API allows calls on one queue from several threads, but PoCL's
 // drivers have deadlocked when a marker was recorded on a queue while another thread enqueued on
 // it, so oclvm never does that. QueueMarker::wait() and complete() may be called from any thread.
 #pragma once

@@ -18,7 +18,7 @@
 //   reserved == allocated for an allocator without a cache (SystemAllocator)
 //
 // Thread-safety: thread-compatible. A tracker is owned by one allocator and touched only by whoever
-// may touch that allocator (its stream worker, once the VM exists).
+// may touch that allocator (its device worker, once the VM exists).
 #pragma once
 
 #include <array>

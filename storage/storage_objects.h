@@ -104,7 +104,7 @@ Dims contiguous_strides(const Dims& shape);
 //   allocator_->backend().
 //
 // Thread-safety: thread-compatible. release() touches the allocator, so it must run on the thread
-// that may touch that allocator (the device's stream worker, once the VM exists). The accessors
+// that may touch that allocator (the device's device worker, once the VM exists). The accessors
 // read immutable fields and may be called from any thread; released() must not race with release().
 class BlobStorage {
  public:
@@ -176,7 +176,7 @@ class BlobStorage {
 //
 // Thread-safety: shape, stride, dtype, storage offset and storage are immutable after
 // construction and may be read from any thread. The stream fields are confined to the VM (the
-// scheduler and stream workers, which order their accesses); until the VM exists, to the one thread
+// scheduler and device workers, which order their accesses); until the VM exists, to the one thread
 // that uses the blob.
 class BlobObject {
  public:

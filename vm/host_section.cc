@@ -6,14 +6,14 @@
 namespace oclvm::vm {
 
 std::optional<HostSection> HostSection::try_enter(VirtualMachine& vm, Device device) {
-  StreamWorker& worker = vm.worker(device);
+  DeviceWorker& worker = vm.worker(device);
   if (!worker.try_acquire_idle()) return std::nullopt;
   return HostSection(&vm, &worker);
 }
 
 std::optional<HostSection> HostSection::enter(VirtualMachine& vm, Device device) {
-  StreamWorker& worker = vm.worker(device);
-  if (StreamWorker::holds_execution_right_on_this_thread()) return std::nullopt;
+  DeviceWorker& worker = vm.worker(device);
+  if (DeviceWorker::holds_execution_right_on_this_thread()) return std::nullopt;
   if (!worker.acquire_when_idle()) return std::nullopt;
   return HostSection(&vm, &worker);
 }

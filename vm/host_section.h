@@ -43,7 +43,7 @@
 
 namespace oclvm::vm {
 
-class StreamWorker;
+class DeviceWorker;
 class VirtualMachine;
 
 class HostSection {
@@ -71,9 +71,9 @@ class HostSection {
   void run(InstructionList&& list);
 
  private:
-  HostSection(VirtualMachine* vm, StreamWorker* worker) : vm_(vm), worker_(worker) {}
+  HostSection(VirtualMachine* vm, DeviceWorker* worker) : vm_(vm), worker_(worker) {}
   VirtualMachine* vm_;
-  StreamWorker* worker_;  // nullptr once moved from
+  DeviceWorker* worker_;  // nullptr once moved from
 };
 
 }  // namespace oclvm::vm

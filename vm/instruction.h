@@ -51,7 +51,7 @@ struct ExecutionContext {
   VirtualMachine& vm;
   Stream& stream;          // the instruction's stream; its queue takes the commands
   Allocator& allocator;    // the allocator of the stream's device (confined to this worker)
-  StreamWorker& worker;    // the worker executing (or whose execution right the caller holds)
+  DeviceWorker& worker;    // the worker executing (or whose execution right the caller holds)
 
   // A queue on `device` that only this worker enqueues on: cross-device copies read their source
   // through it. Created on first use; for the worker's own device, the stream's queue.
@@ -125,7 +125,7 @@ class Instruction {
 
  private:
   friend class VirtualMachine;
-  friend class StreamWorker;
+  friend class DeviceWorker;
 
   Stream* stream_;
   Operands operands_;

@@ -24,7 +24,7 @@ std::string stream_name(Device device, StreamRole role, int user_index) {
 }  // namespace
 
 Stream::Stream(StreamId id, StreamRole role, int user_index, std::unique_ptr<DeviceQueue> queue,
-               StreamWorker& worker)
+               DeviceWorker& worker)
     : id_(id),
       role_(role),
       user_index_(user_index),

@@ -1,7 +1,7 @@
 // vm/stream.h — a stream: a device, a role and an in-order queue, executed by its device's worker.
 //
 // Streams are created by the VirtualMachine on first use (VirtualMachine::stream) and live as
-// long as it does. Every stream of a device is served by that device's one StreamWorker, so
+// long as it does. Every stream of a device is served by that device's one DeviceWorker, so
 // instructions of one device are dispatched in submission order whatever their stream; streams
 // of one device still run concurrently on the device (one in-order queue each), which is why
 // cross-stream hazards need soft syncs (design/vm.md).
@@ -25,12 +25,12 @@ enum class StreamRole : uint8_t { kCompute, kHostToDevice, kDeviceToHost, kUser 
 // "compute", "h2d", "d2h", "user".
 const char* role_name(StreamRole role);
 
-class StreamWorker;
+class DeviceWorker;
 
 class Stream {
  public:
   Stream(StreamId id, StreamRole role, int user_index, std::unique_ptr<DeviceQueue> queue,
-         StreamWorker& worker);
+         DeviceWorker& worker);
   Stream(const Stream&) = delete;
   Stream& operator=(const Stream&) = delete;
 
@@ -44,14 +44,14 @@ class Stream {
   const std::string& name() const { return name_; }
 
   DeviceQueue& queue() const { return *queue_; }
-  StreamWorker& worker() const { return worker_; }
+  DeviceWorker& worker() const { return worker_; }
 
  private:
   const StreamId id_;
   const StreamRole role_;
   const int user_index_;
   const std::unique_ptr<DeviceQueue> queue_;
-  StreamWorker& worker_;
+  DeviceWorker& worker_;
   const std::string name_;
 };
 

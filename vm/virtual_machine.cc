@@ -20,7 +20,7 @@ namespace oclvm::vm {
 void Ticket::wait() {
   if (batch_ == nullptr) return;
   Batch& batch = *batch_;
-  if (batch.remaining.load() != 0 && StreamWorker::holds_execution_right_on_this_thread()) {
+  if (batch.remaining.load() != 0 && DeviceWorker::holds_execution_right_on_this_thread()) {
     throw Error(
         "Expected Ticket::wait outside instruction callbacks, but got a call from a thread that "
         "dispatches instructions; it could be waiting for itself");
@@ -90,7 +90,7 @@ VirtualMachine::VirtualMachine(DeviceManager& devices, const Options& options,
   for (size_t i = 0; i < devices.devices().size(); ++i) compute_streams_[i].store(nullptr);
   for (Device device : devices_.devices()) {
     MemoryBackend& backend = devices_.backend(device);
-    workers_.push_back(std::make_unique<StreamWorker>(
+    workers_.push_back(std::make_unique<DeviceWorker>(
         *this, backend, AllocatorRegistry::instance().create(backend, options_)));
   }
 }
@@ -120,7 +120,7 @@ size_t VirtualMachine::worker_index(Device device) const {
   return static_cast<size_t>(device.index);
 }
 
-StreamWorker& VirtualMachine::worker(Device device) const { return *workers_[worker_index(device)]; }
+DeviceWorker& VirtualMachine::worker(Device device) const { return *workers_[worker_index(device)]; }
 
 Stream& VirtualMachine::stream(Device device, StreamRole role, int user_index) {
   const size_t index = worker_index(device);
@@ -289,7 +289,7 @@ std::shared_ptr<Batch> VirtualMachine::new_batch(size_t count, bool detached)
 }
 
 Ticket VirtualMachine::submit_impl(InstructionList&& list, bool caller_runs) {
-  if (StreamWorker::holds_execution_right_on_this_thread()) {
+  if (DeviceWorker::holds_execution_right_on_this_thread()) {
     // Waiting from inside a dispatch would wait for the very worker this thread stands in for.
     throw Error(
         "Expected vm::Run and Submit outside instruction callbacks (Barrier, "
@@ -320,9 +320,9 @@ std::shared_ptr<Batch> VirtualMachine::enqueue_batch(const std::shared_ptr<Batch
   // Allocated before the lock, so that nothing under it but the analysis can throw; inline up to
   // a few workers and streams, so that the common list costs no heap allocation.
   boost::container::small_vector<IntrusiveInstructionList, 4> per_worker(workers_.size());
-  boost::container::small_vector<StreamWorker*, 4> owners(workers_.size(), nullptr);
+  boost::container::small_vector<DeviceWorker*, 4> owners(workers_.size(), nullptr);
 
-  StreamWorker* inline_worker = nullptr;
+  DeviceWorker* inline_worker = nullptr;
   IntrusiveInstructionList ordered;  // the list in dispatch order, with StreamSignals added
   {
     MutexLock lock(submit_mutex_);
@@ -360,12 +360,12 @@ std::shared_ptr<Batch> VirtualMachine::enqueue_batch(const std::shared_ptr<Batch
       }
       throw error;
     }
-    StreamWorker* single = nullptr;
+    DeviceWorker* single = nullptr;
     bool several = false;
     while (!items.empty()) {
       Instruction& instruction = items.front();
       items.pop_front();
-      StreamWorker& owner = instruction.stream().worker();
+      DeviceWorker& owner = instruction.stream().worker();
       instruction.batch_ = batch.get();
       instruction.sequence_ = owner.take_sequence();
       IntrusiveInstructionList extra;
@@ -398,7 +398,7 @@ std::shared_ptr<Batch> VirtualMachine::enqueue_batch(const std::shared_ptr<Batch
       while (!ordered.empty()) {
         Instruction& instruction = ordered.front();
         ordered.pop_front();
-        StreamWorker& owner = instruction.stream().worker();
+        DeviceWorker& owner = instruction.stream().worker();
         size_t index = 0;
         while (workers_[index].get() != &owner) ++index;
         owners[index] = &owner;
@@ -434,7 +434,7 @@ std::shared_ptr<Batch> VirtualMachine::enqueue_batch(const std::shared_ptr<Batch
 // still pending on this device (it would have to run before that instruction, which runs after the
 // section), and one with a record on another device (its wait could be for a worker that waits
 // for this section). Lists of new blobs — allocations in a section — have neither.
-void VirtualMachine::run_held(StreamWorker& held, InstructionList&& list) {
+void VirtualMachine::run_held(DeviceWorker& held, InstructionList&& list) {
   IntrusiveInstructionList& items = list.items();
   if (items.empty()) return;
   check_own_streams(items);
@@ -563,7 +563,7 @@ void VirtualMachine::wake_producers() {
 // Shutdown.
 
 void VirtualMachine::shutdown() {
-  const bool in_dispatch = StreamWorker::holds_execution_right_on_this_thread();
+  const bool in_dispatch = DeviceWorker::holds_execution_right_on_this_thread();
   {
     MutexLock lock(submit_mutex_);
     if (shut_down_.load()) {
@@ -587,7 +587,7 @@ void VirtualMachine::shutdown() {
 }
 
 DeviceStats VirtualMachine::stats_after_shutdown(Device device) {
-  StreamWorker& owner = worker(device);
+  DeviceWorker& owner = worker(device);
   {
     MutexLock lock(drain_mutex_);
     if (!drained_) {
@@ -609,7 +609,7 @@ void VirtualMachine::run_after_shutdown(IntrusiveInstructionList& items) {
   while (!items.empty()) {
     Instruction& instruction = items.front();
     items.pop_front();
-    StreamWorker& owner = instruction.stream().worker();
+    DeviceWorker& owner = instruction.stream().worker();
     if (instruction.runs_after_shutdown()) {
       // The worker thread is gone; callers take turns with the execution right.
       MutexLock lock(owner.execution_mutex());

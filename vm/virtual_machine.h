@@ -1,6 +1,6 @@
 // vm/virtual_machine.h — the VirtualMachine, tickets and vm::Run.
 //
-// The VM owns one StreamWorker per device (each owning that device's allocator, chosen by the
+// The VM owns one DeviceWorker per device (each owning that device's allocator, chosen by the
 // AllocatorRegistry from Options) and the streams. Callers build an InstructionList (see
 // instructions/builder.h) and hand it over:
 //
@@ -46,7 +46,7 @@
 #include "oclvm/storage/thread_annotations.h"
 #include "oclvm/vm/instruction.h"
 #include "oclvm/vm/stream.h"
-#include "oclvm/vm/stream_worker.h"
+#include "oclvm/vm/device_worker.h"
 
 namespace oclvm::vm {
 
@@ -149,9 +149,9 @@ class VirtualMachine {
   bool tracing() const { return static_cast<bool>(trace_); }
 
  private:
-  friend class StreamWorker;
+  friend class DeviceWorker;
   friend class HostSection;
-  StreamWorker& worker(Device device) const;
+  DeviceWorker& worker(Device device) const;
   size_t worker_index(Device device) const;  // throws InvalidArgument for an unknown device
   Ticket submit_impl(InstructionList&& list, bool caller_runs);
   // Throws InvalidArgument when an instruction names a stream of another VM.
@@ -163,7 +163,7 @@ class VirtualMachine {
   static void mark_stream_ends(IntrusiveInstructionList& ordered) noexcept;
   // HostSection::run: dispatches `list` on this thread, which holds `held`'s execution right
   // (Note [Lists run in a host section]).
-  void run_held(StreamWorker& held, InstructionList&& list);
+  void run_held(DeviceWorker& held, InstructionList&& list);
   // Sequences, analysis and hand-off of a batch whose count is already admitted.
   std::shared_ptr<Batch> enqueue_batch(const std::shared_ptr<Batch>& batch,
                                        IntrusiveInstructionList& items, bool caller_runs);
@@ -187,7 +187,7 @@ class VirtualMachine {
   const VmOptions vm_options_;
   std::function<void(const TraceEvent&)> trace_;
 
-  std::vector<std::unique_ptr<StreamWorker>> workers_;  // opencl:0..N-1, then cpu; immutable
+  std::vector<std::unique_ptr<DeviceWorker>> workers_;  // opencl:0..N-1, then cpu; immutable
 
   // Streams: created under streams_mutex_, published in stream_table_ (index == id) so that
   // find_stream, which the builder and the dependence analysis call per instruction, takes no

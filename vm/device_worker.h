@@ -1,15 +1,17 @@
-// vm/stream_worker.h — one thread per device that dispatches that device's instructions in order.
+// vm/device_worker.h — one thread per device that dispatches that device's instructions in order.
 //
-// The worker owns its device's allocator: only the worker (or a caller holding its execution
-// right, see below) ever touches it, so the allocator takes no lock. Instructions arrive in
-// submission order (sequence numbers given under the VM's submission lock) and are dispatched in
-// that order: first their waits (soft syncs), then execute().
+// One worker serves every stream of its device (compute, h2d, d2h and the user streams): the
+// streams are queues of the device, the worker is the one thread that enqueues on them. The
+// worker owns its device's allocator: only the worker (or a caller holding its execution right,
+// see below) ever touches it, so the allocator takes no lock. Instructions arrive in submission
+// order (sequence numbers given under the VM's submission lock) and are dispatched in that order:
+// first their waits (soft syncs), then execute().
 //
 // Caller runs (Note [Caller runs]): when the worker has nothing pending and is not executing, a
 // submitting thread may take the worker's execution right and dispatch its own instructions
 // itself, which saves the thread hand-off (microseconds) on the synchronous path. Order and
-// confinement hold: the execution right is one mutex, and nothing of a lower sequence can be
-// pending at that moment.
+// confinement hold: the execution right is one flag under the worker's mutex, and nothing of a
+// lower sequence can be pending at that moment.
 //
 // Lifecycle: start (constructor) / enqueue / stop. stop() travels behind every pending
 // instruction, so it drains them in order; then the thread is joined.
@@ -33,12 +35,12 @@
 
 namespace oclvm::vm {
 
-class StreamWorker {
+class DeviceWorker {
  public:
-  StreamWorker(VirtualMachine& vm, MemoryBackend& backend, std::unique_ptr<Allocator> allocator);
-  ~StreamWorker();  // stop()
-  StreamWorker(const StreamWorker&) = delete;
-  StreamWorker& operator=(const StreamWorker&) = delete;
+  DeviceWorker(VirtualMachine& vm, MemoryBackend& backend, std::unique_ptr<Allocator> allocator);
+  ~DeviceWorker();  // stop()
+  DeviceWorker(const DeviceWorker&) = delete;
+  DeviceWorker& operator=(const DeviceWorker&) = delete;
 
   Device device() const { return backend_.device(); }
   MemoryBackend& backend() const { return backend_; }

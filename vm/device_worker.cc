@@ -1,5 +1,5 @@
-// vm/stream_worker.cc — the per-device dispatch loop, caller runs, and soft syncs.
-#include "oclvm/vm/stream_worker.h"
+// vm/device_worker.cc — the per-device dispatch loop, caller runs, and soft syncs.
+#include "oclvm/vm/device_worker.h"
 
 #include <algorithm>
 #include <chrono>
@@ -22,22 +22,22 @@ struct ExecutionScope {
 };
 }  // namespace
 
-bool StreamWorker::holds_execution_right_on_this_thread() { return execution_depth > 0; }
+bool DeviceWorker::holds_execution_right_on_this_thread() { return execution_depth > 0; }
 
 DeviceQueue& ExecutionContext::queue_on(Device device) const {
   if (device == stream.device()) return stream.queue();
   return worker.foreign_queue(device);
 }
 
-StreamWorker::StreamWorker(VirtualMachine& vm, MemoryBackend& backend,
+DeviceWorker::DeviceWorker(VirtualMachine& vm, MemoryBackend& backend,
                            std::unique_ptr<Allocator> allocator)
     : vm_(vm), backend_(backend), allocator_(std::move(allocator)) {
   thread_ = std::thread([this] { run(); });
 }
 
-StreamWorker::~StreamWorker() { stop(); }
+DeviceWorker::~DeviceWorker() { stop(); }
 
-bool StreamWorker::enqueue(IntrusiveInstructionList& instructions) {
+bool DeviceWorker::enqueue(IntrusiveInstructionList& instructions) {
   {
     MutexLock lock(mutex_);
     if (exited_) return false;
@@ -48,7 +48,7 @@ bool StreamWorker::enqueue(IntrusiveInstructionList& instructions) {
   return true;
 }
 
-bool StreamWorker::try_acquire_idle() {
+bool DeviceWorker::try_acquire_idle() {
   MutexLock lock(mutex_);
   if (executing_ || stopping_ || !pending_.empty()) return false;
   executing_ = true;
@@ -56,7 +56,7 @@ bool StreamWorker::try_acquire_idle() {
   return true;
 }
 
-bool StreamWorker::acquire_when_idle() {
+bool DeviceWorker::acquire_when_idle() {
   MutexLock lock(mutex_);
   ++idle_waiters_;
   while (!stopping_ && (executing_ || !pending_.empty())) idle_.wait(lock.native());
@@ -67,7 +67,7 @@ bool StreamWorker::acquire_when_idle() {
   return true;
 }
 
-void StreamWorker::release_execution() {
+void DeviceWorker::release_execution() {
   // Combining: work that other producers queued while we held the execution right is dispatched
   // here, on this thread, before the right is given back — one wake-up (their ticket) instead of
   // two (the worker thread, then their ticket). Bounded, so a caller is not kept forever.
@@ -95,7 +95,7 @@ void StreamWorker::release_execution() {
   wake_.notify_one();
 }
 
-void StreamWorker::run() {
+void DeviceWorker::run() {
   ExecutionScope scope;  // this thread only ever dispatches
   for (;;) {
     IntrusiveInstructionList batch;
@@ -150,7 +150,7 @@ std::exception_ptr name_error(const Instruction& instruction, std::exception_ptr
 // because this worker dispatched it earlier) and a device-side wait for it on our stream. A wait
 // on another device's stream waits for the signal its StreamSignal sets (Note [Cross-device
 // waits]). Every queue call here is on a queue of this worker's device.
-void StreamWorker::dispatch(Instruction* instruction, bool settle) noexcept {
+void DeviceWorker::dispatch(Instruction* instruction, bool settle) noexcept {
   // Timing costs two clock reads (~40 ns): only when someone traces.
   const bool timed = vm_.tracing();
   const auto start = timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
@@ -194,7 +194,7 @@ void StreamWorker::dispatch(Instruction* instruction, bool settle) noexcept {
   if (settle) vm_.settle(*batch, 1);
 }
 
-void StreamWorker::stop() {
+void DeviceWorker::stop() {
   {
     MutexLock lock(mutex_);
     if (stopping_) {
@@ -207,7 +207,7 @@ void StreamWorker::stop() {
   if (thread_.joinable()) thread_.join();
 }
 
-DeviceQueue& StreamWorker::foreign_queue(Device device) {
+DeviceQueue& DeviceWorker::foreign_queue(Device device) {
   const auto key = static_cast<uint16_t>((static_cast<unsigned>(device.type) << 15) ^
                                          static_cast<uint16_t>(device.index));
   auto it = foreign_queues_.find(key);
