@@ -207,6 +207,20 @@ void DeviceWorker::stop() {
   if (thread_.joinable()) thread_.join();
 }
 
+void DeviceWorker::check_idle() {
+  MutexLock lock(mutex_);
+  OCLVM_DCHECK(pending_.empty());
+  OCLVM_DCHECK(!executing_);
+  // Read under mutex_: the last holder of the execution right wrote it before clearing
+  // executing_ under the same mutex.
+  OCLVM_DCHECK(dispatched_through_ <= last_sequence_);
+}
+
+void DeviceWorker::check_drained() {
+  MutexLock lock(mutex_);
+  OCLVM_DCHECK(stopping_ && exited_ && pending_.empty());
+}
+
 DeviceQueue& DeviceWorker::foreign_queue(Device device) {
   const auto key = static_cast<uint16_t>((static_cast<unsigned>(device.type) << 15) ^
                                          static_cast<uint16_t>(device.index));

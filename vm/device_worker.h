@@ -13,8 +13,10 @@
 // confinement hold: the execution right is one flag under the worker's mutex, and nothing of a
 // lower sequence can be pending at that moment.
 //
-// Lifecycle: start (constructor) / enqueue / stop. stop() travels behind every pending
-// instruction, so it drains them in order; then the thread is joined.
+// Lifecycle: start (constructor) / enqueue / stop. stop() marks the worker stopping: from then on
+// no caller takes the execution right, and the thread dispatches, in order, everything pending
+// and whatever is appended before it exits (releases its own instructions cause); then it returns
+// and is joined.
 //
 // Thread-safety: enqueue and the counters are thread-safe; allocator() and foreign_queue() only
 // from the thread holding the execution right.
@@ -75,6 +77,13 @@ class DeviceWorker {
 
   // Drains every pending instruction and joins the thread. Idempotent.
   void stop();
+
+  // OCLVM_DCHECKs (VirtualMachine::check_invariants): nothing pending, nobody holding the
+  // execution right, nothing dispatched beyond the last sequence given out. Called under the
+  // VM's submission lock, so no sequence is given out meanwhile.
+  void check_idle();
+  // OCLVM_DCHECKs after stop(): the thread drained everything and returned.
+  void check_drained();
 
   // Only with the execution right.
   Allocator& allocator() { return *allocator_; }

@@ -285,6 +285,7 @@ std::shared_ptr<Batch> VirtualMachine::new_batch(size_t count, bool detached)
   }
   batch->remaining.store(count);
   batch->self = batch;
+  live_batches_.fetch_add(1);
   return batch;
 }
 
@@ -358,6 +359,7 @@ std::shared_ptr<Batch> VirtualMachine::enqueue_batch(const std::shared_ptr<Batch
         MutexLock batch_lock(batch->mutex);
         batch->self.reset();
       }
+      batch_settled();  // it never will be
       throw error;
     }
     DeviceWorker* single = nullptr;
@@ -532,12 +534,14 @@ void VirtualMachine::on_dispatched(Instruction& instruction, std::exception_ptr 
 void VirtualMachine::settle(Batch& batch, size_t dispatched) {
   // The last one marks the batch done; the batch must not be touched after the unlock (Note
   // [Batch lifetime]).
+  bool was_live = false;  // made by new_batch (a section's own list is not)
   if (batch.remaining.fetch_sub(dispatched) == dispatched) {
     std::shared_ptr<Batch> last_reference;  // dies after the unlock, maybe freeing the batch
     {
       MutexLock lock(batch.mutex);
       batch.done = true;
       last_reference = std::move(batch.self);
+      was_live = last_reference != nullptr;
       if (batch.detached && batch.first_error) {
         try {
           std::rethrow_exception(batch.first_error);
@@ -549,6 +553,7 @@ void VirtualMachine::settle(Batch& batch, size_t dispatched) {
     }
   }
   in_flight_.fetch_sub(dispatched);
+  if (was_live) batch_settled();
   wake_producers();
 }
 
@@ -579,6 +584,7 @@ void VirtualMachine::shutdown() {
     shut_down_.store(true);
   }
   for (auto& worker : workers_) worker->stop();
+  for (auto& worker : workers_) worker->check_drained();
   {
     MutexLock lock(drain_mutex_);
     drained_ = true;
@@ -598,6 +604,24 @@ DeviceStats VirtualMachine::stats_after_shutdown(Device device) {
   // Late releases take the same mutex to run on their caller's thread (run_after_shutdown).
   MutexLock lock(owner.execution_mutex());
   return owner.allocator().stats();
+}
+
+void VirtualMachine::check_invariants() {
+  MutexLock submission(submit_mutex_);  // no list is analysed or handed out meanwhile
+  OCLVM_DCHECK(in_flight_.load() == 0);
+  OCLVM_DCHECK(live_batches_.load() == 0);
+  for (const auto& worker : workers_) worker->check_idle();
+  MutexLock streams(streams_mutex_);
+  for (const std::unique_ptr<Stream>& stream : streams_) {
+    const auto id = static_cast<size_t>(stream->id());
+    OCLVM_DCHECK(id < kMaxStreams && stream_table_[id].load() == stream.get());
+    OCLVM_DCHECK(stream->worker().device() == stream->device());
+  }
+  for (size_t i = 0; i < workers_.size(); ++i) {
+    const Stream* compute = compute_streams_[i].load();
+    OCLVM_DCHECK(compute == nullptr || (&compute->worker() == workers_[i].get() &&
+                                        compute->role() == StreamRole::kCompute));
+  }
 }
 
 void VirtualMachine::wait_drained() {

@@ -144,6 +144,19 @@ class VirtualMachine {
   // Error before the drain, InvalidArgument for an unknown device.
   DeviceStats stats_after_shutdown(Device device);
 
+  // Checks the VM's bookkeeping, aborting through OCLVM_DCHECK on a broken rule. Only while
+  // nothing is in flight: every list of this VM finished (its ticket waited for, or its drain
+  // done), no thread submitting, no host section open. The tests call it after their runs;
+  // shutdown() checks every worker's part after the drain. The rules:
+  //   - instructions in flight (admitted, not yet settled) == 0, and no batch is alive (a batch
+  //     is alive from its submission until its last instruction settles), so every batch that
+  //     was submitted has settled each of its instructions exactly once;
+  //   - every worker: nothing pending, nobody holding its execution right, and nothing
+  //     dispatched beyond the last sequence number it gave out;
+  //   - streams: each stream is published in the table at its own id, on its device's worker,
+  //     and each worker's cached compute stream is that device's compute stream.
+  void check_invariants();
+
   // Called with every dispatched instruction (for `oclvm run --trace`); set before use.
   void set_trace(std::function<void(const TraceEvent&)> trace) { trace_ = std::move(trace); }
   bool tracing() const { return static_cast<bool>(trace_); }
@@ -178,7 +191,8 @@ class VirtualMachine {
   void settle(Batch& batch, size_t dispatched);
   void run_after_shutdown(IntrusiveInstructionList& list);
   void wait_drained();       // until shutdown() has joined every worker
-  static std::shared_ptr<Batch> new_batch(size_t count, bool detached);
+  std::shared_ptr<Batch> new_batch(size_t count, bool detached);
+  void batch_settled() { live_batches_.fetch_sub(1); }  // a live batch's last instruction
   void admit(size_t count);  // backpressure: blocks while the bound would be passed
   void wake_producers();     // after in_flight_ went down
 
@@ -203,6 +217,7 @@ class VirtualMachine {
   // Backpressure: in_flight_ is atomic so that dispatch costs no lock; producers that must wait
   // register in flight_waiters_ and sleep on flight_cv_.
   std::atomic<size_t> in_flight_{0};
+  std::atomic<size_t> live_batches_{0};  // submitted with instructions, not yet all settled
   std::atomic<size_t> flight_waiters_{0};
   Mutex flight_mutex_;
   std::condition_variable flight_cv_;

@@ -51,6 +51,7 @@ class HostSectionTest : public testing::LeakCheckedTest,
       builder.empty_cache(device());
       vm_->run(builder.take());
     }
+    vm_->check_invariants();  // every section ended, every list it held back ran
     vm_.reset();
     LeakCheckedTest::TearDown();
   }

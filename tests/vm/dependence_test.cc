@@ -31,6 +31,7 @@ class DependenceTest : public ::testing::Test {
                                         DType::kU8);
   }
   void TearDown() override {
+    vm_.check_invariants();
     for (auto& s : storages_) s->release();
   }
 

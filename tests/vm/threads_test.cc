@@ -126,6 +126,7 @@ TEST(ThreadsTest, EightProducersTenThousandRandomInstructionsEach) {
     EXPECT_EQ(stats.num_ooms, 0) << device.str();
     EXPECT_GT(stats.allocation[0].allocated, 0) << device.str() << " was never used";
   }
+  vm.check_invariants();  // eight producers' batches, every one settled exactly once
 }
 
 }  // namespace

@@ -25,6 +25,9 @@ constexpr Device kCpu{DeviceType::kCpu, 0};
 
 class VmTest : public ::testing::Test {
  protected:
+  // Every test ends with its lists finished: the VM's bookkeeping must balance.
+  void TearDown() override { vm_.check_invariants(); }
+
   VirtualMachine vm_{DeviceManager::instance(), Options{}};
 };
 
@@ -209,6 +212,24 @@ TEST(VmShutdownTest, AfterShutdownOnlyReleasesRunAndOnTheCallersThread) {
   EXPECT_NO_THROW(vm.run(std::move(release_like)));
   ASSERT_EQ(log.ids, (std::vector<int>{2}));
   EXPECT_EQ(log.threads[0], std::this_thread::get_id());
+}
+
+// check_invariants is not a check that always passes: with a list still in flight, its first
+// rule breaks (the check runs in a child process that re-runs the test up to it).
+TEST_F(VmTest, CheckInvariantsCatchesAListStillInFlight) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  std::atomic<bool> inside{false};
+  std::atomic<bool> leave{false};
+  InstructionList list;
+  list.push_back(probe(vm_.stream(kOpenCL0), nullptr, 0, [&](ExecutionContext&) {
+    inside = true;
+    while (!leave) std::this_thread::yield();
+  }));
+  std::thread submitter([&] { vm_.run(std::move(list)); });
+  while (!inside) std::this_thread::yield();
+  EXPECT_DEATH(vm_.check_invariants(), "internal invariant violated: in_flight_");
+  leave = true;
+  submitter.join();
 }
 
 TEST_F(VmTest, EmptyListIsDoneAtOnce) {
