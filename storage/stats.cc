@@ -21,11 +21,6 @@ void for_each_array(DeviceStats& s, Fn&& fn) {
 
 }  // namespace
 
-void DeviceStatsTracker::add(StatArray& array, StatType pool, int64_t delta) {
-  array[static_cast<size_t>(StatType::kAggregate)].add(delta);
-  array[static_cast<size_t>(pool)].add(delta);
-}
-
 void DeviceStatsTracker::on_allocate(StatType pool, size_t allocated, size_t requested) {
   add(stats_.allocation, pool, 1);
   add(stats_.active, pool, 1);

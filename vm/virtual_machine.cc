@@ -18,8 +18,10 @@ namespace oclvm::vm {
 // Ticket.
 
 void Ticket::wait() {
-  if (batch_ == nullptr) return;
-  Batch& batch = *batch_;
+  if (batch_ != nullptr) wait_for(*batch_);
+}
+
+void Ticket::wait_for(Batch& batch) {
   if (batch.remaining.load() != 0 && DeviceWorker::holds_execution_right_on_this_thread()) {
     throw Error(
         "Expected Ticket::wait outside instruction callbacks, but got a call from a thread that "
@@ -279,6 +281,7 @@ std::shared_ptr<Batch> VirtualMachine::new_batch(size_t count, bool detached)
     OCLVM_NO_THREAD_SAFETY_ANALYSIS {
   auto batch = std::allocate_shared<Batch>(pool::PoolAllocator<Batch>());
   batch->detached = detached;
+  batch->shared = true;
   if (count == 0) {
     batch->done = true;
     return batch;
@@ -289,20 +292,50 @@ std::shared_ptr<Batch> VirtualMachine::new_batch(size_t count, bool detached)
   return batch;
 }
 
-Ticket VirtualMachine::submit_impl(InstructionList&& list, bool caller_runs) {
+void VirtualMachine::check_may_wait() {
   if (DeviceWorker::holds_execution_right_on_this_thread()) {
     // Waiting from inside a dispatch would wait for the very worker this thread stands in for.
     throw Error(
         "Expected vm::Run and Submit outside instruction callbacks (Barrier, "
         "AccessBlobByCallback), but got a call from inside one; it would wait for itself");
   }
+}
+
+Ticket VirtualMachine::submit_impl(InstructionList&& list, bool caller_runs) {
+  check_may_wait();
   IntrusiveInstructionList& items = list.items();
   check_own_streams(items);
   const size_t count = items.size();
   std::shared_ptr<Batch> batch = new_batch(count, /*detached=*/false);
   if (count == 0) return Ticket(batch);
   admit(count);
-  return Ticket(enqueue_batch(batch, items, caller_runs));
+  enqueue_batch(*batch, items, caller_runs);
+  return Ticket(std::move(batch));
+}
+
+// The path of every synchronous list (an allocation, a release, a host section's list outside a
+// section): the batch lives here, so a run allocates no batch and shares no reference count.
+void VirtualMachine::run(InstructionList&& list) {
+  check_may_wait();
+  IntrusiveInstructionList& items = list.items();
+  check_own_streams(items);
+  const size_t count = items.size();
+  if (count == 0) return;
+  Batch batch;
+  batch.remaining.store(count);
+  admit(count);
+  if (enqueue_batch(batch, items, vm_options_.caller_runs)) {
+    // Dispatched on this thread: no other thread ever saw the batch, so there is nothing to
+    // wait for and nobody to wake; only an error to report.
+    std::exception_ptr error;
+    {
+      MutexLock lock(batch.mutex);
+      error = batch.first_error;
+    }
+    if (error) std::rethrow_exception(error);
+    return;
+  }
+  Ticket::wait_for(batch);
 }
 
 void VirtualMachine::submit_detached(InstructionList&& list) {
@@ -311,12 +344,11 @@ void VirtualMachine::submit_detached(InstructionList&& list) {
   if (count == 0) return;
   std::shared_ptr<Batch> batch = new_batch(count, /*detached=*/true);
   in_flight_.fetch_add(count);  // never blocks: the caller may be the thread that would unblock it
-  enqueue_batch(batch, items, /*caller_runs=*/false);
+  enqueue_batch(*batch, items, /*caller_runs=*/false);
 }
 
-std::shared_ptr<Batch> VirtualMachine::enqueue_batch(const std::shared_ptr<Batch>& batch,
-                                                     IntrusiveInstructionList& items,
-                                                     bool caller_runs) {
+bool VirtualMachine::enqueue_batch(Batch& batch, IntrusiveInstructionList& items,
+                                   bool caller_runs) {
   const size_t count = items.size();
   // Allocated before the lock, so that nothing under it but the analysis can throw; inline up to
   // a few workers and streams, so that the common list costs no heap allocation.
@@ -329,8 +361,8 @@ std::shared_ptr<Batch> VirtualMachine::enqueue_batch(const std::shared_ptr<Batch
     MutexLock lock(submit_mutex_);
     if (shut_down_.load()) {
       lock.unlock();
-      for (Instruction& instruction : items) instruction.batch_ = batch.get();
-      if (batch->detached) {
+      for (Instruction& instruction : items) instruction.batch_ = &batch;
+      if (batch.detached) {
         // Maybe a worker releasing during its own drain: hand each instruction to its worker
         // while it still drains, else run it here (after the drain, callers take turns).
         while (!items.empty()) {
@@ -344,7 +376,7 @@ std::shared_ptr<Batch> VirtualMachine::enqueue_batch(const std::shared_ptr<Batch
         wait_drained();  // never overtake work still pending (this is not a worker thread)
         run_after_shutdown(items);
       }
-      return batch;
+      return false;
     }
     // Checked before anything changes, so a refused list leaves no trace.
     if (const Instruction* refused = first_with_foreign_blob(items)) {
@@ -352,14 +384,16 @@ std::shared_ptr<Batch> VirtualMachine::enqueue_batch(const std::shared_ptr<Batch
       lock.unlock();
       in_flight_.fetch_sub(count);
       wake_producers();
+      bool was_live = false;
       {
         // No instruction was handed out, so nobody will settle the batch: drop the VM's
         // reference, or the batch owns itself and leaks (LeakSanitizer, `make asan`, on
         // VmOwnershipTest.ABlobBelongsToTheFirstVmThatUsesIt).
-        MutexLock batch_lock(batch->mutex);
-        batch->self.reset();
+        MutexLock batch_lock(batch.mutex);
+        was_live = batch.self != nullptr;
+        batch.self.reset();  // may free the batch: not touched below
       }
-      batch_settled();  // it never will be
+      if (was_live) batch_settled();  // it never will be
       throw error;
     }
     DeviceWorker* single = nullptr;
@@ -368,7 +402,7 @@ std::shared_ptr<Batch> VirtualMachine::enqueue_batch(const std::shared_ptr<Batch
       Instruction& instruction = items.front();
       items.pop_front();
       DeviceWorker& owner = instruction.stream().worker();
-      instruction.batch_ = batch.get();
+      instruction.batch_ = &batch;
       instruction.sequence_ = owner.take_sequence();
       IntrusiveInstructionList extra;
       try {
@@ -389,7 +423,7 @@ std::shared_ptr<Batch> VirtualMachine::enqueue_batch(const std::shared_ptr<Batch
     mark_stream_ends(ordered);
     const size_t added = ordered.size() - count;
     if (added > 0) {
-      batch->remaining.fetch_add(added);
+      batch.remaining.fetch_add(added);
       in_flight_.fetch_add(added);  // admitted without waiting: they unblock their waiters
     }
     if (!several && caller_runs && single->try_acquire_idle()) {
@@ -411,20 +445,26 @@ std::shared_ptr<Batch> VirtualMachine::enqueue_batch(const std::shared_ptr<Batch
       }
     }
   }
-  if (inline_worker != nullptr) {
-    // Note [Caller runs]: nothing of a lower sequence is pending on this worker, and we hold its
-    // execution right, so dispatching here keeps order and confinement.
-    // The batch is settled once at the end: nobody else waits for its instructions one by one.
-    const size_t dispatched = ordered.size();
-    while (!ordered.empty()) {
-      Instruction& instruction = ordered.front();
-      ordered.pop_front();
-      inline_worker->dispatch(&instruction, /*settle=*/false);
-    }
-    settle(*batch, dispatched);
-    inline_worker->release_execution();
+  if (inline_worker == nullptr) return false;
+  // Note [Caller runs]: nothing of a lower sequence is pending on this worker, and we hold its
+  // execution right, so dispatching here keeps order and confinement.
+  // The batch is settled once at the end: nobody else waits for its instructions one by one.
+  const size_t dispatched = ordered.size();
+  while (!ordered.empty()) {
+    Instruction& instruction = ordered.front();
+    ordered.pop_front();
+    inline_worker->dispatch(&instruction, /*settle=*/false);
   }
-  return batch;
+  if (batch.shared) {
+    settle(batch, dispatched, /*notify=*/false);  // the submitting call has not returned yet
+  } else {
+    // run()'s own batch: its caller reads the outcome on this thread, nothing else to mark.
+    batch.remaining.store(0);
+    in_flight_.fetch_sub(dispatched);
+    wake_producers();
+  }
+  inline_worker->release_execution();
+  return true;
 }
 
 // Note [Lists run in a host section]: the section holds `held`'s execution right and the
@@ -501,7 +541,7 @@ void VirtualMachine::run_held(DeviceWorker& held, InstructionList&& list) {
     ordered.pop_front();
     held.dispatch(&instruction, /*settle=*/false);
   }
-  settle(batch, count);
+  settle(batch, count, /*notify=*/false);  // its only waiter is this thread
   std::exception_ptr error;
   {
     MutexLock lock(batch.mutex);
@@ -531,7 +571,7 @@ void VirtualMachine::on_dispatched(Instruction& instruction, std::exception_ptr 
   if (settle_now) settle(batch, 1);
 }
 
-void VirtualMachine::settle(Batch& batch, size_t dispatched) {
+void VirtualMachine::settle(Batch& batch, size_t dispatched, bool notify) {
   // The last one marks the batch done; the batch must not be touched after the unlock (Note
   // [Batch lifetime]).
   bool was_live = false;  // made by new_batch (a section's own list is not)
@@ -549,7 +589,7 @@ void VirtualMachine::settle(Batch& batch, size_t dispatched) {
           log_message(LogLevel::kError, "a detached release failed: %s", e.what());
         }
       }
-      batch.done_cv.notify_all();
+      if (notify) batch.done_cv.notify_all();
     }
   }
   in_flight_.fetch_sub(dispatched);

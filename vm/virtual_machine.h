@@ -73,9 +73,11 @@ struct VmOptions {
 // it. (A lock-free "remaining == 0" exit let a ticket free the batch while the settler was still
 // about to notify: a use-after-free seen as a pthread assertion in the producer benchmark.)
 //
-// The VM co-owns every batch it has instructions of (`self`, dropped by the last settler), so a
-// Ticket that is dropped before wait() — or a detached submission with no ticket at all — never
-// leaves workers writing into freed memory.
+// The VM co-owns every batch of submit() and submit_detached() it has instructions of (`self`,
+// dropped by the last settler), so a Ticket that is dropped before wait() — or a detached
+// submission with no ticket at all — never leaves workers writing into freed memory. run() keeps
+// its batch on its own stack instead: it returns only after seeing `done` under `mutex`, the same
+// rule a ticket's wait follows, so no heap batch and no co-ownership are needed.
 struct Batch {
   std::atomic<size_t> remaining{0};     // instructions not yet dispatched
   Mutex mutex;
@@ -84,6 +86,8 @@ struct Batch {
   std::exception_ptr first_error OCLVM_GUARDED_BY(mutex);
   std::shared_ptr<Batch> self OCLVM_GUARDED_BY(mutex);  // the VM's reference until done
   bool detached = false;                // no ticket: errors are reported on stderr
+  bool shared = false;                  // made by new_batch, co-owned through `self`; false for
+                                        // run()'s batch on its caller's stack
 };
 
 class Ticket {
@@ -95,6 +99,8 @@ class Ticket {
   // first error. Idempotent: a second wait returns at once (rethrowing the same error).
   void wait();
   bool valid() const { return batch_ != nullptr; }
+  // What wait() does, for a batch that run() keeps on its stack.
+  static void wait_for(Batch& batch);
 
  private:
   std::shared_ptr<Batch> batch_;
@@ -128,11 +134,9 @@ class VirtualMachine {
   // right (an instruction dropped the last tensor reference): never waits, never blocks for
   // backpressure, never dispatches inline. Errors are printed on stderr.
   void submit_detached(InstructionList&& list);
-  // Synchronous: submit + Ticket::wait. On an idle single device the instructions are dispatched
-  // on the calling thread (Note [Caller runs]).
-  void run(InstructionList&& list) {
-    submit_impl(std::move(list), vm_options_.caller_runs).wait();
-  }
+  // Synchronous: submit + Ticket::wait, with the batch on this thread's stack. On an idle single
+  // device the instructions are dispatched on the calling thread (Note [Caller runs]).
+  void run(InstructionList&& list);
 
   // Drains every pending instruction and joins the workers; idempotent (a second caller waits
   // for the drain). Throws Error, changing nothing, when called first from a thread that holds a
@@ -167,6 +171,8 @@ class VirtualMachine {
   DeviceWorker& worker(Device device) const;
   size_t worker_index(Device device) const;  // throws InvalidArgument for an unknown device
   Ticket submit_impl(InstructionList&& list, bool caller_runs);
+  // Throws Error when this thread holds a device's execution right (it would wait for itself).
+  static void check_may_wait();
   // Throws InvalidArgument when an instruction names a stream of another VM.
   void check_own_streams(const IntrusiveInstructionList& items) const;
   // The first instruction with a blob another VM has used; nullptr when none.
@@ -177,9 +183,11 @@ class VirtualMachine {
   // HostSection::run: dispatches `list` on this thread, which holds `held`'s execution right
   // (Note [Lists run in a host section]).
   void run_held(DeviceWorker& held, InstructionList&& list);
-  // Sequences, analysis and hand-off of a batch whose count is already admitted.
-  std::shared_ptr<Batch> enqueue_batch(const std::shared_ptr<Batch>& batch,
-                                       IntrusiveInstructionList& items, bool caller_runs);
+  // Sequences, analysis and hand-off of a batch whose count is already admitted. The batch is a
+  // live one of new_batch, or run()'s own on its stack (no `self`). True when every instruction
+  // was dispatched on this thread (Note [Caller runs]): run()'s batch is then left as it was,
+  // with remaining == 0 and the error in first_error, and is never marked done.
+  bool enqueue_batch(Batch& batch, IntrusiveInstructionList& items, bool caller_runs);
   // Dependency analysis of one instruction (under submit_mutex_). Cross-device waits add a
   // StreamSignal instruction to `extra`, to be placed before the instruction.
   void analyze(Instruction& instruction, IntrusiveInstructionList& extra);
@@ -188,7 +196,10 @@ class VirtualMachine {
   // for the whole list).
   void on_dispatched(Instruction& instruction, std::exception_ptr error, double seconds,
                      bool settle_now);
-  void settle(Batch& batch, size_t dispatched);
+  // Counts `dispatched` instructions of `batch` as done; the last marks the batch done and wakes
+  // its waiters. `notify` false: nobody can be waiting yet (the caller-runs path, before the
+  // submitting call returns), so the condition variable is left alone.
+  void settle(Batch& batch, size_t dispatched, bool notify = true);
   void run_after_shutdown(IntrusiveInstructionList& list);
   void wait_drained();       // until shutdown() has joined every worker
   std::shared_ptr<Batch> new_batch(size_t count, bool detached);
@@ -217,7 +228,9 @@ class VirtualMachine {
   // Backpressure: in_flight_ is atomic so that dispatch costs no lock; producers that must wait
   // register in flight_waiters_ and sleep on flight_cv_.
   std::atomic<size_t> in_flight_{0};
-  std::atomic<size_t> live_batches_{0};  // submitted with instructions, not yet all settled
+  // Batches of submit() and submit_detached() with instructions, not yet all settled (run()'s
+  // batch lives on its caller's stack, which returns only once it settled).
+  std::atomic<size_t> live_batches_{0};
   std::atomic<size_t> flight_waiters_{0};
   Mutex flight_mutex_;
   std::condition_variable flight_cv_;
