@@ -2,12 +2,12 @@
 //
 // The input's bytes are the text of a script, parsed as `oclvm run` parses it on a machine with
 // one OpenCL device. Only the parse step runs: parsing needs no device and no VM
-// (instructions/script.h), while executing random scripts would allocate device memory and be
+// (adapters/script/parser.h), while executing random scripts would allocate device memory and be
 // slow.
 //
 // Outcomes:
 //   - ScriptError: the expected answer to a malformed script;
-//   - a Script: the invariants script.h promises of a parsed script are checked below (indices
+//   - a Script: the invariants ast.h promises of a parsed script are checked below (indices
 //     valid, names unique, host ranges in bounds, `run` structure, the parser's own bounds on
 //     sizes and inline bytes); a violation is a finding, since execute() relies on them;
 //   - anything else is a finding (fuzz/fuzz_check.h).
@@ -26,8 +26,8 @@
 #include <variant>
 #include <vector>
 
+#include "adapters/script/script.h"
 #include "fuzz/fuzz_check.h"
-#include "oclvm/instructions/script.h"
 #include "oclvm/storage/allocator_registry.h"
 
 namespace {
@@ -38,7 +38,7 @@ using namespace oclvm::script;
 // What `oclvm run` passes on a machine with one OpenCL device.
 constexpr size_t kOpenCLDevices = 1;
 
-// Every invariant of a parsed Script (instructions/script.h, design/scripts.md "What the parser
+// Every invariant of a parsed Script (adapters/script/ast.h, design/scripts.md "What the parser
 // checks"), checked against the Script alone.
 class ScriptChecker {
  public:
@@ -69,16 +69,13 @@ class ScriptChecker {
 
       bool is_run = std::holds_alternative<op::Run>(op);
       bool is_expect_error = std::holds_alternative<op::ExpectError>(op);
-      bool is_expectation = is_expect_error || std::holds_alternative<op::ExpectStat>(op) ||
-                            std::holds_alternative<op::ExpectBytes>(op) ||
-                            std::holds_alternative<op::ExpectFill>(op) ||
-                            std::holds_alternative<op::ExpectBarriers>(op);
+      bool expectation = is_expectation(op);
       if (is_expect_error) OCLVM_FUZZ_CHECK(after_run);
-      if (is_expectation) {
+      if (expectation) {
         OCLVM_FUZZ_CHECK(!pending);
         ++expectations;
       }
-      if (!is_run && !is_expectation) pending = true;
+      if (!is_run && !expectation) pending = true;
       if (is_run) pending = false;
       after_run = is_run;
     }

@@ -1,4 +1,4 @@
-// tests/instructions/script_test.cc — the instruction script language.
+// tests/script/script_test.cc — the instruction script language.
 //
 // Parser tests need no device: every construct parses into the statement it stands for, and
 // every malformed input is refused with its exact "FILE:LINE:COL: error: message" (and nothing
@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "oclvm/instructions/script.h"
+#include "adapters/script/script.h"
 #include "oclvm/storage/device_manager.h"
 #include "oclvm/storage/storage_objects.h"
 #include "tests/storage/test_util.h"
