@@ -124,6 +124,10 @@ class ScriptChecker {
       OCLVM_FUZZ_CHECK(host.size <= kMaxHostBuffer);
       if (!host.initial.empty()) check_bytes(host.initial);
     }
+    for (const EventDecl& event : script_.events) {
+      OCLVM_FUZZ_CHECK(names.insert(event.name).second);
+      OCLVM_FUZZ_CHECK(event.line >= 1);
+    }
     for (const BlobDecl& blob : script_.blobs) OCLVM_FUZZ_CHECK(names.insert(blob.name).second);
     for (const std::string& name : names) {
       OCLVM_FUZZ_CHECK(name != "cpu" && name != "opencl" && name != "on");
@@ -205,6 +209,22 @@ class ScriptChecker {
   void check_operation(const op::Barrier& o) {
     check_stream(o.stream);
   }
+  void check_event(int event) {
+    OCLVM_FUZZ_CHECK(valid_index(event, script_.events.size()));
+    OCLVM_FUZZ_CHECK(script_.events[static_cast<size_t>(event)].line < line_);  // declared before
+  }
+  void check_operation(const op::RecordEvent& o) {
+    check_event(o.event);
+    check_stream(o.stream);
+  }
+  void check_operation(const op::WaitEvent& o) {
+    check_event(o.event);
+    check_stream(o.stream);
+  }
+  void check_operation(const op::RecordBlobUse& o) {
+    check_place(Place{Place::Kind::kBlob, o.blob, 0}, 0);
+    check_stream(o.stream);
+  }
   void check_operation(const op::AccessRead& o) {
     OCLVM_FUZZ_CHECK(o.bytes > 0);
     OCLVM_FUZZ_CHECK(o.src.kind == Place::Kind::kBlob && o.dst.kind == Place::Kind::kHost);
@@ -222,6 +242,9 @@ class ScriptChecker {
     OCLVM_FUZZ_CHECK(valid_device(o.device));
   }
   void check_operation(const op::ResetStats& o) {
+    OCLVM_FUZZ_CHECK(valid_device(o.device));
+  }
+  void check_operation(const op::SetMemoryLimit& o) {
     OCLVM_FUZZ_CHECK(valid_device(o.device));
   }
   void check_operation(const op::Query& o) {

@@ -1,9 +1,10 @@
 // adapters/script/ast.h — the parsed form of an instruction script (design/scripts.md).
 //
 // What parse_script (parser.h) makes of a script's text and what execute (executor.h) runs: the
-// options, the declarations (streams, host buffers, blobs) and the statements, one per line, each
-// an alternative of Operation. Names are resolved to indices and devices to Devices while
-// parsing, so nothing here refers to text any more, except what messages need (names, lines).
+// options, the declarations (streams, host buffers, events, blobs) and the statements, one per
+// line, each an alternative of Operation. Names are resolved to indices and devices to Devices
+// while parsing, so nothing here refers to text any more, except what messages need (names,
+// lines).
 //
 // Main types: Script (options, declarations, statements), Statement and Operation (the op::
 // structs, one per statement kind), Place and StreamRef (operands), StatKey (a statistic named in
@@ -68,6 +69,13 @@ struct HostDecl {
   std::string name;
   uint64_t size = 0;
   std::vector<uint8_t> initial;  // empty: zero-filled
+  int line = 0;
+};
+
+// `event NAME`: a StreamEvent (instructions.h), recorded and waited for by `record_event` and
+// `wait_event`. Never recorded, it is nothing to wait for.
+struct EventDecl {
+  std::string name;
   int line = 0;
 };
 
@@ -153,6 +161,18 @@ struct SoftSync {          // soft_sync STREAM -> STREAM
 struct Barrier {           // barrier STREAM
   StreamRef stream;
 };
+struct RecordEvent {       // record_event EVENT on STREAM
+  int event;               // into Script::events
+  StreamRef stream;
+};
+struct WaitEvent {         // wait_event EVENT on STREAM
+  int event;
+  StreamRef stream;
+};
+struct RecordBlobUse {     // record_blob_use NAME on STREAM
+  int blob;
+  StreamRef stream;
+};
 struct AccessRead {        // access read PLACE SIZE -> HOSTPLACE [on STREAM]
   Place src;
   uint64_t bytes;
@@ -170,6 +190,10 @@ struct EmptyCache {        // empty_cache DEVICE
 struct ResetStats {        // reset_stats DEVICE peak|accumulated
   Device device;
   ResetKind kind;
+};
+struct SetMemoryLimit {    // set_memory_limit DEVICE BYTES
+  Device device;
+  uint64_t bytes;          // may be 0: no limit
 };
 struct Query {             // query DEVICE    (prints the statistics after the run)
   Device device;
@@ -205,7 +229,8 @@ struct ExpectBarriers : Expectation {  // expect barriers OP N
 
 using Operation =
     std::variant<op::Alloc, op::Release, op::Write, op::Copy, op::Fill, op::SoftSync, op::Barrier,
-                 op::AccessRead, op::AccessWrite, op::EmptyCache, op::ResetStats, op::Query,
+                 op::RecordEvent, op::WaitEvent, op::RecordBlobUse, op::AccessRead,
+                 op::AccessWrite, op::EmptyCache, op::ResetStats, op::SetMemoryLimit, op::Query,
                  op::Run, op::ExpectError, op::ExpectStat, op::ExpectBytes, op::ExpectFill,
                  op::ExpectBarriers>;
 
@@ -224,6 +249,7 @@ struct Script {
   ScriptOptions options;
   std::vector<StreamDecl> streams;
   std::vector<HostDecl> hosts;
+  std::vector<EventDecl> events;
   std::vector<BlobDecl> blobs;
   std::vector<Statement> statements;
 

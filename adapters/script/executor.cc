@@ -113,6 +113,9 @@ class Executor {
       buffer.resize(decl.size, 0);
       hosts_.push_back(std::move(buffer));
     }
+    for (size_t i = 0; i < script_.events.size(); ++i) {
+      events_.push_back(std::make_shared<StreamEvent>());
+    }
     blobs_.resize(script_.blobs.size());
   }
 
@@ -303,6 +306,19 @@ class Executor {
                        [this] { barriers_.fetch_add(1, std::memory_order_acq_rel); });
     });
   }
+  void step(const op::RecordEvent& record) {
+    build([&] {
+      builder_.record_event(stream(record.stream), events_[static_cast<size_t>(record.event)]);
+    });
+  }
+  void step(const op::WaitEvent& wait) {
+    build([&] {
+      builder_.wait_event(stream(wait.stream), events_[static_cast<size_t>(wait.event)]);
+    });
+  }
+  void step(const op::RecordBlobUse& use) {
+    build([&] { builder_.record_blob_use(stream(use.stream), blob(use.blob)); });
+  }
   void step(const op::AccessRead& read) {
     build([&] {
       uint8_t* destination = host(read.dst);
@@ -339,6 +355,9 @@ class Executor {
   }
   void step(const op::ResetStats& reset) {
     build([&] { builder_.reset_stats(reset.device, reset.kind); });
+  }
+  void step(const op::SetMemoryLimit& limit) {
+    build([&] { builder_.set_memory_limit(limit.device, limit.bytes); });
   }
   void step(const op::Query& query) {
     build([&] {
@@ -514,6 +533,7 @@ class Executor {
   InstructionsBuilder builder_;
   std::vector<vm::Stream*> streams_;              // per StreamDecl
   std::vector<std::vector<uint8_t>> hosts_;       // per HostDecl; never resized after start
+  std::vector<std::shared_ptr<StreamEvent>> events_;  // per EventDecl
   std::vector<std::shared_ptr<BlobObject>> blobs_;  // per BlobDecl; null until its alloc is built
 
   // The batch being built.

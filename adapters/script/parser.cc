@@ -4,7 +4,7 @@
 // is looked up in kStatements, the one table of the language's statements, and that row's parse
 // function reads the operands left to right. Options are checked there too (before the first
 // statement, at most once each). Names are resolved while parsing: one namespace for streams,
-// host buffers and blobs, each declared once and before its use.
+// host buffers, events and blobs, each declared once and before its use.
 //
 // The state that spans lines (names, whether instructions wait for a `run`, the byte budgets) is
 // what makes the structural checks of parser.h possible; the parse functions of the table are
@@ -161,7 +161,7 @@ class Parser {
     return device_of(token);
   }
 
-  enum class NameKind : uint8_t { kStream, kHost, kBlob };
+  enum class NameKind : uint8_t { kStream, kHost, kEvent, kBlob };
   struct NameEntry {
     NameKind kind;
     int index;
@@ -171,6 +171,7 @@ class Parser {
     switch (kind) {
       case NameKind::kStream: return "a stream";
       case NameKind::kHost: return "a host buffer";
+      case NameKind::kEvent: return "an event";
       case NameKind::kBlob: return "a blob";
     }
     return "a name";
@@ -198,22 +199,28 @@ class Parser {
     return token.text;
   }
 
+  // The index of a declared name of `kind`; `described` says what was expected when the token is
+  // no declared name ("a stream (a name declared by `stream`, ...)").
+  int index_of(const Token& token, NameKind kind, const std::string& described) {
+    auto it = names_.find(token.text);
+    if (token.kind != Token::Kind::kWord || it == names_.end()) {
+      in().fail(token, "Expected " + described + ", but got '" + token.shown() + "'");
+    }
+    if (it->second.kind != kind) {
+      in().fail(token, std::string("Expected ") + kind_name(kind) + ", but '" + token.text +
+                           "' is " + kind_name(it->second.kind) + " (declared at line " +
+                           std::to_string(it->second.line) + ")");
+    }
+    return it->second.index;
+  }
+
   StreamRef stream_of(const Token& token) {
     if (token.kind == Token::Kind::kWord && looks_like_device(token.text)) {
       return StreamRef{-1, device_of(token)};
     }
-    auto it = names_.find(token.text);
-    if (token.kind != Token::Kind::kWord || it == names_.end()) {
-      in().fail(token, "Expected a stream (a name declared by `stream`, or a device such as "
-                       "opencl:0), but got '" + token.shown() + "'");
-    }
-    if (it->second.kind != NameKind::kStream) {
-      in().fail(token, "Expected a stream, but '" + token.text + "' is " +
-                           kind_name(it->second.kind) + " (declared at line " +
-                           std::to_string(it->second.line) + ")");
-    }
-    const StreamDecl& decl = script_.streams[static_cast<size_t>(it->second.index)];
-    return StreamRef{it->second.index, decl.device};
+    int index = index_of(token, NameKind::kStream,
+                         "a stream (a name declared by `stream`, or a device such as opencl:0)");
+    return StreamRef{index, script_.streams[static_cast<size_t>(index)].device};
   }
   StreamRef take_stream(const std::string& what = "a stream or device") {
     return stream_of(in().take(what));
@@ -221,6 +228,24 @@ class Parser {
   std::optional<StreamRef> take_on() {
     if (!in().accept_word("on")) return std::nullopt;
     return take_stream("a stream or device after 'on'");
+  }
+  // `on STREAM` where the stream is not optional.
+  StreamRef take_required_on() {
+    in().take_keyword("on");
+    return take_stream("a stream or device after 'on'");
+  }
+
+  int take_event() {
+    return index_of(in().take("an event"), NameKind::kEvent,
+                    "an event (a name declared by `event`)");
+  }
+  // A blob's name alone, as `release` and `record_blob_use` take it.
+  int take_blob(const Token& keyword, const std::string& what) {
+    Place place = take_place(what, true, false);
+    if (place.offset != 0) {
+      in().fail(keyword, "Expected a blob name without an offset after " + keyword.text);
+    }
+    return place.index;
   }
 
   // NAME or NAME[OFFSET], of a blob or a host buffer (as `allowed` says).
@@ -396,6 +421,12 @@ class Parser {
     script_.hosts.push_back(std::move(decl));
   }
 
+  void parse_event(const Token&) {
+    EventDecl decl{declare(in().take_word("an event name"), "an event"), in().line()};
+    names_[decl.name] = {NameKind::kEvent, static_cast<int>(script_.events.size()), decl.line};
+    script_.events.push_back(std::move(decl));
+  }
+
   // --- Instructions.
 
   void parse_alloc(const Token& keyword) {
@@ -430,20 +461,23 @@ class Parser {
   }
 
   void parse_release(const Token& keyword) {
-    Place place = take_place("a blob to release", true, false);
-    if (place.offset != 0) {
-      in().fail(keyword, "Expected a blob name without an offset after release");
-    }
-    add_instruction(keyword, op::Release{place.index});
+    add_instruction(keyword, op::Release{take_blob(keyword, "a blob to release")});
   }
 
-  void parse_write(const Token& keyword) {
-    op::Write write;
-    write.dst = take_place("a blob to write to", true, false);
+  // `PLACE [on STREAM] = BYTES`: the operands of `write` (op::Write) and `access write`
+  // (op::AccessWrite), which differ in the instruction they build.
+  template <typename WriteOp>
+  void parse_inline_write(const Token& keyword, const std::string& what) {
+    WriteOp write;
+    write.dst = take_place(what, true, false);
     write.stream = take_on();
     in().take_punct("=", "'=' and the bytes to write");
     write.data = take_bytes("the bytes to write");
     add_instruction(keyword, std::move(write));
+  }
+
+  void parse_write(const Token& keyword) {
+    parse_inline_write<op::Write>(keyword, "a blob to write to");
   }
 
   void parse_copy(const Token& keyword) {
@@ -487,6 +521,27 @@ class Parser {
     add_instruction(keyword, op::Barrier{take_stream("a stream or device")});
   }
 
+  void parse_record_event(const Token& keyword) {
+    op::RecordEvent record;
+    record.event = take_event();
+    record.stream = take_required_on();
+    add_instruction(keyword, std::move(record));
+  }
+
+  void parse_wait_event(const Token& keyword) {
+    op::WaitEvent wait;
+    wait.event = take_event();
+    wait.stream = take_required_on();
+    add_instruction(keyword, std::move(wait));
+  }
+
+  void parse_record_blob_use(const Token& keyword) {
+    op::RecordBlobUse use;
+    use.blob = take_blob(keyword, "a blob whose use to record");
+    use.stream = take_required_on();
+    add_instruction(keyword, std::move(use));
+  }
+
   void parse_access(const Token& keyword) {
     static const std::string kModes = join_or(keywords_of(access_forms()));
     const Token& mode = in().take_word(kModes);
@@ -509,12 +564,7 @@ class Parser {
   }
 
   void parse_access_write(const Token& keyword) {
-    op::AccessWrite write;
-    write.dst = take_place("a blob to write", true, false);
-    write.stream = take_on();
-    in().take_punct("=", "'=' and the bytes to write");
-    write.data = take_bytes("the bytes to write");
-    add_instruction(keyword, std::move(write));
+    parse_inline_write<op::AccessWrite>(keyword, "a blob to write");
   }
 
   void parse_empty_cache(const Token& keyword) {
@@ -533,6 +583,13 @@ class Parser {
       in().fail(kind, "Expected peak or accumulated, but got '" + kind.text + "'");
     }
     add_instruction(keyword, std::move(reset));
+  }
+
+  void parse_set_memory_limit(const Token& keyword) {
+    op::SetMemoryLimit limit;
+    limit.device = take_device();
+    limit.bytes = in().take_size("a memory limit in bytes (0: none)", /*allow_zero=*/true);
+    add_instruction(keyword, std::move(limit));
   }
 
   void parse_query(const Token& keyword) { add_instruction(keyword, op::Query{take_device()}); }
@@ -660,14 +717,19 @@ class Parser {
         {"fill", false, &Parser::parse_fill},
         {"soft_sync", false, &Parser::parse_soft_sync},
         {"barrier", false, &Parser::parse_barrier},
+        {"record_event", false, &Parser::parse_record_event},
+        {"wait_event", false, &Parser::parse_wait_event},
+        {"record_blob_use", false, &Parser::parse_record_blob_use},
         {"access", false, &Parser::parse_access},
         {"empty_cache", false, &Parser::parse_empty_cache},
         {"reset_stats", false, &Parser::parse_reset_stats},
+        {"set_memory_limit", false, &Parser::parse_set_memory_limit},
         {"query", false, &Parser::parse_query},
         {"run", false, &Parser::parse_run},
         {"expect", false, &Parser::parse_expect},
         {"stream", false, &Parser::parse_stream},
         {"host", false, &Parser::parse_host},
+        {"event", false, &Parser::parse_event},
         {"require", true, &Parser::parse_require},
         {"allocator", true, &Parser::parse_allocator},
         {"limit", true, &Parser::parse_limit},

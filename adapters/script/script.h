@@ -1,6 +1,6 @@
 // adapters/script/script.h — the instruction script language: parse a script, then execute it.
 //
-// A script is a small line-oriented text that names streams, host buffers and blobs, builds
+// A script is a small line-oriented text that names streams, host buffers, events and blobs, builds
 // instructions with InstructionsBuilder, runs them with vm::Run (`run`), and states what must hold
 // afterwards (`expect`). design/scripts.md is the reference of the language; in short:
 //
@@ -10,7 +10,7 @@
 //   stream s2 = opencl:0 user 1    # named streams; a device name is its compute stream
 //   host h 64                      # named host buffers (zeroed, or `= ab cd*4`)
 //   alloc b = opencl:0 4096        # named blobs, allocated on a stream
-//   fill b[0] 4096 0xab on s2      # every instruction of builder.h, see design/scripts.md
+//   fill b[0] 4096 0xab on s2      # the instructions of builder.h, see design/scripts.md
 //   run                            # one vm::Run of what was built since the last run
 //   expect allocated opencl:0 = 4K # expectations: statistics, bytes, errors, barriers
 //   expect fill b[0] 4096 0xab
