@@ -114,7 +114,7 @@ class Parser {
   }
 
   // Dispatches on the word after the keyword (`access read`, `expect error`); returns false when
-  // no form matches, with the cursor on that word.
+  // no form matches (the cursor is then past that word).
   bool parse_form(std::span<const FormRule> forms, const Token& keyword, const Token& word) {
     for (const FormRule& form : forms) {
       if (word.is_word(form.keyword)) {
