@@ -2,12 +2,12 @@
 //
 // The input's bytes are the text of a script, parsed as `oclvm run` parses it on a machine with
 // one OpenCL device. Only the parse step runs: parsing needs no device and no VM
-// (instructions/script.h), while executing random scripts would allocate device memory and be
+// (adapters/script/parser.h), while executing random scripts would allocate device memory and be
 // slow.
 //
 // Outcomes:
 //   - ScriptError: the expected answer to a malformed script;
-//   - a Script: the invariants script.h promises of a parsed script are checked below (indices
+//   - a Script: the invariants ast.h promises of a parsed script are checked below (indices
 //     valid, names unique, host ranges in bounds, `run` structure, the parser's own bounds on
 //     sizes and inline bytes); a violation is a finding, since execute() relies on them;
 //   - anything else is a finding (fuzz/fuzz_check.h).
@@ -26,8 +26,8 @@
 #include <variant>
 #include <vector>
 
+#include "adapters/script/script.h"
 #include "fuzz/fuzz_check.h"
-#include "oclvm/instructions/script.h"
 #include "oclvm/storage/allocator_registry.h"
 
 namespace {
@@ -38,7 +38,7 @@ using namespace oclvm::script;
 // What `oclvm run` passes on a machine with one OpenCL device.
 constexpr size_t kOpenCLDevices = 1;
 
-// Every invariant of a parsed Script (instructions/script.h, design/scripts.md "What the parser
+// Every invariant of a parsed Script (adapters/script/ast.h, design/scripts.md "What the parser
 // checks"), checked against the Script alone.
 class ScriptChecker {
  public:
@@ -69,16 +69,13 @@ class ScriptChecker {
 
       bool is_run = std::holds_alternative<op::Run>(op);
       bool is_expect_error = std::holds_alternative<op::ExpectError>(op);
-      bool is_expectation = is_expect_error || std::holds_alternative<op::ExpectStat>(op) ||
-                            std::holds_alternative<op::ExpectBytes>(op) ||
-                            std::holds_alternative<op::ExpectFill>(op) ||
-                            std::holds_alternative<op::ExpectBarriers>(op);
+      bool expectation = is_expectation(op);
       if (is_expect_error) OCLVM_FUZZ_CHECK(after_run);
-      if (is_expectation) {
+      if (expectation) {
         OCLVM_FUZZ_CHECK(!pending);
         ++expectations;
       }
-      if (!is_run && !is_expectation) pending = true;
+      if (!is_run && !expectation) pending = true;
       if (is_run) pending = false;
       after_run = is_run;
     }
@@ -126,6 +123,10 @@ class ScriptChecker {
       OCLVM_FUZZ_CHECK(host.initial.empty() || host.initial.size() == host.size);
       OCLVM_FUZZ_CHECK(host.size <= kMaxHostBuffer);
       if (!host.initial.empty()) check_bytes(host.initial);
+    }
+    for (const EventDecl& event : script_.events) {
+      OCLVM_FUZZ_CHECK(names.insert(event.name).second);
+      OCLVM_FUZZ_CHECK(event.line >= 1);
     }
     for (const BlobDecl& blob : script_.blobs) OCLVM_FUZZ_CHECK(names.insert(blob.name).second);
     for (const std::string& name : names) {
@@ -208,6 +209,22 @@ class ScriptChecker {
   void check_operation(const op::Barrier& o) {
     check_stream(o.stream);
   }
+  void check_event(int event) {
+    OCLVM_FUZZ_CHECK(valid_index(event, script_.events.size()));
+    OCLVM_FUZZ_CHECK(script_.events[static_cast<size_t>(event)].line < line_);  // declared before
+  }
+  void check_operation(const op::RecordEvent& o) {
+    check_event(o.event);
+    check_stream(o.stream);
+  }
+  void check_operation(const op::WaitEvent& o) {
+    check_event(o.event);
+    check_stream(o.stream);
+  }
+  void check_operation(const op::RecordBlobUse& o) {
+    check_place(Place{Place::Kind::kBlob, o.blob, 0}, 0);
+    check_stream(o.stream);
+  }
   void check_operation(const op::AccessRead& o) {
     OCLVM_FUZZ_CHECK(o.bytes > 0);
     OCLVM_FUZZ_CHECK(o.src.kind == Place::Kind::kBlob && o.dst.kind == Place::Kind::kHost);
@@ -225,6 +242,9 @@ class ScriptChecker {
     OCLVM_FUZZ_CHECK(valid_device(o.device));
   }
   void check_operation(const op::ResetStats& o) {
+    OCLVM_FUZZ_CHECK(valid_device(o.device));
+  }
+  void check_operation(const op::SetMemoryLimit& o) {
     OCLVM_FUZZ_CHECK(valid_device(o.device));
   }
   void check_operation(const op::Query& o) {

@@ -4,7 +4,7 @@
 #include <exception>
 #include <mutex>
 
-#include "oclvm/instructions/script.h"
+#include "adapters/script/script.h"
 #include "oclvm/storage/device_manager.h"
 #include "oclvm/storage/errors.h"
 

@@ -2,7 +2,7 @@
 //
 //   oclvm run FILE... [--trace]
 //
-// Every file is parsed first (instructions/script.h). If any is malformed, each problem is printed
+// Every file is parsed first (adapters/script/parser.h). If any is malformed, each problem is printed
 // on stderr as "FILE:LINE:COL: error: message" and NOTHING is executed, from any file. Otherwise
 // the scripts run one after the other, each on a fresh VirtualMachine, and for each the report on
 // stdout is its failed expectations ("FILE:LINE: expected ..."), any `query` output, and one

@@ -1,4 +1,4 @@
-// tests/instructions/script_test.cc — the instruction script language.
+// tests/script/script_test.cc — the instruction script language.
 //
 // Parser tests need no device: every construct parses into the statement it stands for, and
 // every malformed input is refused with its exact "FILE:LINE:COL: error: message" (and nothing
@@ -8,6 +8,7 @@
 // that the backends hold no more segments afterwards and that no blob was freed by a destructor.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <fstream>
 #include <mutex>
@@ -15,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "oclvm/instructions/script.h"
+#include "adapters/script/script.h"
 #include "oclvm/storage/device_manager.h"
 #include "oclvm/storage/storage_objects.h"
 #include "tests/storage/test_util.h"
@@ -241,6 +242,46 @@ TEST(ScriptParse, EveryInstruction) {
   EXPECT_EQ(op_at<op::Release>(script, 20).blob, 0);
 }
 
+TEST(ScriptParse, EventsBlobUsesAndMemoryLimits) {
+  Script script = parse(
+      "stream s1 = opencl:0 user 1\n"
+      "event e\n"
+      "event f\n"
+      "alloc b = opencl:1 1K\n"          // 0
+      "record_event f on s1\n"           // 1
+      "wait_event f on opencl:1\n"       // 2
+      "record_event e on cpu\n"          // 3
+      "record_blob_use b on opencl:1\n"  // 4
+      "set_memory_limit opencl:0 8M\n"   // 5
+      "set_memory_limit cpu 0\n"         // 6
+      "release b\n"
+      "run\n",
+      2);
+  ASSERT_EQ(script.events.size(), 2u);
+  EXPECT_EQ(script.events[0].name, "e");
+  EXPECT_EQ(script.events[1].name, "f");
+  EXPECT_EQ(script.events[1].line, 3);
+
+  const auto& record = op_at<op::RecordEvent>(script, 1);
+  EXPECT_EQ(record.event, 1);
+  EXPECT_EQ(record.stream, (StreamRef{0, kOpenCL0}));
+  const auto& wait = op_at<op::WaitEvent>(script, 2);
+  EXPECT_EQ(wait.event, 1);
+  EXPECT_EQ(wait.stream, (StreamRef{-1, kOpenCL1}));
+  EXPECT_EQ(op_at<op::RecordEvent>(script, 3).event, 0);
+  EXPECT_EQ(op_at<op::RecordEvent>(script, 3).stream, (StreamRef{-1, kCpu}));
+
+  const auto& use = op_at<op::RecordBlobUse>(script, 4);
+  EXPECT_EQ(use.blob, 0);
+  EXPECT_EQ(use.stream, (StreamRef{-1, kOpenCL1}));
+
+  EXPECT_EQ(op_at<op::SetMemoryLimit>(script, 5).device, kOpenCL0);
+  EXPECT_EQ(op_at<op::SetMemoryLimit>(script, 5).bytes, uint64_t{8} << 20);
+  EXPECT_EQ(op_at<op::SetMemoryLimit>(script, 6).device, kCpu);
+  EXPECT_EQ(op_at<op::SetMemoryLimit>(script, 6).bytes, 0u);
+  EXPECT_EQ(script.expectation_count(), 0u);
+}
+
 TEST(ScriptParse, Expectations) {
   Script script = parse(
       "host h = 01 02\n"
@@ -368,12 +409,14 @@ struct Malformed {
 const Malformed kMalformed[] = {
     {"unknown keyword", "allocate b = opencl:0 16\n",
      "t.oclvm:1:1: error: Expected a statement (alloc, release, write, copy, fill, soft_sync, "
-     "barrier, access, empty_cache, reset_stats, query, run, expect, stream, host, require, "
-     "allocator, limit or caller_runs), but got 'allocate'"},
+     "barrier, record_event, wait_event, record_blob_use, access, empty_cache, reset_stats, "
+     "set_memory_limit, query, run, expect, stream, host, event, require, allocator, limit or "
+     "caller_runs), but got 'allocate'"},
     {"punctuation first", "= 3\n",
      "t.oclvm:1:1: error: Expected a statement (alloc, release, write, copy, fill, soft_sync, "
-     "barrier, access, empty_cache, reset_stats, query, run, expect, stream, host, require, "
-     "allocator, limit or caller_runs), but got '='"},
+     "barrier, record_event, wait_event, record_blob_use, access, empty_cache, reset_stats, "
+     "set_memory_limit, query, run, expect, stream, host, event, require, allocator, limit or "
+     "caller_runs), but got '='"},
     {"missing size", "alloc b = opencl:0\n",
      "t.oclvm:1:19: error: Expected a size in bytes or a typed shape such as f32[2,3], but the "
      "line ends after 'alloc b = opencl:0'"},
@@ -555,6 +598,41 @@ const Malformed kMalformed[] = {
      "t.oclvm:1:20: error: Expected '->' after the first stream, but got 'cpu'"},
     {"lone '!'", "run\nexpect barriers ! 1\n",
      "t.oclvm:2:17: error: Expected != or a word, but got '!'"},
+    {"event name missing", "event\n",
+     "t.oclvm:1:6: error: Expected an event name, but the line ends after 'event'"},
+    {"event name taken", "host e 8\nevent e\n",
+     "t.oclvm:2:7: error: Expected a new name, but 'e' is already a host buffer (declared at line "
+     "1)"},
+    {"event as a stream", "event e\nbarrier e\nrun\n",
+     "t.oclvm:2:9: error: Expected a stream, but 'e' is an event (declared at line 1)"},
+    {"record_event of an undeclared event", "record_event e on opencl:0\nrun\n",
+     "t.oclvm:1:14: error: Expected an event (a name declared by `event`), but got 'e'"},
+    {"record_event without on", "event e\nrecord_event e opencl:0\nrun\n",
+     "t.oclvm:2:16: error: Expected 'on', but got 'opencl:0'"},
+    {"record_event without a stream", "event e\nrecord_event e on\nrun\n",
+     "t.oclvm:2:18: error: Expected a stream or device after 'on', but the line ends after "
+     "'record_event e on'"},
+    {"wait_event of a stream", "stream s = opencl:0 user 1\nwait_event s on opencl:0\nrun\n",
+     "t.oclvm:2:12: error: Expected an event, but 's' is a stream (declared at line 1)"},
+    {"wait_event on a blob", "event e\nalloc b = opencl:0 8\nwait_event e on b\nrun\n",
+     "t.oclvm:3:17: error: Expected a stream, but 'b' is a blob (declared at line 2)"},
+    {"record_blob_use of a host buffer", "host h 8\nrecord_blob_use h on opencl:0\nrun\n",
+     "t.oclvm:2:17: error: Expected a blob whose use to record, but got 'h' (a host buffer, "
+     "declared at line 1)"},
+    {"record_blob_use with an offset", "alloc b = opencl:0 16\nrecord_blob_use b[4] on cpu\nrun\n",
+     "t.oclvm:2:1: error: Expected a blob name without an offset after record_blob_use"},
+    {"record_blob_use without on", "alloc b = opencl:0 16\nrecord_blob_use b\nrun\n",
+     "t.oclvm:2:18: error: Expected 'on', but the line ends after 'record_blob_use b'"},
+    {"set_memory_limit without bytes", "set_memory_limit opencl:0\nrun\n",
+     "t.oclvm:1:26: error: Expected a memory limit in bytes (0: none), but the line ends after "
+     "'set_memory_limit opencl:0'"},
+    {"set_memory_limit of a stream", "stream s = opencl:0 user 1\nset_memory_limit s 1M\nrun\n",
+     "t.oclvm:2:18: error: Expected a device (opencl:N or cpu), but got 's'"},
+    {"set_memory_limit overflows", "set_memory_limit cpu 17179869184G\nrun\n",
+     "t.oclvm:1:22: error: Expected a memory limit in bytes (0: none) to be a byte count such as "
+     "1048576, 512K, 64M or 2G, but got '17179869184G' (too large)"},
+    {"set_memory_limit after the last run", "run\nset_memory_limit cpu 1M\n",
+     "t.oclvm:2:1: error: Expected a `run` after this instruction, but the script ends before one"},
 };
 
 TEST(ScriptParse, MalformedScriptsGiveTheirExactMessage) {
@@ -616,6 +694,15 @@ class ScriptRunTest : public testing::LeakCheckedTest {
     script_ = parse_script(text, "t.oclvm", ParseOptions{testing::opencl_device_count()});
     return execute(script_, options);
   }
+  // Runs `text` with tracing on; traced_ holds the trace lines afterwards.
+  ExecuteResult run_traced(const std::string& text) {
+    ExecuteOptions options;
+    options.trace = [this](const std::string& line) {
+      std::lock_guard<std::mutex> lock(trace_mutex_);
+      traced_.push_back(line);
+    };
+    return run(text, options);
+  }
   // Every failure as "t.oclvm:LINE: message".
   std::vector<std::string> failures(const ExecuteResult& result) const {
     std::vector<std::string> out;
@@ -625,6 +712,8 @@ class ScriptRunTest : public testing::LeakCheckedTest {
 
   Script script_;
   uint64_t destructor_releases_ = 0;
+  std::mutex trace_mutex_;
+  std::vector<std::string> traced_;  // by run_traced; complete once it returns
 };
 
 TEST_F(ScriptRunTest, ExpectationsThatHold) {
@@ -810,22 +899,15 @@ TEST_F(ScriptRunTest, EveryExecutionHasAFreshVm) {
 }
 
 TEST_F(ScriptRunTest, TraceNamesScriptLinesStreamsAndOperands) {
-  std::mutex mutex;
-  std::vector<std::string> lines;
-  ExecuteOptions options;
-  options.trace = [&](const std::string& line) {
-    std::lock_guard<std::mutex> lock(mutex);
-    lines.push_back(line);
-  };
-  ExecuteResult result = run(
+  ExecuteResult result = run_traced(
       "stream side = opencl:0 user 4\n"
       "alloc b = opencl:0 64\n"
       "fill b[0] 64 0x00 on side\n"
       "run\n"
       "expect fill b 64 0x00\n"
       "release b\n"
-      "run\n",
-      options);
+      "run\n");
+  const std::vector<std::string>& lines = traced_;
   EXPECT_TRUE(result.ok()) << ::testing::PrintToString(failures(result));
   ASSERT_EQ(lines.size(), 4u) << ::testing::PrintToString(lines);
   EXPECT_EQ(lines[0].rfind("t.oclvm:2: AllocateBlob on opencl:0/compute ", 0), 0u) << lines[0];
@@ -850,6 +932,43 @@ TEST_F(ScriptRunTest, QueryPrintsTheStatisticsAfterItsRun) {
   const std::string& note = result.notes[0];
   EXPECT_EQ(note.rfind("t.oclvm:2: statistics of opencl:0:\n", 0), 0u) << note;
   EXPECT_NE(note.find("allocated_bytes: current 2048, peak 2048"), std::string::npos) << note;
+}
+
+TEST_F(ScriptRunTest, EventsBlobUsesAndMemoryLimitsBuildTheirInstructions) {
+  // Each statement builds its instruction on the stream it names (the trace shows them), and a
+  // limit set by set_memory_limit holds for the allocations after it.
+  ExecuteResult result = run_traced(
+      "stream side = opencl:0 user 3\n"
+      "event e\n"
+      "alloc b = opencl:0 64\n"
+      "record_event e on side\n"
+      "wait_event e on opencl:0\n"
+      "record_blob_use b on side\n"
+      "set_memory_limit opencl:0 1M\n"
+      "alloc big = opencl:0 4M\n"
+      "run\n"
+      "expect error out_of_memory \"Out of memory on opencl:0\"\n"
+      "set_memory_limit opencl:0 0\n"
+      "release b\n"
+      "run\n");
+  const std::vector<std::string>& lines = traced_;
+  EXPECT_EQ(result.expectations, 1u);
+  EXPECT_TRUE(result.ok()) << ::testing::PrintToString(failures(result));
+  auto traced = [&](const std::string& prefix) {
+    return std::count_if(lines.begin(), lines.end(),
+                         [&](const std::string& line) { return line.rfind(prefix, 0) == 0; });
+  };
+  EXPECT_EQ(traced("t.oclvm:4: RecordEvent on opencl:0/user3 event on opencl:0/user3 "), 1)
+      << ::testing::PrintToString(lines);
+  EXPECT_EQ(traced("t.oclvm:5: WaitEvent on opencl:0/compute event, on opencl:0/compute "), 1);
+  EXPECT_EQ(traced("t.oclvm:6: RecordBlobUse on opencl:0/user3 "), 1);
+  EXPECT_EQ(traced("t.oclvm:7: SetMemoryLimit on opencl:0/compute 1048576 B on opencl:0 "), 1);
+  EXPECT_EQ(traced("t.oclvm:11: SetMemoryLimit on opencl:0/compute none on opencl:0 "), 1);
+  for (const std::string& line : lines) {
+    if (line.rfind("t.oclvm:6: ", 0) == 0) {
+      EXPECT_NE(line.find(" [b read] "), std::string::npos) << line;
+    }
+  }
 }
 
 TEST_F(ScriptRunTest, StreamsBarriersAccessAndAllocatorControl) {

@@ -1,84 +1,41 @@
-// instructions/script.h — the instruction script language: parse a script, then execute it.
+// adapters/script/ast.h — the parsed form of an instruction script (design/scripts.md).
 //
-// A script is a small line-oriented text that names streams, host buffers and blobs, builds
-// instructions with InstructionsBuilder, runs them with vm::Run (`run`), and states what must hold
-// afterwards (`expect`). design/scripts.md is the reference of the language; in short:
+// What parse_script (parser.h) makes of a script's text and what execute (executor.h) runs: the
+// options, the declarations (streams, host buffers, events, blobs) and the statements, one per
+// line, each an alternative of Operation. Names are resolved to indices and devices to Devices
+// while parsing, so nothing here refers to text any more, except what messages need (names,
+// lines).
 //
-//   require devices 2              # options first: they configure the script's VM
-//   allocator caching
-//   limit 8M
-//   stream s2 = opencl:0 user 1    # named streams; a device name is its compute stream
-//   host h 64                      # named host buffers (zeroed, or `= ab cd*4`)
-//   alloc b = opencl:0 4096        # named blobs, allocated on a stream
-//   fill b[0] 4096 0xab on s2      # every instruction of builder.h, see design/scripts.md
-//   run                            # one vm::Run of what was built since the last run
-//   expect allocated opencl:0 = 4K # expectations: statistics, bytes, errors, barriers
-//   expect fill b[0] 4096 0xab
-//   release b
-//   run
+// Main types: Script (options, declarations, statements), Statement and Operation (the op::
+// structs, one per statement kind), Place and StreamRef (operands), StatKey (a statistic named in
+// an `expect`; find_stat knows the names), ErrorKind and Comparison.
 //
-// Two phases (the promise `oclvm run` and the tests rely on):
-//   parse_script   reads the whole text and checks everything that can be known without running:
-//                  syntax, names declared before use and not twice, devices present, numbers that
-//                  fit, positive sizes, host-buffer bounds, `run` before expectations, `expect
-//                  error` right after a `run`. The first problem throws ScriptError, whose what()
-//                  is "FILE:LINE:COL: error: message"; no VM is created, nothing runs.
-//   execute        runs a parsed Script on a fresh VirtualMachine built from the script's options
-//                  and reports every expectation that did not hold (ExecuteResult). What can only
-//                  be known when running (out of memory, a copy past a blob's end, a released blob,
-//                  a double release) is the VM's and the builder's business: the run fails and the
-//                  script states it with `expect error ...`. Blobs still live at the end are
-//                  released and each is reported as a failure "leaked blob b (4096 bytes)".
+// Promises of a Script that parse_script returned (the executor relies on them; the fuzzer
+// checks them, fuzz/script_fuzzer.cc): every index in a statement is valid; names are unique
+// across every kind of declaration; host places lie within their buffer; sizes are > 0 where an
+// op:: comment does not say otherwise; every instruction is followed by a `run` before the next
+// expectation and before the end; each ExpectError directly follows a Run. The structs are
+// public so that tests can check what the parser made of a line.
 //
-// Types: Script (the parsed form: options, declarations, statements), ScriptError, ParseOptions,
-// ExecuteOptions, ExecuteResult, Failure. The parsed form is public so that tests can check what
-// the parser made of a line.
-//
-// Thread-safety: parse_script is a pure function. execute uses its own VM; one Script may be
-// executed by several threads at once (it is only read).
+// Thread-safety: plain values. A Script is only read once parsed; several threads may execute one
+// Script at once.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
-#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <variant>
 #include <vector>
 
-#include "oclvm/instructions/builder.h"
+#include "oclvm/instructions/instructions.h"  // ResetKind
 #include "oclvm/storage/device.h"
-#include "oclvm/storage/errors.h"
 #include "oclvm/storage/stats.h"
 #include "oclvm/storage/storage_objects.h"
 #include "oclvm/vm/stream.h"
 
 namespace oclvm::script {
-
-// ---------------------------------------------------------------------------------------------
-// Errors and locations.
-
-// A malformed script. what() is "FILE:LINE:COL: error: MESSAGE" (or "FILE: error: MESSAGE" when
-// the file itself cannot be read, line() == 0). Lines and columns count from 1.
-class ScriptError : public InvalidArgument {
- public:
-  ScriptError(std::string file, int line, int column, std::string message);
-  const std::string& file() const { return file_; }
-  int line() const { return line_; }
-  int column() const { return column_; }
-  // The message without the location.
-  const std::string& message() const { return message_; }
-
- private:
-  std::string file_;
-  int line_;
-  int column_;
-  std::string message_;
-};
-
-// ---------------------------------------------------------------------------------------------
-// The parsed form.
 
 // Upper bounds the parser enforces so that a script cannot make the tool itself allocate
 // without limit (these are host memory of the executor, not device memory).
@@ -112,6 +69,13 @@ struct HostDecl {
   std::string name;
   uint64_t size = 0;
   std::vector<uint8_t> initial;  // empty: zero-filled
+  int line = 0;
+};
+
+// `event NAME`: a StreamEvent (instructions.h), recorded and waited for by `record_event` and
+// `wait_event`. Never recorded, it is nothing to wait for.
+struct EventDecl {
+  std::string name;
   int line = 0;
 };
 
@@ -197,6 +161,18 @@ struct SoftSync {          // soft_sync STREAM -> STREAM
 struct Barrier {           // barrier STREAM
   StreamRef stream;
 };
+struct RecordEvent {       // record_event EVENT on STREAM
+  int event;               // into Script::events
+  StreamRef stream;
+};
+struct WaitEvent {         // wait_event EVENT on STREAM
+  int event;
+  StreamRef stream;
+};
+struct RecordBlobUse {     // record_blob_use NAME on STREAM
+  int blob;
+  StreamRef stream;
+};
 struct AccessRead {        // access read PLACE SIZE -> HOSTPLACE [on STREAM]
   Place src;
   uint64_t bytes;
@@ -215,31 +191,37 @@ struct ResetStats {        // reset_stats DEVICE peak|accumulated
   Device device;
   ResetKind kind;
 };
+struct SetMemoryLimit {    // set_memory_limit DEVICE BYTES
+  Device device;
+  uint64_t bytes;          // may be 0: no limit
+};
 struct Query {             // query DEVICE    (prints the statistics after the run)
   Device device;
 };
 struct Run {};             // run
-struct ExpectError {       // expect error KIND ["TEXT"]
+// The base of every `expect` statement (is_expectation); it adds nothing else.
+struct Expectation {};
+struct ExpectError : Expectation {  // expect error KIND ["TEXT"]
   ErrorKind kind;
   std::string substring;   // empty: any message
 };
-struct ExpectStat {        // expect STAT DEVICE OP VALUE
+struct ExpectStat : Expectation {  // expect STAT DEVICE OP VALUE
   StatKey key;
   Device device;
   Comparison comparison;
   int64_t value;
 };
-struct ExpectBytes {       // expect bytes PLACE = BYTES
+struct ExpectBytes : Expectation {  // expect bytes PLACE = BYTES
   Place place;
   std::vector<uint8_t> bytes;
 };
-struct ExpectFill {        // expect fill PLACE SIZE PATTERN
+struct ExpectFill : Expectation {  // expect fill PLACE SIZE PATTERN
   Place place;
   uint64_t bytes;
   uint64_t pattern;
   unsigned pattern_size;
 };
-struct ExpectBarriers {    // expect barriers OP N
+struct ExpectBarriers : Expectation {  // expect barriers OP N
   Comparison comparison;
   int64_t value;
 };
@@ -247,9 +229,13 @@ struct ExpectBarriers {    // expect barriers OP N
 
 using Operation =
     std::variant<op::Alloc, op::Release, op::Write, op::Copy, op::Fill, op::SoftSync, op::Barrier,
-                 op::AccessRead, op::AccessWrite, op::EmptyCache, op::ResetStats, op::Query,
+                 op::RecordEvent, op::WaitEvent, op::RecordBlobUse, op::AccessRead,
+                 op::AccessWrite, op::EmptyCache, op::ResetStats, op::SetMemoryLimit, op::Query,
                  op::Run, op::ExpectError, op::ExpectStat, op::ExpectBytes, op::ExpectFill,
                  op::ExpectBarriers>;
+
+// Whether the operation is an `expect` line (each counts as one expectation in the summary).
+bool is_expectation(const Operation& op);
 
 struct Statement {
   int line = 0;
@@ -257,15 +243,13 @@ struct Statement {
   Operation op;
 };
 
-// A parsed script. Invariants (established by parse_script): every index in a statement is valid;
-// names are unique across streams, hosts and blobs; host places are in bounds; every instruction is
-// followed by a `run` before the next expectation and before the end; each ExpectError directly
-// follows a Run.
+// A parsed script; its invariants are listed at the top of this file.
 struct Script {
   std::string file;
   ScriptOptions options;
   std::vector<StreamDecl> streams;
   std::vector<HostDecl> hosts;
+  std::vector<EventDecl> events;
   std::vector<BlobDecl> blobs;
   std::vector<Statement> statements;
 
@@ -273,48 +257,7 @@ struct Script {
   size_t expectation_count() const;
 };
 
-struct ParseOptions {
-  // OpenCL devices present (opencl:0 .. N-1); `cpu` always exists. A script that says `require
-  // devices M` may name opencl:0 .. max(N, M)-1 (it is skipped when M > N, see execute).
-  size_t opencl_devices = 1;
-};
-
-// Parses `text` (the contents of `file`, which is only used in messages). Throws ScriptError.
-Script parse_script(std::string_view text, std::string file, const ParseOptions& options);
-// Reads and parses a file. Throws ScriptError (also when the file cannot be read).
-Script load_script(const std::string& path, const ParseOptions& options);
-
-// ---------------------------------------------------------------------------------------------
-// Execution.
-
-struct Failure {
-  int line = 0;
-  std::string message;  // "expected allocated (...) of opencl:0 = 4096, but got 0", "leaked ..."
-};
-
-struct ExecuteOptions {
-  // Called with one line per dispatched instruction ("x.oclvm:12 CopyBlob on opencl:0/h2d ...").
-  // Empty: no tracing. Called from worker threads, one call at a time.
-  std::function<void(const std::string&)> trace;
-};
-
-struct ExecuteResult {
-  bool skipped = false;
-  std::string skip_reason;              // "requires 2 OpenCL devices, 1 present"
-  size_t expectations = 0;              // `expect` lines executed
-  std::vector<Failure> failures;        // in script order; leaks last
-  std::vector<std::string> notes;       // output of `query` ("x.oclvm:9: stats of opencl:0 ...")
-
-  bool ok() const { return failures.empty(); }
-  // "x.oclvm:12: expected ..." for failure i.
-  std::string describe(const Script& script, size_t i) const;
-};
-
-// Runs the script on a fresh VirtualMachine over DeviceManager::instance(), built from
-// script.options (not from the environment: the script is its whole configuration, except the
-// platform, which is the DeviceManager's). Skips (result.skipped) when the script requires more
-// OpenCL devices than exist. Never throws for what the script does; a failure to create the VM
-// (a backend error) propagates.
-ExecuteResult execute(const Script& script, const ExecuteOptions& options = {});
+// "1 byte", "2 bytes": a count and its noun, for messages.
+std::string plural(uint64_t n, const char* one, const char* many);
 
 }  // namespace oclvm::script
