@@ -4,6 +4,8 @@
 //
 //   aten   / PrivateUse1           native kernels (ops.cc), the fused RNN cells (rnn_cells.cc),
 //                                  native_dropout (dropout.cc)
+//   aten   / PrivateUse1           every _foreach_ operator to the boxed CPU fallback, whole
+//                                  (Note [Foreach operators in one host section])
 //   _      / PrivateUse1           the boxed CPU fallback for every other operator (fallback.h)
 //   aten   / SparsePrivateUse1,    the structure kernels of sparse tensors (sparse.cc)
 //            SparseCsrPrivateUse1
@@ -18,6 +20,8 @@
 #include <torch/library.h>
 
 #include <optional>
+#include <string>
+#include <string_view>
 
 #include "adapters/torch/fallback.h"
 #include "adapters/torch/host_results.h"
@@ -45,8 +49,30 @@ torch::Library* lasting_library(const char* ns, c10::DispatchKey key,
   return library;
 }
 
+// Note [Foreach operators in one host section]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// The _foreach_ operators (the optimizers' default on this device: torch counts PrivateUse1 among
+// its foreach devices) have a CompositeExplicitAutograd kernel that loops over the list calling
+// the single-tensor operator, and a composite kernel takes precedence over a backend fallback. So
+// each element went through the fallback on its own: one host section, one set of aliases, one
+// dispatch per tensor, and an SGD step over 4 parameters cost 12 fallback calls. Registered for
+// this device, the whole operator goes through the fallback once: one section for the list, and
+// the CPU's composite loop then runs on CPU aliases. Every _foreach_ operator torch defines is
+// registered, read from the dispatcher when this library loads (ATen's operators are all
+// registered by then).
+void register_foreach_operators(torch::Library& m) {
+  constexpr std::string_view kPrefix = "aten::_foreach_";
+  for (const c10::OperatorName& name : c10::Dispatcher::singleton().getAllOpNames()) {
+    if (std::string_view(name.name).substr(0, kPrefix.size()) != kPrefix) continue;
+    std::string unqualified = name.name.substr(std::string_view("aten::").size());
+    if (!name.overload_name.empty()) unqualified += "." + name.overload_name;
+    m.impl(unqualified.c_str(), torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>());
+  }
+}
+
 void register_device_kernels(torch::Library& m) {
   register_native_kernels(m);
+  register_foreach_operators(m);
   register_rnn_cells(m);
   register_dropout(m);
 }

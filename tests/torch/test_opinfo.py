@@ -1,4 +1,5 @@
-"""The OpInfo conformance sweep in `make test`: every op_db operator, six dtypes, against the CPU.
+"""The OpInfo conformance sweep in `make test`: every op_db operator and every `_foreach_` operator
+(functional and in-place), six dtypes, against the CPU.
 
 Runs tests/torch/conformance/opinfo_sweep.py (in a subprocess, so that op_db's test machinery
 stays out of this pytest process) over all operators and float32, float16, bfloat16, complex64,

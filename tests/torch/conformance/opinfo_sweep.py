@@ -1,7 +1,7 @@
 """PyTorch's OpInfo database as a conformance suite for the `opencl` device.
 
-Every operator of torch's `op_db` (key `name.variant_test_name`, or `name` when the variant is
-empty) runs on the device and on the CPU for each of six dtypes it supports on the CPU (float32,
+Every operator of torch's `op_db` and of its `_foreach_` databases, functional and in-place
+(`all_ops`; key `name.variant_test_name`, or `name` when the variant is empty) runs on the device and on the CPU for each of six dtypes it supports on the CPU (float32,
 float16, bfloat16, complex64, int64, bool), sample by sample, and the two are compared — the idea
 of torch's own `test_ops.py::test_compare_cpu`, with the CPU result as the expected value.
 
@@ -136,6 +136,40 @@ CPU_ARGUMENTS = {
 
 def op_key(op):
     return f"{op.name}.{op.variant_test_name}" if op.variant_test_name else op.name
+
+
+class _InPlaceForeach:
+    """The in-place variant of a `_foreach_` OpInfo (`_foreach_add_` beside `_foreach_add`),
+    as an item of its own: the optimizers call these. It returns nothing, so what is compared is
+    what it wrote into the sample's tensors; no gradients (in-place on leaves that require grad
+    is an error on both sides, and not what optimizers do)."""
+
+    def __init__(self, op):
+        self._op = op
+        self.name = op.name + "_"
+
+    def __getattr__(self, attribute):
+        return getattr(self._op, attribute)
+
+    def __call__(self, *args, **kwargs):
+        return self._op.inplace_variant(*args, **kwargs)
+
+    def supported_backward_dtypes(self, device_type):
+        return set()
+
+
+def all_ops():
+    """op_db and the `_foreach_` operators, which torch keeps in databases of their own (not in
+    op_db): the functional forms and, where one exists, the in-place form of each."""
+    from torch.testing._internal import common_methods_invocations as cmi
+    ops = list(cmi.op_db)
+    for name in ("foreach_unary_op_db", "foreach_binary_op_db", "foreach_pointwise_op_db",
+                 "foreach_reduce_op_db", "foreach_other_op_db"):
+        for op in getattr(cmi, name):
+            ops.append(op)
+            if op.inplace_variant is not None:
+                ops.append(_InPlaceForeach(op))
+    return ops
 
 
 def _dtype(name):
@@ -462,7 +496,7 @@ def _server(max_samples):
     import warnings
     warnings.simplefilter("ignore")
     import torch  # noqa: F401  (autoloads the oclvm backend)
-    from torch.testing._internal.common_methods_invocations import op_db
+    op_db = all_ops()
     by_key = {op_key(op): op for op in op_db}
     random_keys = random_ops(op_db)
     out.write(json.dumps({"ready": True, "items": all_items(op_db)}) + "\n")
