@@ -391,7 +391,7 @@ bool VirtualMachine::enqueue_batch(Batch& batch, IntrusiveInstructionList& items
         // VmOwnershipTest.ABlobBelongsToTheFirstVmThatUsesIt).
         MutexLock batch_lock(batch.mutex);
         was_live = batch.self != nullptr;
-        batch.self.reset();  // may free the batch: not touched below
+        batch.self.reset();  // the submitting call still holds its own reference
       }
       if (was_live) batch_settled();  // it never will be
       throw error;
