@@ -17,6 +17,8 @@
 //   live_blocks() -> int       blocks CLDeviceAllocator handed out and not yet released (tests)
 //   adopted_results() -> int   results CPU kernels wrote straight into device blocks, since start
 //                              (Note [Results written in device memory]; tests)
+//   host_kernel_calls() -> int calls that took an unboxed host kernel's fast path, since start
+//                              (Note [Unboxed host kernels]; tests)
 //   device_of_address(int) -> int   the PrivateUse1 hooks' getDeviceFromPtr (tests); RuntimeError
 //                              for an address outside opencl memory
 //   device_properties(int) -> dict  name, platform, version, total_memory, max_allocation,
@@ -46,6 +48,7 @@
 
 #include "adapters/torch/allocator.h"
 #include "adapters/torch/generator.h"
+#include "adapters/torch/host_kernels.h"
 #include "adapters/torch/host_results.h"
 
 namespace oclvm::torch_adapter {
@@ -167,6 +170,10 @@ PyObject* py_global_memory(PyObject*, PyObject* arg) {
 
 PyObject* py_adopted_results(PyObject*, PyObject*) {
   return PyLong_FromUnsignedLongLong(adopted_results());
+}
+
+PyObject* py_host_kernel_calls(PyObject*, PyObject*) {
+  return PyLong_FromUnsignedLongLong(host_kernel_calls());
 }
 
 PyObject* py_live_blocks(PyObject*, PyObject*) {
@@ -336,6 +343,8 @@ PyMethodDef kMethods[] = {
     {"live_blocks", py_live_blocks, METH_NOARGS, "Live blocks of the opencl allocator."},
     {"adopted_results", py_adopted_results, METH_NOARGS,
      "Results CPU kernels wrote straight into device blocks, since start."},
+    {"host_kernel_calls", py_host_kernel_calls, METH_NOARGS,
+     "Calls that took an unboxed host kernel's fast path, since start."},
     {"device_of_address", py_device_of_address, METH_O, "Device index of an opencl address."},
     {"device_properties", py_device_properties, METH_O, "What the driver says of a device."},
     {"manual_seed", py_manual_seed, METH_VARARGS, "Seed a device's default generator."},

@@ -4,6 +4,8 @@
 //
 //   aten   / PrivateUse1           native kernels (ops.cc), the fused RNN cells (rnn_cells.cc),
 //                                  native_dropout (dropout.cc)
+//   aten   / PrivateUse1           unboxed kernels of the hottest functional operators
+//                                  (host_kernels.cc, Note [Unboxed host kernels])
 //   aten   / PrivateUse1           every _foreach_ operator to the boxed CPU fallback, whole
 //                                  (Note [Foreach operators in one host section])
 //   _      / PrivateUse1           the boxed CPU fallback for every other operator (fallback.h)
@@ -24,6 +26,7 @@
 #include <string_view>
 
 #include "adapters/torch/fallback.h"
+#include "adapters/torch/host_kernels.h"
 #include "adapters/torch/host_results.h"
 #include "adapters/torch/registration.h"
 
@@ -71,6 +74,7 @@ void register_foreach_operators(torch::Library& m) {
 }
 
 void register_device_kernels(torch::Library& m) {
+  register_host_kernels(m);  // first: the composite routing skips operators that have a kernel
   register_native_kernels(m);
   register_foreach_operators(m);
   register_rnn_cells(m);

@@ -322,3 +322,76 @@ def test_cpu_operators_keep_host_memory():
     x = torch.ones(1000) * 2
     assert x.device.type == "cpu" and torch.equal(x, torch.full((1000,), 2.0))
     assert oclvm._C.adopted_results() == before
+
+
+# ---------------------------------------------------------------------------------------------
+# Unboxed host kernels (host_kernels.cc, Note [Unboxed host kernels]).
+
+def _unboxed_calls():
+    return oclvm._C.host_kernel_calls()
+
+
+@needs_host_sections
+def test_hot_operators_take_the_unboxed_kernels_and_equal_the_cpu_exactly():
+    x, xd = _pair(64, 32)
+    y, yd = _pair(64, 33)
+    y, yd = y[:, :32], yd[:, :32]  # a view: strided, its span compact
+    w, wd = _pair(16, 32)
+    bias, bias_d = _pair(16)
+    batch, batch_d = _pair(3, 8, 8)
+    functional = torch.nn.functional
+    cases = {
+        "add": lambda x, y, w, b, m: x + y,
+        "sub with alpha": lambda x, y, w, b, m: torch.sub(x, y, alpha=2),
+        "mul by a cpu scalar tensor": lambda x, y, w, b, m: x * torch.tensor(1.5),
+        "div": lambda x, y, w, b, m: x / (y.abs() + 1),
+        "mm": lambda x, y, w, b, m: x @ w.t(),
+        "addmm": lambda x, y, w, b, m: torch.addmm(b, x, w.t()),
+        "bmm": lambda x, y, w, b, m: torch.bmm(m, m),
+        "relu": lambda x, y, w, b, m: torch.relu(x),
+        "gelu tanh": lambda x, y, w, b, m: functional.gelu(x, approximate="tanh"),
+        "tanh": lambda x, y, w, b, m: torch.tanh(x),
+        "sigmoid": lambda x, y, w, b, m: torch.sigmoid(x),
+        "log_softmax": lambda x, y, w, b, m: torch.log_softmax(x, dim=1),
+        "softmax": lambda x, y, w, b, m: torch.softmax(x, dim=0),
+        "sum over a dim": lambda x, y, w, b, m: x.sum(dim=1, keepdim=True),
+        "sum to a dtype": lambda x, y, w, b, m: x.sum(dim=0, dtype=torch.float64),
+    }
+    for name, case in cases.items():
+        expected = case(x, y, w, bias, batch)
+        before = _unboxed_calls()
+        got = case(xd, yd, wd, bias_d, batch_d)
+        assert _unboxed_calls() - before >= 1, name
+        assert got.device.type == DEVICE and got.dtype == expected.dtype, name
+        assert got.shape == expected.shape and got.stride() == expected.stride(), name
+        assert torch.equal(got.cpu(), expected), name
+
+
+@needs_host_sections
+def test_backward_operators_take_the_unboxed_kernels_and_equal_the_cpu():
+    x, xd = _pair(32, 16)
+    grads = {}
+    for device, t in (("cpu", x), (DEVICE, xd)):
+        leaf = t.clone().requires_grad_(True)
+        before = _unboxed_calls()
+        loss = (torch.relu(leaf) + torch.tanh(leaf) + torch.sigmoid(leaf)).log_softmax(dim=1).sum()
+        loss.backward()
+        grads[device] = (leaf.grad.cpu(), _unboxed_calls() - before)
+    assert torch.equal(grads[DEVICE][0], grads["cpu"][0])
+    # relu, tanh, sigmoid, 2 adds, log_softmax, sum and the backward of each activation.
+    assert grads[DEVICE][1] >= 10
+
+
+@needs_host_sections
+def test_unboxed_kernels_leave_what_they_cannot_take_to_the_fallback():
+    x, xd = _pair(64, 64)
+    before = _unboxed_calls()
+    sparse_columns = xd[:, ::16]  # a view whose span is 16 times its elements: not aliased
+    assert torch.equal((sparse_columns + 1).cpu(), x[:, ::16] + 1)
+    empty = torch.empty(0, 3, device=DEVICE)
+    assert (empty + empty).shape == (0, 3)
+    with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
+        xd + torch.ones(64, 64)
+    with pytest.raises(RuntimeError):
+        torch.mm(xd, torch.ones(3, 3, device=DEVICE))  # a shape error: nothing leaked
+    assert _unboxed_calls() - before <= 1  # only the shape error got as far as the CPU kernel

@@ -1,0 +1,204 @@
+// adapters/torch/host_kernels.cc — unboxed kernels for the hottest functional operators
+// (host_kernels.h).
+#include "adapters/torch/host_kernels.h"
+
+#include <ATen/Operators.h>
+#include <ATen/core/boxing/KernelFunction.h>
+#include <c10/core/DispatchKeySet.h>
+#include <c10/util/MaybeOwned.h>
+#include <c10/util/SmallVector.h>
+
+#include <atomic>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <type_traits>
+#include <unordered_set>
+#include <optional>
+#include <vector>
+
+#include "adapters/torch/allocator.h"
+#include "adapters/torch/fallback.h"
+#include "adapters/torch/host_results.h"
+#include "adapters/torch/host_view.h"
+
+namespace oclvm::torch_adapter {
+namespace {
+
+// Note [Unboxed host kernels]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Every operator without a kernel of its own reaches the boxed fallback, and boxing is what made
+// a tiny functional operator cost twice the CPU's once the copies were gone (Note [Operators in
+// a host section] in fallback.cc): the dispatcher copies each argument into an IValue stack, and
+// copying a tensor that Python holds takes its reference count from 1 to 2, which in torch 2.13
+// also increfs its Python object, re-acquiring the GIL the binding had released (about 0.3 us an
+// operator); then the fallback looks its facts up, walks the schema, and unboxes the results.
+// For the operators a training step calls most, the adapter registers unboxed kernels instead,
+// made from one template (HostKernel): the device tensor arguments are borrowed, not copied (no
+// reference count changes, so Python is not touched), aliased on the host (host_aliases), and the
+// CPU kernel runs on the aliases in a host section with its result written in device memory
+// (Note [Results written in device memory]), which then becomes the device tensor. Exactly what
+// the fallback's host-section path does, without the boxing. A call the fast path cannot take (a
+// device that is not host-addressable or OCLVM_ZERO_COPY set, tensors on two devices, an empty or
+// scattered tensor, no section to be had) goes to the boxed fallback, unchanged.
+//
+// Only functional operators that return one tensor, whose arguments are tensors and values and
+// whose schema has no SymInt (the registered signature is the non-symbolic one), are listed:
+// nothing is written but the new result, so no write-back is needed.
+
+constexpr c10::DeviceType kType = c10::DeviceType::PrivateUse1;
+constexpr c10::DispatchKeySet kCpu{c10::DispatchKey::CPU};
+
+std::atomic<uint64_t> g_calls{0};
+
+bool is_device_tensor(const at::Tensor& tensor) {
+  return tensor.defined() && tensor.device().type() == kType;
+}
+
+// Tensors that alias arguments without owning a reference: no reference count changes while
+// they live (MaybeOwned's borrows). Destroyed without a decrement.
+class BorrowedTensors {
+ public:
+  BorrowedTensors() = default;
+  BorrowedTensors(const BorrowedTensors&) = delete;
+  BorrowedTensors& operator=(const BorrowedTensors&) = delete;
+  ~BorrowedTensors() {
+    for (at::Tensor& tensor : tensors_) c10::MaybeOwnedTraits<at::Tensor>::destroyBorrow(tensor);
+  }
+  void add(const at::Tensor& tensor) {
+    tensors_.push_back(c10::MaybeOwnedTraits<at::Tensor>::createBorrow(tensor));
+  }
+  c10::ArrayRef<at::Tensor> all() const { return tensors_; }
+
+ private:
+  c10::SmallVector<at::Tensor, 4> tensors_;
+};
+
+// The argument the CPU kernel gets for `value`: its host alias when it is a device tensor (the
+// next one of `hosts`), else itself.
+template <class T>
+const T& on_host(const T& value, const std::vector<at::Tensor>& /*hosts*/, size_t& /*next*/) {
+  return value;
+}
+const at::Tensor& on_host(const at::Tensor& value, const std::vector<at::Tensor>& hosts,
+                          size_t& next) {
+  return is_device_tensor(value) ? hosts[next++] : value;
+}
+
+template <class Op, c10::BoxedKernel::BoxedKernelFunction* Fallback,
+          class Signature = typename Op::schema>
+struct HostKernel;
+
+// `Fallback` is what the operator was routed to before this kernel: cpu_fallback_on_one_device
+// for those with a composite kernel (Note [Composite kernels the CPU does not use] in ops.cc),
+// else cpu_fallback.
+template <class Op, c10::BoxedKernel::BoxedKernelFunction* Fallback, class... Args>
+struct HostKernel<Op, Fallback, at::Tensor(Args...)> {
+  static at::Tensor call(Args... args) {
+    std::optional<at::Tensor> result = try_on_host(args...);
+    if (result) return std::move(*result);
+    return boxed(args...);
+  }
+
+ private:
+  // The fast path; nullopt when it does not apply (then nothing has happened).
+  static std::optional<at::Tensor> try_on_host(Args... args) {
+    BorrowedTensors devices;
+    // Tensors other than device tensors of one device and CPU scalars (0-dim) go the boxed way:
+    // its answer, an error or a result, stays the same.
+    bool unusual = false;
+    const auto take = [&](const auto& value) {
+      if constexpr (std::is_same_v<std::decay_t<decltype(value)>, at::Tensor>) {
+        if (!value.defined() || (value.is_cpu() && value.dim() == 0)) return;
+        if (!is_device_tensor(value) || value.layout() != at::kStrided ||
+            !span_is_compact(value)) {
+          unusual = true;
+          return;
+        }
+        devices.add(value);
+      }
+    };
+    (take(args), ...);
+    if (unusual || devices.all().empty()) return std::nullopt;
+    const c10::Device device = devices.all()[0].device();
+    std::vector<at::Tensor> hosts = host_aliases(devices.all());  // one device, all addressable
+    if (hosts.empty()) return std::nullopt;
+    std::optional<vm::HostSection> section = host_section(device.index());
+    if (!section) return std::nullopt;
+    for (size_t k = 0; k < hosts.size(); ++k) {
+      // Note [Kernels that ask whether an input requires grad] (fallback.cc)
+      if (devices.all()[k].requires_grad()) hosts[k].set_requires_grad(true);
+    }
+    g_calls.fetch_add(1, std::memory_order_relaxed);
+    at::Tensor result;
+    {
+      ResultsOnDevice on_device(*section, device.index());
+      size_t next = 0;
+      // A braced list evaluates in order, so `next` walks the device tensors as `take` did.
+      result = std::apply(
+          [](const auto&... host_args) { return Op::redispatch(kCpu, host_args...); },
+          std::tuple<const std::decay_t<Args>&...>{on_host(args, hosts, next)...});
+    }
+    at::Tensor adopted = adopt_result(result, device);
+    section.reset();  // device_copy runs VM lists
+    if (adopted.defined()) return adopted;
+    return device_copy(result, device);
+  }
+
+  // The boxed fallback with these arguments (what the dispatcher would have called).
+  static at::Tensor boxed(Args... args) {
+    static const c10::TypedOperatorHandle<typename Op::schema> op =
+        c10::Dispatcher::singleton()
+            .findSchemaOrThrow(Op::name, Op::overload_name)
+            .template typed<typename Op::schema>();
+    return c10::impl::BoxedKernelWrapper<typename Op::schema>::call(
+        c10::BoxedKernel::makeFromFunction<Fallback>(), op, c10::DispatchKeySet(), args...);
+  }
+};
+
+// Registers Op's HostKernel, with the boxed route it had (`routed`: the names the composite
+// routing takes, cpu_kernels_under_composites).
+template <class Op>
+void add(torch::Library& m, const std::unordered_set<std::string>& routed) {
+  std::string name = std::string(Op::name).substr(std::string_view("aten::").size());
+  if (*Op::overload_name != '\0') name += std::string(".") + Op::overload_name;
+  if (routed.count(name) != 0) {
+    m.impl(name.c_str(), TORCH_FN((HostKernel<Op, &cpu_fallback_on_one_device>::call)));
+  } else {
+    m.impl(name.c_str(), TORCH_FN((HostKernel<Op, &cpu_fallback>::call)));
+  }
+}
+
+}  // namespace
+
+void register_host_kernels(torch::Library& m) {
+  const std::vector<std::string> names =
+      cpu_kernels_under_composites(c10::DispatchKey::CPU, c10::DispatchKey::PrivateUse1);
+  const std::unordered_set<std::string> routed(names.begin(), names.end());
+  // What an MLP, a transformer block and their backward passes call most (measured by torch's
+  // profiler over training steps of the project's example models).
+  add<at::_ops::add_Tensor>(m, routed);
+  add<at::_ops::sub_Tensor>(m, routed);
+  add<at::_ops::mul_Tensor>(m, routed);
+  add<at::_ops::div_Tensor>(m, routed);
+  add<at::_ops::mm>(m, routed);
+  add<at::_ops::addmm>(m, routed);
+  add<at::_ops::bmm>(m, routed);
+  add<at::_ops::relu>(m, routed);
+  add<at::_ops::threshold_backward>(m, routed);
+  add<at::_ops::gelu>(m, routed);
+  add<at::_ops::gelu_backward>(m, routed);
+  add<at::_ops::tanh>(m, routed);
+  add<at::_ops::tanh_backward>(m, routed);
+  add<at::_ops::sigmoid>(m, routed);
+  add<at::_ops::sigmoid_backward>(m, routed);
+  add<at::_ops::_log_softmax>(m, routed);
+  add<at::_ops::_log_softmax_backward_data>(m, routed);
+  add<at::_ops::_softmax>(m, routed);
+  add<at::_ops::_softmax_backward_data>(m, routed);
+  add<at::_ops::sum_dim_IntList>(m, routed);
+}
+
+uint64_t host_kernel_calls() { return g_calls.load(std::memory_order_relaxed); }
+
+}  // namespace oclvm::torch_adapter
