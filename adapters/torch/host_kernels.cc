@@ -42,9 +42,9 @@ namespace {
 // device that is not host-addressable or OCLVM_ZERO_COPY set, tensors on two devices, an empty or
 // scattered tensor, no section to be had) goes to the boxed fallback, unchanged.
 //
-// Only functional operators that return one tensor, whose arguments are tensors and values and
-// whose schema has no SymInt (the registered signature is the non-symbolic one), are listed:
-// nothing is written but the new result, so no write-back is needed.
+// Only functional operators are listed, whose results are new tensors (one, or a tuple) and whose
+// arguments are tensors, optional tensors and values: nothing is written but the new results, so
+// no write-back is needed.
 
 constexpr c10::DeviceType kType = c10::DeviceType::PrivateUse1;
 constexpr c10::DispatchKeySet kCpu{c10::DispatchKey::CPU};
@@ -84,6 +84,33 @@ const at::Tensor& on_host(const at::Tensor& value, const std::vector<at::Tensor>
                           size_t& next) {
   return is_device_tensor(value) ? hosts[next++] : value;
 }
+std::optional<at::Tensor> on_host(const std::optional<at::Tensor>& value,
+                                  const std::vector<at::Tensor>& hosts, size_t& next) {
+  if (!value.has_value()) return std::nullopt;
+  return on_host(*value, hosts, next);
+}
+
+// The tensor an argument holds (a Tensor, or a Tensor? with a value); nullptr for other values.
+template <class T>
+const at::Tensor* tensor_of(const T& value) {
+  if constexpr (std::is_same_v<T, at::Tensor>) {
+    return &value;
+  } else if constexpr (std::is_same_v<T, std::optional<at::Tensor>>) {
+    return value.has_value() ? &*value : nullptr;
+  } else {
+    return nullptr;
+  }
+}
+
+// `f` on the result, or on each tensor of a tuple of results.
+template <class F>
+void for_each_result(at::Tensor& result, F&& f) {
+  f(result);
+}
+template <class F, class... Tensors>
+void for_each_result(std::tuple<Tensors...>& results, F&& f) {
+  std::apply([&](auto&... each) { (f(each), ...); }, results);
+}
 
 template <class Op, c10::BoxedKernel::BoxedKernelFunction* Fallback,
           class Signature = typename Op::schema>
@@ -92,31 +119,36 @@ struct HostKernel;
 // `Fallback` is what the operator was routed to before this kernel: cpu_fallback_on_one_device
 // for those with a composite kernel (Note [Composite kernels the CPU does not use] in ops.cc),
 // else cpu_fallback.
-template <class Op, c10::BoxedKernel::BoxedKernelFunction* Fallback, class... Args>
-struct HostKernel<Op, Fallback, at::Tensor(Args...)> {
-  static at::Tensor call(Args... args) {
-    std::optional<at::Tensor> result = try_on_host(args...);
+template <class Op, c10::BoxedKernel::BoxedKernelFunction* Fallback, class Result, class... Args>
+struct HostKernel<Op, Fallback, Result(Args...)> {
+  static_assert(std::is_same_v<Result, at::Tensor> ||
+                    std::is_same_v<Result, std::tuple<at::Tensor, at::Tensor>> ||
+                    std::is_same_v<Result, std::tuple<at::Tensor, at::Tensor, at::Tensor>>,
+                "host kernels return new tensors only");
+
+  static Result call(Args... args) {
+    std::optional<Result> result = try_on_host(args...);
     if (result) return std::move(*result);
     return boxed(args...);
   }
 
  private:
   // The fast path; nullopt when it does not apply (then nothing has happened).
-  static std::optional<at::Tensor> try_on_host(Args... args) {
+  static std::optional<Result> try_on_host(Args... args) {
     BorrowedTensors devices;
     // Tensors other than device tensors of one device and CPU scalars (0-dim) go the boxed way:
     // its answer, an error or a result, stays the same.
     bool unusual = false;
     const auto take = [&](const auto& value) {
-      if constexpr (std::is_same_v<std::decay_t<decltype(value)>, at::Tensor>) {
-        if (!value.defined() || (value.is_cpu() && value.dim() == 0)) return;
-        if (!is_device_tensor(value) || value.layout() != at::kStrided ||
-            !span_is_compact(value)) {
-          unusual = true;
-          return;
-        }
-        devices.add(value);
+      const at::Tensor* tensor = tensor_of(value);
+      if (tensor == nullptr || !tensor->defined()) return;
+      if (tensor->is_cpu() && tensor->dim() == 0) return;
+      if (!is_device_tensor(*tensor) || tensor->layout() != at::kStrided ||
+          !span_is_compact(*tensor)) {
+        unusual = true;
+        return;
       }
+      devices.add(*tensor);
     };
     (take(args), ...);
     if (unusual || devices.all().empty()) return std::nullopt;
@@ -130,7 +162,7 @@ struct HostKernel<Op, Fallback, at::Tensor(Args...)> {
       if (devices.all()[k].requires_grad()) hosts[k].set_requires_grad(true);
     }
     g_calls.fetch_add(1, std::memory_order_relaxed);
-    at::Tensor result;
+    Result result;
     {
       ResultsOnDevice on_device(*section, device.index());
       size_t next = 0;
@@ -139,14 +171,20 @@ struct HostKernel<Op, Fallback, at::Tensor(Args...)> {
           [](const auto&... host_args) { return Op::redispatch(kCpu, host_args...); },
           std::tuple<const std::decay_t<Args>&...>{on_host(args, hosts, next)...});
     }
-    at::Tensor adopted = adopt_result(result, device);
+    for_each_result(result, [&](at::Tensor& tensor) {
+      if (!tensor.defined()) return;  // an output the mask left out
+      at::Tensor adopted = adopt_result(tensor, device);
+      if (adopted.defined()) tensor = std::move(adopted);
+    });
     section.reset();  // device_copy runs VM lists
-    if (adopted.defined()) return adopted;
-    return device_copy(result, device);
+    for_each_result(result, [&](at::Tensor& tensor) {
+      if (tensor.defined() && tensor.is_cpu()) tensor = device_copy(tensor, device);
+    });
+    return result;
   }
 
   // The boxed fallback with these arguments (what the dispatcher would have called).
-  static at::Tensor boxed(Args... args) {
+  static Result boxed(Args... args) {
     static const c10::TypedOperatorHandle<typename Op::schema> op =
         c10::Dispatcher::singleton()
             .findSchemaOrThrow(Op::name, Op::overload_name)
@@ -197,6 +235,10 @@ void register_host_kernels(torch::Library& m) {
   add<at::_ops::_softmax>(m, routed);
   add<at::_ops::_softmax_backward_data>(m, routed);
   add<at::_ops::sum_dim_IntList>(m, routed);
+  add<at::_ops::nll_loss_forward>(m, routed);
+  add<at::_ops::nll_loss_backward>(m, routed);
+  add<at::_ops::native_layer_norm>(m, routed);
+  add<at::_ops::native_layer_norm_backward>(m, routed);
 }
 
 uint64_t host_kernel_calls() { return g_calls.load(std::memory_order_relaxed); }

@@ -395,3 +395,30 @@ def test_unboxed_kernels_leave_what_they_cannot_take_to_the_fallback():
     with pytest.raises(RuntimeError):
         torch.mm(xd, torch.ones(3, 3, device=DEVICE))  # a shape error: nothing leaked
     assert _unboxed_calls() - before <= 1  # only the shape error got as far as the CPU kernel
+
+
+@needs_host_sections
+def test_unboxed_kernels_with_optional_tensors_and_several_results_equal_the_cpu():
+    """nll_loss (an optional weight, two results) and native_layer_norm (optional weight and
+    bias, three results; its backward with an output mask) through the unboxed kernels."""
+    x, xd = _pair(16, 10)
+    target = torch.randint(0, 10, (16,))
+    class_weight, class_weight_d = _pair(10)
+    norm_weight, norm_weight_d = _pair(10)
+    results = {}
+    for device, (inp, cw, nw) in (("cpu", (x, class_weight, norm_weight)),
+                                  (DEVICE, (xd, class_weight_d, norm_weight_d))):
+        leaf = inp.clone().requires_grad_(True)
+        weight = nw.clone().requires_grad_(True)
+        before = _unboxed_calls()
+        normed = torch.nn.functional.layer_norm(leaf, (10,), weight=weight)
+        plain = torch.nn.functional.layer_norm(leaf, (10,))  # no weight, no bias: None arguments
+        loss = (torch.nn.functional.cross_entropy(normed, target.to(device), weight=cw)
+                + torch.nn.functional.cross_entropy(plain, target.to(device)))
+        loss.backward()
+        results[device] = (loss.detach().cpu(), leaf.grad.cpu(), weight.grad.cpu(),
+                           _unboxed_calls() - before)
+    for got, expected in zip(results[DEVICE][:3], results["cpu"][:3]):
+        assert torch.equal(got, expected)
+    # Two layer norms, two nll_loss forwards and backwards, two layer-norm backwards at least.
+    assert results[DEVICE][3] >= 8
