@@ -270,8 +270,8 @@ class TensorStorage {
 };
 
 // The releaser of a single-threaded user of storage alone: calls blob->storage()->release() on the
-// calling thread, which must be the one thread that owns the blob's allocator. Errors of release() propagate (and are then
-// reported by ~TensorStorage).
+// calling thread, which must be the one thread that owns the blob's allocator. Errors of release()
+// propagate (and are then reported by ~TensorStorage).
 TensorStorage::Releaser make_direct_releaser();
 
 // The whole allocation path for a contiguous tensor: checks the layout, allocates

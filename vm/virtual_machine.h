@@ -10,8 +10,8 @@
 //
 // Note [Submission]: under one submission lock the VM gives each instruction the next sequence
 // number of its device's worker and computes its waits from its operands' access records (the
-// dependence analysis, vm/dependence.h), then hands the instructions to their workers in order — or, on an
-// idle single device, dispatches them on the caller's thread (Note [Caller runs] in
+// dependence analysis, vm/dependence.h), then hands the instructions to their workers in order
+// — or, on an idle single device, dispatches them on the caller's thread (Note [Caller runs] in
 // virtual_machine.cc).
 //
 // Backpressure: at most VmOptions::max_in_flight submitted-but-undispatched instructions; a
