@@ -121,12 +121,12 @@ TEST_F(DependenceTest, RecordsNameTheLastWriterAndTheReadersSince) {
   EXPECT_EQ(find_records(*b), nullptr);
   EXPECT_EQ(producer_stream(*b), kNoStream);
   ProbeLog log;
-  Stream& s0 = vm_.stream(kOpenCL0, StreamRole::kUser, 0);
-  Stream& s1 = vm_.stream(kOpenCL0, StreamRole::kUser, 1);
+  Stream& s0 = vm_.stream(kOpenCL0);
+  Stream& s1 = vm_.stream(kOpenCL0, StreamRole::kUser, 3);
   InstructionList list;
   list.push_back(writer(s0, log, 0, b));
-  list.push_back(reader(s1, log, 1, b));
-  list.push_back(reader(s1, log, 2, b));  // the same stream's later read replaces its record
+  // Two reads on one stream: the later replaces the earlier's record.
+  for (int id = 1; id <= 2; ++id) list.push_back(reader(s1, log, id, b));
   vm_.run(std::move(list));
   const BlobRecords* records = find_records(*b);
   ASSERT_NE(records, nullptr);
