@@ -107,11 +107,6 @@ void DependenceAnalysis::analyze(Instruction& instruction, IntrusiveInstructionL
   }
 }
 
-bool DependenceAnalysis::used_by_another_vm(const BlobObject& blob) const {
-  const BlobRecords* records = find_records(blob);
-  return records != nullptr && records->owner != nullptr && records->owner != &vm_;
-}
-
 bool DependenceAnalysis::accessed_only_through(const BlobObject& blob, const DeviceWorker& worker,
                                                uint64_t through) const {
   const BlobRecords* records = find_records(blob);

@@ -112,8 +112,11 @@ class DependenceAnalysis {
   void analyze(Instruction& instruction, IntrusiveInstructionList& extra);
 
   // True when another VM's analysis has recorded accesses of `blob` (its stream ids would mean
-  // nothing here).
-  bool used_by_another_vm(const BlobObject& blob) const;
+  // nothing here). Checked for every operand of every list: one load and two compares.
+  bool used_by_another_vm(const BlobObject& blob) const {
+    const BlobRecords* records = find_records(blob);
+    return records != nullptr && records->owner != nullptr && records->owner != &vm_;
+  }
 
   // True when every recorded access of `blob` is on `worker`'s streams at a sequence up to
   // `through`: what a list run in a host section may use (Note [Lists run in a host section]
