@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "oclvm/storage/errors.h"
+#include "oclvm/vm/dependence.h"
 
 namespace oclvm {
 namespace {
@@ -81,7 +82,7 @@ std::shared_ptr<BlobObject> InstructionsBuilder::allocate_blob(vm::Stream& strea
   }
   check_allocation_size(vm_, stream.device(), bytes);
   auto blob = std::allocate_shared<BlobObject>(pool::PoolAllocator<BlobObject>(), stream.device(), bytes);
-  blob->set_producer_stream(stream.id());
+  vm::set_producer_stream(*blob, stream.id());
   list_.push_back(std::make_unique<AllocateBlob>(stream, blob));
   return blob;
 }
@@ -94,14 +95,14 @@ std::shared_ptr<BlobObject> InstructionsBuilder::allocate_blob(vm::Stream& strea
   auto blob =
       std::allocate_shared<BlobObject>(pool::PoolAllocator<BlobObject>(), stream.device(), shape, dtype);
   check_allocation_size(vm_, stream.device(), blob->required_bytes());
-  blob->set_producer_stream(stream.id());
+  vm::set_producer_stream(*blob, stream.id());
   list_.push_back(std::make_unique<AllocateBlob>(stream, blob));
   return blob;
 }
 
 void InstructionsBuilder::release(std::shared_ptr<BlobObject> blob) {
   check_not_null(blob, "released");
-  vm::Stream* producer = vm_.find_stream(blob->producer_stream());
+  vm::Stream* producer = vm_.find_stream(vm::producer_stream(*blob));
   if (producer == nullptr) {
     producer = &vm_.stream(blob->device());
   } else if (producer->device() != blob->device()) {

@@ -18,8 +18,8 @@
 //     nothing.
 //   - stats() follows storage/stats.h.
 //
-// Thread-safety: thread-compatible. An allocator is confined to one thread at a time (the stream
-// worker of its device, once the VM exists); it takes no lock.
+// Thread-safety: thread-compatible. An allocator is confined to one thread at a time, the one that
+// owns it (in a VM, its device's worker: vm/device_worker.h); it takes no lock.
 #pragma once
 
 #include <cstddef>

@@ -14,7 +14,7 @@
 // statistic (statistics belong to allocators).
 //
 // Thread-safety: thread-compatible; a backend is used by the one thread that owns its device's
-// allocator (the device worker, once the VM exists). live_segments() may be read from any thread.
+// allocator (storage/allocator.h). live_segments() may be read from any thread.
 #pragma once
 
 #include <atomic>

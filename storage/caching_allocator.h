@@ -61,8 +61,8 @@
 //   num_alloc_retries         segment creations retried after emptying the cache;
 //   num_ooms                  OutOfMemoryErrors thrown.
 //
-// Thread-safety: thread-compatible. The allocator is confined to one thread at a time (its
-// device's device worker, once the VM exists) and takes no lock.
+// Thread-safety: thread-compatible. The allocator is confined to the one thread that owns it at a
+// time (storage/allocator.h) and takes no lock.
 #pragma once
 
 #include <boost/intrusive/set.hpp>

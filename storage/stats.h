@@ -17,8 +17,8 @@
 //   reserved_bytes.current >= allocated_bytes.current >= requested_bytes.current
 //   reserved == allocated for an allocator without a cache (SystemAllocator)
 //
-// Thread-safety: thread-compatible. A tracker is owned by one allocator and touched only by whoever
-// may touch that allocator (its device worker, once the VM exists).
+// Thread-safety: thread-compatible. A tracker is owned by one allocator and touched only by the one
+// thread that owns that allocator (storage/allocator.h).
 #pragma once
 
 #include <array>

@@ -283,16 +283,14 @@ int64_t check_layout(const BlobStorage* storage, std::span<const int64_t> shape,
 }  // namespace
 
 BlobObject::BlobObject(std::shared_ptr<BlobStorage> storage, const Dims& shape, DType dtype,
-                       const Dims& stride, int64_t storage_offset,
-                       StreamId producer_stream)
+                       const Dims& stride, int64_t storage_offset)
     : storage_(std::move(storage)),
       shape_(shape),
       stride_(stride.empty() && !shape.empty() ? contiguous_strides(shape) : stride),
       dtype_(dtype),
       storage_offset_(storage_offset),
       numel_(check_layout(storage_.get(), dims_view(shape_), dims_view(stride_), dtype_,
-                          storage_offset_)),
-      producer_stream_(producer_stream) {
+                          storage_offset_)) {
   device_ = storage_->device();
   required_bytes_ = storage_->size();
 }
@@ -303,8 +301,7 @@ BlobObject::BlobObject(Device device, size_t bytes)
       stride_{1},
       dtype_(DType::kU8),
       storage_offset_(0),
-      numel_(checked_numel(dims_view(shape_))),
-      producer_stream_(kNoStream) {
+      numel_(checked_numel(dims_view(shape_))) {
   required_bytes_ = bytes;
 }
 
@@ -314,8 +311,7 @@ BlobObject::BlobObject(Device device, const Dims& shape, DType dtype)
       stride_(contiguous_strides(shape)),
       dtype_(dtype),
       storage_offset_(0),
-      numel_(checked_numel(dims_view(shape_))),
-      producer_stream_(kNoStream) {
+      numel_(checked_numel(dims_view(shape_))) {
   required_bytes_ = static_cast<size_t>(checked_nbytes(numel_, dtype_, dims_view(shape_)));
 }
 

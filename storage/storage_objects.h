@@ -5,12 +5,14 @@
 //                   front-end reference to the BlobObject and a Releaser. Its destructor hands that
 //                   reference to the Releaser, exactly once.
 //   BlobObject      VM side. What instructions name as operands: layout (shape, stride, dtype,
-//                   storage offset), the producer and last-used streams, and the BlobStorage.
+//                   storage offset), the BlobStorage, and an ExtensionSlot where the layer that
+//                   orders accesses keeps its records of the blob (storage/extension_slot.h).
 //   BlobStorage     the memory: one Allocation, the Allocator that made it, its device and size.
-//                   Freed only by release() (the ReleaseTensor instruction, once the VM exists).
+//                   Freed only by release(), on the one thread that owns the allocator.
 //   Releaser        std::function<void(std::shared_ptr<BlobObject>)>: what happens when the last
 //                   front-end owner dies. make_direct_releaser() frees on the calling thread; the
-//                   VM will supply one that builds and runs a ReleaseTensor instruction.
+//                   instructions layer's make_vm_releaser() builds and runs a ReleaseTensor
+//                   instruction.
 //
 // Note [Split ownership]
 // ~~~~~~~~~~~~~~~~~~~~~~
@@ -66,6 +68,7 @@
 
 #include "oclvm/storage/allocator.h"
 #include "oclvm/storage/device.h"
+#include "oclvm/storage/extension_slot.h"
 
 namespace oclvm {
 
@@ -78,12 +81,6 @@ enum class DType : uint8_t { kF32, kF16, kBF16, kF64, kI8, kU8, kI16, kI32, kI64
 size_t dtype_size(DType dtype);
 // "f32", "f16", "bf16", "f64", "i8", "u8", "i16", "i32", "i64", "bool".
 const char* dtype_name(DType dtype);
-
-// ---------------------------------------------------------------------------------------------
-// Streams. The VM will give streams real identities; until then a stream is a small integer.
-
-using StreamId = int32_t;
-inline constexpr StreamId kNoStream = -1;  // no stream has produced / used the blob yet
 
 // Sizes or strides of a blob. Up to four dimensions live inline, so making a blob of the usual
 // ranks allocates nothing for them.
@@ -103,8 +100,8 @@ Dims contiguous_strides(const Dims& shape);
 //   allocation_.segment->address + allocation_.offset and the segment belongs to
 //   allocator_->backend().
 //
-// Thread-safety: thread-compatible. release() touches the allocator, so it must run on the thread
-// that may touch that allocator (the device's device worker, once the VM exists). The accessors
+// Thread-safety: thread-compatible. release() touches the allocator, so it must run on the one
+// thread that owns that allocator (storage/allocator.h). The accessors
 // read immutable fields and may be called from any thread; released() must not race with release().
 class BlobStorage {
  public:
@@ -175,15 +172,13 @@ class BlobStorage {
 //   storage()->size(). The storage is live and non-null at construction.
 //
 // Thread-safety: shape, stride, dtype, storage offset and storage are immutable after
-// construction and may be read from any thread. The stream fields are confined to the VM (the
-// scheduler and device workers, which order their accesses); until the VM exists, to the one thread
-// that uses the blob.
+// construction and may be read from any thread. The extension slot's object is touched as the
+// layer that keeps it there says (the VM: under its submission lock; vm/dependence.h).
 class BlobObject {
  public:
   // An empty `stride` means contiguous (contiguous_strides(shape)).
   BlobObject(std::shared_ptr<BlobStorage> storage, const Dims& shape, DType dtype,
-             const Dims& stride = {}, int64_t storage_offset = 0,
-             StreamId producer_stream = kNoStream);
+             const Dims& stride = {}, int64_t storage_offset = 0);
   // A contiguous blob on `device` whose storage does not exist yet: an AllocateBlob instruction
   // attaches it when it runs (attach_storage). Shape checks as above (InvalidArgument).
   BlobObject(Device device, const Dims& shape, DType dtype);
@@ -219,25 +214,11 @@ class BlobObject {
   // is live); aborts via OCLVM_DCHECK on violation.
   void check_invariants() const;
 
-  // The stream whose instruction created the contents (kNoStream: none yet). A release frees on it.
-  StreamId producer_stream() const { return producer_stream_; }
-  void set_producer_stream(StreamId stream) { producer_stream_ = stream; }
-  // The stream of the latest instruction that used the blob (kNoStream: none yet).
-  StreamId last_used_stream() const { return last_used_stream_; }
-  void set_last_used_stream(StreamId stream) { last_used_stream_ = stream; }
-
-  // Dependence bookkeeping of the VM (VirtualMachine::analyze, Note [Dependence rules] in
-  // vm/virtual_machine.cc), touched only under the VM's submission lock. An access is (stream, its position in the stream's worker sequence).
-  struct Access {
-    StreamId stream = kNoStream;
-    uint64_t sequence = 0;
-  };
-  struct Dependence {
-    const void* owner = nullptr;       // the VM whose stream ids the records use (set on first use)
-    Access last_write;                 // the latest writer, if any (stream == kNoStream: none)
-    boost::container::small_vector<Access, 2> reads;  // readers since last_write, one per stream
-  };
-  Dependence& dependence() { return dependence_; }
+  // Where the layer that orders the blob's accesses keeps its records of it: the VM's producer
+  // stream and access records (vm/dependence.h). Empty until that layer first uses the blob.
+  // See Note [Extension slot] in storage/extension_slot.h.
+  ExtensionSlot& extension() { return extension_; }
+  const ExtensionSlot& extension() const { return extension_; }
 
  private:
   // Immutable after construction, except storage_, which a pending blob gets once (before any
@@ -250,10 +231,8 @@ class BlobObject {
   const DType dtype_;
   const int64_t storage_offset_;
   const int64_t numel_;
-  // Mutable, confined to the VM.
-  StreamId producer_stream_;
-  StreamId last_used_stream_ = kNoStream;
-  Dependence dependence_;
+  // Mutable: what the layer above keeps per blob.
+  ExtensionSlot extension_;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -264,8 +243,8 @@ class BlobObject {
 //
 // Thread-safety: immutable after construction; blob() may be called from any thread. The
 // destructor runs on whichever thread drops the last shared_ptr, so a Releaser must be callable
-// from any thread that may drop a tensor (make_direct_releaser() is not; it is for single-threaded
-// use until the VM exists).
+// from any thread that may drop a tensor (make_direct_releaser() is not: it is for a single thread
+// that owns the allocator; make_vm_releaser() in instructions/builder.h is).
 class TensorStorage {
  public:
   // Receives the TensorStorage's reference to the blob when the last front-end owner dies. It may
@@ -290,9 +269,9 @@ class TensorStorage {
   const Releaser releaser_;
 };
 
-// The releaser used until the VM exists: calls blob->storage()->release() on the calling thread,
-// which must be allowed to touch the blob's allocator. Errors of release() propagate (and are then
-// reported by ~TensorStorage).
+// The releaser of a single-threaded user of storage alone: calls blob->storage()->release() on the
+// calling thread, which must be the one thread that owns the blob's allocator. Errors of release()
+// propagate (and are then reported by ~TensorStorage).
 TensorStorage::Releaser make_direct_releaser();
 
 // The whole allocation path for a contiguous tensor: checks the layout, allocates

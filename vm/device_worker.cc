@@ -8,6 +8,7 @@
 #include "oclvm/storage/device_manager.h"
 #include "oclvm/storage/errors.h"
 #include "oclvm/storage/log.h"
+#include "oclvm/vm/dependence.h"
 #include "oclvm/vm/virtual_machine.h"
 
 namespace oclvm::vm {
@@ -149,7 +150,7 @@ std::exception_ptr name_error(const Instruction& instruction, std::exception_ptr
 // stream now (it covers every command that stream has enqueued, including the access waited for,
 // because this worker dispatched it earlier) and a device-side wait for it on our stream. A wait
 // on another device's stream waits for the signal its StreamSignal sets (Note [Cross-device
-// waits]). Every queue call here is on a queue of this worker's device.
+// waits] in vm/dependence.cc). Every queue call here is on a queue of this worker's device.
 void DeviceWorker::dispatch(Instruction* instruction, bool settle) noexcept {
   // Timing costs two clock reads (~40 ns): only when someone traces.
   const bool timed = vm_.tracing();

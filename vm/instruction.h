@@ -20,18 +20,15 @@
 #include <boost/container/small_vector.hpp>
 #include <boost/intrusive/list.hpp>
 
-#include <condition_variable>
 #include <cstdint>
 #include <exception>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "oclvm/storage/allocator.h"
 #include "oclvm/storage/small_object_pool.h"
 #include "oclvm/storage/storage_objects.h"
-#include "oclvm/storage/thread_annotations.h"
 #include "oclvm/vm/stream.h"
 
 namespace oclvm::vm {
@@ -58,23 +55,13 @@ struct ExecutionContext {
   DeviceQueue& queue_on(Device device) const;
 };
 
-// Set by a StreamSignal instruction on another device's worker once that stream's commands up to
-// the awaited access have completed; waited for by the dependent instruction's worker.
-class Signal {
- public:
-  void set();
-  void wait();
+class Signal;  // vm/dependence.h
 
- private:
-  Mutex mutex_;
-  std::condition_variable cv_;
-  bool set_ OCLVM_GUARDED_BY(mutex_) = false;
-};
-
-// A wait computed at submission. For another stream of the same device: a device-side soft sync
-// (`signal` is null). For a stream of another device: `signal`, set by the StreamSignal
-// instruction the VM placed on that stream right after the awaited access (Note [Cross-device
-// waits], vm/virtual_machine.cc). `sequence` is the awaited access in that stream's worker.
+// A wait computed at submission by the dependence analysis (vm/dependence.h). For another stream
+// of the same device: a device-side soft sync (`signal` is null). For a stream of another device:
+// `signal`, set by the StreamSignal instruction the analysis placed on that stream right after
+// the awaited access (Note [Cross-device waits] in vm/dependence.cc). `sequence` is the awaited
+// access in that stream's worker.
 struct StreamWait {
   Stream* stream;
   uint64_t sequence;
@@ -126,6 +113,7 @@ class Instruction {
  private:
   friend class VirtualMachine;
   friend class DeviceWorker;
+  friend class DependenceAnalysis;
 
   Stream* stream_;
   Operands operands_;

@@ -6,6 +6,9 @@
 // of one device still run concurrently on the device (one in-order queue each), which is why
 // cross-stream hazards need soft syncs (design/vm.md).
 //
+// StreamId is how the VM's records name a stream (vm/dependence.h): the stream's index in its
+// VirtualMachine (VirtualMachine::find_stream turns it back into the stream).
+//
 // Thread-safety: immutable after construction (the queue it owns is confined to the worker for
 // enqueues; see storage/queue.h).
 #pragma once
@@ -16,9 +19,12 @@
 
 #include "oclvm/storage/device.h"
 #include "oclvm/storage/queue.h"
-#include "oclvm/storage/storage_objects.h"
 
 namespace oclvm::vm {
+
+// A stream's id: unique within its VirtualMachine, dense from 0.
+using StreamId = int32_t;
+inline constexpr StreamId kNoStream = -1;  // no stream (no producer, no access recorded)
 
 enum class StreamRole : uint8_t { kCompute, kHostToDevice, kDeviceToHost, kUser };
 

@@ -1,4 +1,5 @@
-// vm/virtual_machine.cc — submission, dependency analysis, sync points, shutdown.
+// vm/virtual_machine.cc — submission (the dependence analysis it runs is vm/dependence.cc), sync
+// points, shutdown.
 #include "oclvm/vm/virtual_machine.h"
 
 #include <algorithm>
@@ -34,49 +35,6 @@ void Ticket::wait_for(Batch& batch) {
   while (!batch.done) batch.done_cv.wait(lock.native());
   if (batch.first_error) std::rethrow_exception(batch.first_error);
 }
-
-void Signal::set() {
-  {
-    MutexLock lock(mutex_);
-    set_ = true;
-  }
-  cv_.notify_all();
-}
-
-void Signal::wait() {
-  MutexLock lock(mutex_);
-  while (!set_) cv_.wait(lock.native());
-}
-
-namespace {
-
-// Note [Cross-device waits]: an instruction that must wait for an access on a stream of another
-// device gets this instruction placed on that stream, right after the access in that worker's
-// sequence. It finishes the stream's queue on its own worker and then sets the signal the
-// dependent instruction waits for on its worker. So no thread ever enqueues on, records a marker
-// on, or finishes a queue that another worker owns (PoCL's drivers have been seen to deadlock
-// when two threads enqueue on one queue).
-class StreamSignal final : public Instruction {
- public:
-  StreamSignal(Stream& stream, std::shared_ptr<Signal> signal)
-      : Instruction(stream), signal_(std::move(signal)) {}
-  const char* name() const override { return "StreamSignal"; }
-  bool runs_after_shutdown() const override { return true; }
-  void execute(ExecutionContext& context) override {
-    try {
-      context.stream.queue().finish();
-    } catch (...) {
-      signal_->set();  // the waiter goes on; this error reaches the batch
-      throw;
-    }
-    signal_->set();
-  }
-
- private:
-  std::shared_ptr<Signal> signal_;
-};
-
-}  // namespace
 
 // ---------------------------------------------------------------------------------------------
 // Construction and streams.
@@ -163,54 +121,6 @@ Stream* VirtualMachine::find_stream(StreamId id) const {
 // ---------------------------------------------------------------------------------------------
 // Submission.
 
-// Note [Dependence rules]: per blob, the OneFlow rules. A reader waits for the last writer; a
-// writer waits for the last writer and every reader since. Accesses on the instruction's own
-// stream need no wait (the queue is in order, and the worker dispatches in order).
-void VirtualMachine::analyze(Instruction& instruction, IntrusiveInstructionList& extra) {
-  const StreamId self = instruction.stream().id();
-  const Device device = instruction.stream().device();
-  auto add_wait = [&](const BlobObject::Access& access) {
-    if (access.stream == kNoStream || access.stream == self) return;
-    Stream* other = find_stream(access.stream);
-    OCLVM_DCHECK(other != nullptr);
-    for (StreamWait& wait : instruction.waits_) {
-      // One wait per stream covers every earlier access on it: the marker or the signal is placed
-      // after all of them.
-      if (wait.stream == other) return;
-    }
-    std::shared_ptr<Signal> signal;
-    if (other->device() != device) {
-      signal = std::make_shared<Signal>();
-      auto* post = new StreamSignal(*other, signal);
-      post->batch_ = instruction.batch_;
-      post->sequence_ = other->worker().take_sequence();
-      extra.push_back(*post);
-    }
-    instruction.waits_.push_back(StreamWait{other, access.sequence, std::move(signal)});
-  };
-  const BlobObject::Access now{self, instruction.sequence_};
-  for (const Operand& operand : instruction.operands()) {
-    BlobObject::Dependence& dependence = operand.blob->dependence();
-    dependence.owner = this;  // enqueue_batch refused blobs of another VM before the analysis
-    add_wait(dependence.last_write);
-    if (operand.access == Access::kWrite) {
-      for (const BlobObject::Access& read : dependence.reads) add_wait(read);
-      dependence.last_write = now;
-      dependence.reads.clear();
-    } else {
-      bool found = false;
-      for (BlobObject::Access& read : dependence.reads) {
-        if (read.stream == self) {
-          read.sequence = now.sequence;
-          found = true;
-        }
-      }
-      if (!found) dependence.reads.push_back(now);
-    }
-    operand.blob->set_last_used_stream(self);
-  }
-}
-
 void VirtualMachine::admit(size_t count) {
   const size_t bound = vm_options_.max_in_flight;
   size_t current = in_flight_.load();
@@ -247,8 +157,7 @@ const Instruction* VirtualMachine::first_with_foreign_blob(
   // mean nothing here.
   for (const Instruction& instruction : items) {
     for (const Operand& operand : instruction.operands()) {
-      const void* owner = operand.blob->dependence().owner;
-      if (owner != nullptr && owner != this) return &instruction;
+      if (dependences_.used_by_another_vm(*operand.blob)) return &instruction;
     }
   }
   return nullptr;
@@ -406,7 +315,7 @@ bool VirtualMachine::enqueue_batch(Batch& batch, IntrusiveInstructionList& items
       instruction.sequence_ = owner.take_sequence();
       IntrusiveInstructionList extra;
       try {
-        analyze(instruction, extra);
+        dependences_.analyze(instruction, extra);
       } catch (...) {
         // Out of memory in the analysis: the instruction still takes its place (records may
         // already name its sequence) but reports the error instead of running.
@@ -503,15 +412,7 @@ void VirtualMachine::run_held(DeviceWorker& held, InstructionList&& list) {
     }
     for (const Instruction& instruction : items) {
       for (const Operand& operand : instruction.operands()) {
-        const BlobObject::Dependence& dependence = operand.blob->dependence();
-        auto out_of_order = [&](const BlobObject::Access& access) {
-          if (access.stream == kNoStream) return false;
-          const Stream* stream = find_stream(access.stream);
-          return stream == nullptr || &stream->worker() != &held || access.sequence > place;
-        };
-        bool refused = out_of_order(dependence.last_write);
-        for (const BlobObject::Access& read : dependence.reads) refused = refused || out_of_order(read);
-        if (refused) {
+        if (!dependences_.accessed_only_through(*operand.blob, held, place)) {
           throw InvalidArgument(
               std::string("Expected a list of blobs that no pending instruction and no other "
                           "device uses, to run in a host section, but got ") +
@@ -526,7 +427,7 @@ void VirtualMachine::run_held(DeviceWorker& held, InstructionList&& list) {
       instruction.sequence_ = place;
       IntrusiveInstructionList extra;
       try {
-        analyze(instruction, extra);
+        dependences_.analyze(instruction, extra);
       } catch (...) {
         instruction.pre_error_ = std::current_exception();  // out of memory in the analysis
       }

@@ -10,8 +10,8 @@
 //
 // Note [Submission]: under one submission lock the VM gives each instruction the next sequence
 // number of its device's worker and computes its waits from its operands' access records (the
-// OneFlow rules; design/vm.md), then hands the instructions to their workers in order — or, on an
-// idle single device, dispatches them on the caller's thread (Note [Caller runs] in
+// dependence analysis, vm/dependence.h), then hands the instructions to their workers in order
+// — or, on an idle single device, dispatches them on the caller's thread (Note [Caller runs] in
 // virtual_machine.cc).
 //
 // Backpressure: at most VmOptions::max_in_flight submitted-but-undispatched instructions; a
@@ -44,9 +44,10 @@
 #include "oclvm/storage/options.h"
 #include "oclvm/storage/stats.h"
 #include "oclvm/storage/thread_annotations.h"
+#include "oclvm/vm/dependence.h"
+#include "oclvm/vm/device_worker.h"
 #include "oclvm/vm/instruction.h"
 #include "oclvm/vm/stream.h"
-#include "oclvm/vm/device_worker.h"
 
 namespace oclvm::vm {
 
@@ -176,7 +177,8 @@ class VirtualMachine {
   // Throws InvalidArgument when an instruction names a stream of another VM.
   void check_own_streams(const IntrusiveInstructionList& items) const;
   // The first instruction with a blob another VM has used; nullptr when none.
-  const Instruction* first_with_foreign_blob(const IntrusiveInstructionList& items) const;
+  const Instruction* first_with_foreign_blob(const IntrusiveInstructionList& items) const
+      OCLVM_REQUIRES(submit_mutex_);
   static InvalidArgument foreign_blob_error(const Instruction& instruction);
   // Marks the last instruction on each stream to finish that stream's queue after it.
   static void mark_stream_ends(IntrusiveInstructionList& ordered) noexcept;
@@ -188,9 +190,6 @@ class VirtualMachine {
   // was dispatched on this thread (Note [Caller runs]): run()'s batch is then left as it was,
   // with remaining == 0 and the error in first_error, and is never marked done.
   bool enqueue_batch(Batch& batch, IntrusiveInstructionList& items, bool caller_runs);
-  // Dependency analysis of one instruction (under submit_mutex_). Cross-device waits add a
-  // StreamSignal instruction to `extra`, to be placed before the instruction.
-  void analyze(Instruction& instruction, IntrusiveInstructionList& extra);
   // Called by the dispatching thread after each dispatch. With settle_now == false the caller
   // settles the batch itself later (dispatch: after deleting the instruction; caller runs: once
   // for the whole list).
@@ -224,6 +223,9 @@ class VirtualMachine {
   std::unique_ptr<std::atomic<Stream*>[]> compute_streams_;  // per worker index
 
   Mutex submit_mutex_;  // Note [Submission]
+  // Computes waits and records accesses in the blobs it is given (vm/dependence.h): those records
+  // are the analysis's, so every call is made under the submission lock.
+  DependenceAnalysis dependences_ OCLVM_GUARDED_BY(submit_mutex_){*this};
 
   // Backpressure: in_flight_ is atomic so that dispatch costs no lock; producers that must wait
   // register in flight_waiters_ and sleep on flight_cv_.

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "oclvm/storage/device_manager.h"
+#include "oclvm/vm/dependence.h"
 #include "oclvm/vm/virtual_machine.h"
 
 namespace oclvm::torch_adapter {
@@ -256,7 +257,7 @@ void CLDeviceAllocator::recordStream(const c10::DataPtr& ptr, c10::Stream stream
   if (ptr.get() == nullptr) return;
   const BlobRef block = blob_of_data(ptr);
   vm::Stream& user = vm_stream(stream);
-  if (user.id() == block.blob->producer_stream()) return;
+  if (user.id() == vm::producer_stream(*block.blob)) return;
   translate_errors([&] {
     InstructionsBuilder builder(adapter_vm());
     builder.record_blob_use(user, block.blob);

@@ -92,7 +92,7 @@ vm::Stream& vm_stream(const c10::Stream& stream) {
   if (stream.id() == 0) return translate_errors([&]() -> vm::Stream& {
     return vm.stream(to_oclvm(stream.device_index()));
   });
-  vm::Stream* found = stream.id() > 0 ? vm.find_stream(static_cast<StreamId>(stream.id() - 1))
+  vm::Stream* found = stream.id() > 0 ? vm.find_stream(static_cast<vm::StreamId>(stream.id() - 1))
                                       : nullptr;
   TORCH_CHECK(found != nullptr && found->device() == to_oclvm(stream.device_index()),
               "Expected a stream of ", stream.device(), ", but got stream id ", stream.id(),
@@ -115,7 +115,7 @@ vm::Stream& current_vm_stream(c10::DeviceIndex index) {
   if (id == 0) {
     return translate_errors([&]() -> vm::Stream& { return vm.stream(to_oclvm(index)); });
   }
-  return *vm.find_stream(static_cast<StreamId>(id - 1));
+  return *vm.find_stream(static_cast<vm::StreamId>(id - 1));
 }
 
 // Grows or shrinks a storage: a new block, a device-to-device copy of the common prefix, then the
@@ -222,7 +222,7 @@ class GuardImpl final : public c10::impl::DeviceGuardImplInterface {
     check_device_index(d);
     const vm::VirtualMachine& vm = adapter_vm();
     std::vector<vm::Stream*> streams;
-    for (StreamId id = 0; vm::Stream* stream = vm.find_stream(id); ++id) {
+    for (vm::StreamId id = 0; vm::Stream* stream = vm.find_stream(id); ++id) {
       if (stream->device() == to_oclvm(d)) streams.push_back(stream);
     }
     finish_streams(streams);

@@ -20,6 +20,7 @@
 #include "oclvm/instructions/instructions.h"
 #include "oclvm/storage/device_manager.h"
 #include "oclvm/storage/errors.h"
+#include "oclvm/vm/dependence.h"
 #include "tests/storage/test_util.h"
 #include "oclvm/vm/virtual_machine.h"
 
@@ -208,8 +209,8 @@ TEST_F(BadInputTest, StreamsOfAnotherVmAreRejectedByEveryBuilderCall) {
 TEST_F(BadInputTest, ReleaseOfABlobWhoseProducerIsOnAnotherDeviceIsRejected) {
   auto blob = allocate(kOpenCL0, 4096);
   const std::string before = all_stats();
-  const StreamId producer = blob->producer_stream();
-  blob->set_producer_stream(vm().stream(kCpu).id());
+  const vm::StreamId producer = vm::producer_stream(*blob);
+  vm::set_producer_stream(*blob, vm().stream(kCpu).id());
   InstructionsBuilder builder(vm());
   const std::string m = expect_rejected(builder, [&] { builder.release(blob); });
   EXPECT_EQ(m,
@@ -217,7 +218,7 @@ TEST_F(BadInputTest, ReleaseOfABlobWhoseProducerIsOnAnotherDeviceIsRejected) {
             "producer stream is cpu/compute");
   EXPECT_FALSE(blob->storage()->released());
   EXPECT_EQ(all_stats(), before);
-  blob->set_producer_stream(producer);
+  vm::set_producer_stream(*blob, producer);
   release(blob);
 }
 

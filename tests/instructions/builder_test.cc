@@ -14,6 +14,7 @@
 #include "oclvm/instructions/instructions.h"
 #include "oclvm/storage/device_manager.h"
 #include "oclvm/storage/errors.h"
+#include "oclvm/vm/dependence.h"
 #include "tests/storage/test_util.h"
 #include "oclvm/vm/virtual_machine.h"
 
@@ -165,7 +166,7 @@ TEST_F(BuilderTest, AllocationSetsTheProducerStreamAndReleaseUsesIt) {
   InstructionsBuilder builder(vm());
   vm::Stream& user = vm().stream(kOpenCL0, vm::StreamRole::kUser, 2);
   auto blob = builder.allocate_blob(user, 4096);
-  EXPECT_EQ(blob->producer_stream(), user.id());
+  EXPECT_EQ(vm::producer_stream(*blob), user.id());
   EXPECT_EQ(blob->device(), kOpenCL0);
   EXPECT_EQ(blob->required_bytes(), 4096u);
   EXPECT_EQ(blob->dtype(), DType::kU8);
@@ -186,7 +187,7 @@ TEST_F(BuilderTest, AllocationSetsTheProducerStreamAndReleaseUsesIt) {
 TEST_F(BuilderTest, ReleaseOfABlobWithoutProducerUsesTheComputeStream) {
   InstructionsBuilder builder(vm());
   auto blob = std::make_shared<BlobObject>(kCpu, Dims{8}, DType::kU8);
-  EXPECT_EQ(blob->producer_stream(), kNoStream);
+  EXPECT_EQ(vm::producer_stream(*blob), vm::kNoStream);
   builder.release(blob);
   vm::InstructionList list = builder.take();
   EXPECT_EQ(&list.items().front().stream(), &vm().stream(kCpu));

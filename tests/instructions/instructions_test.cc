@@ -19,6 +19,7 @@
 #include "oclvm/instructions/instructions.h"
 #include "oclvm/storage/device_manager.h"
 #include "oclvm/storage/errors.h"
+#include "oclvm/vm/dependence.h"
 #include "tests/storage/test_util.h"
 #include "oclvm/vm/virtual_machine.h"
 
@@ -445,12 +446,12 @@ TEST_P(OnDevice, RecordBlobUseMakesTheReleaseWaitForTheUsingStream) {
   auto blob = builder.allocate_blob(producer, 1 << 20);
   builder.record_blob_use(user, blob);
   vm().run(builder.take());
-  const BlobObject::Dependence& dependence = blob->dependence();
-  ASSERT_EQ(dependence.reads.size(), 1u);
-  EXPECT_EQ(dependence.reads[0].stream, user.id());
+  const vm::BlobRecords& records = *vm::find_records(*blob);
+  ASSERT_EQ(records.reads.size(), 1u);
+  EXPECT_EQ(records.reads[0].stream, user.id());
   release(blob);
-  EXPECT_TRUE(blob->dependence().reads.empty());
-  EXPECT_EQ(blob->dependence().last_write.stream, producer.id()) << "released on its producer";
+  EXPECT_TRUE(records.reads.empty());
+  EXPECT_EQ(records.last_write.stream, producer.id()) << "released on its producer";
 }
 
 TEST_F(VmTest, SetMemoryLimitChangesWhatTheAllocatorAccepts) {

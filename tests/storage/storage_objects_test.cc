@@ -356,8 +356,7 @@ TEST_F(StorageObjectsTest, BlobObjectLayoutHelpers) {
   EXPECT_EQ(contiguous.storage_offset(), 0);
   EXPECT_EQ(contiguous.dtype(), DType::kF32);
   EXPECT_TRUE(contiguous.is_contiguous());
-  EXPECT_EQ(contiguous.producer_stream(), kNoStream);
-  EXPECT_EQ(contiguous.last_used_stream(), kNoStream);
+  EXPECT_EQ(contiguous.extension().find<int>(), nullptr) << "nothing kept for a layer above yet";
 
   const BlobObject transposed(storage, {4, 3, 2}, DType::kF32, {1, 4, 12});
   EXPECT_EQ(transposed.numel(), 24);
@@ -382,8 +381,7 @@ TEST_F(StorageObjectsTest, BlobObjectLayoutHelpers) {
   EXPECT_TRUE(scalar.is_contiguous());
 
   // Byte views of the same storage reinterpret it.
-  const BlobObject bytes(storage, {96}, DType::kU8, {}, 0, /*producer_stream=*/3);
-  EXPECT_EQ(bytes.producer_stream(), 3);
+  const BlobObject bytes(storage, {96}, DType::kU8, {}, 0);
   EXPECT_EQ(bytes.nbytes(), 96);
 
   for (const BlobObject* blob :
@@ -392,18 +390,6 @@ TEST_F(StorageObjectsTest, BlobObjectLayoutHelpers) {
   }
 
   storage->release();
-}
-
-TEST_F(StorageObjectsTest, BlobObjectStreamsAreSettable) {
-  auto blob = std::make_shared<BlobObject>(BlobStorage::allocate(allocator_, 8),
-                                           Dims{2}, DType::kI32);
-  blob->set_producer_stream(2);
-  blob->set_last_used_stream(5);
-  EXPECT_EQ(blob->producer_stream(), 2);
-  EXPECT_EQ(blob->last_used_stream(), 5);
-  blob->set_last_used_stream(kNoStream);
-  EXPECT_EQ(blob->last_used_stream(), kNoStream);
-  blob->storage()->release();
 }
 
 TEST_F(StorageObjectsTest, BlobObjectRejectsBadLayouts) {

@@ -8,8 +8,9 @@
 
 #include "oclvm/storage/device_manager.h"
 #include "oclvm/storage/system_allocator.h"
-#include "tests/vm/probe.h"
+#include "oclvm/vm/dependence.h"
 #include "oclvm/vm/virtual_machine.h"
+#include "tests/vm/probe.h"
 
 namespace oclvm::vm {
 namespace {
@@ -111,6 +112,34 @@ TEST_F(DependenceTest, IndependentBlobsDoNotWaitForEachOther) {
   list.push_back(writer(vm_.stream(kOpenCL0, StreamRole::kUser, 1), log, 1, c));
   vm_.run(std::move(list));
   EXPECT_TRUE(log.waits[1].empty());
+}
+
+// The records the analysis keeps in the blob (vm/dependence.h): none before the first use, then
+// this VM's, the last writer, the readers since (one per stream) and the last stream used.
+TEST_F(DependenceTest, RecordsNameTheLastWriterAndTheReadersSince) {
+  auto b = blob(kOpenCL0, 64);
+  EXPECT_EQ(find_records(*b), nullptr);
+  EXPECT_EQ(producer_stream(*b), kNoStream);
+  ProbeLog log;
+  Stream& s0 = vm_.stream(kOpenCL0);
+  Stream& s1 = vm_.stream(kOpenCL0, StreamRole::kUser, 3);
+  InstructionList list;
+  list.push_back(writer(s0, log, 0, b));
+  // Two reads on one stream: the later replaces the earlier's record.
+  for (int id = 1; id <= 2; ++id) list.push_back(reader(s1, log, id, b));
+  vm_.run(std::move(list));
+  const BlobRecords* records = find_records(*b);
+  ASSERT_NE(records, nullptr);
+  EXPECT_EQ(records->owner, &vm_);
+  EXPECT_EQ(records->producer, kNoStream) << "only the builder's allocations set a producer";
+  EXPECT_EQ(records->last_write.stream, s0.id());
+  ASSERT_EQ(records->reads.size(), 1u);
+  EXPECT_EQ(records->reads[0].stream, s1.id());
+  EXPECT_GT(records->reads[0].sequence, records->last_write.sequence);
+  EXPECT_EQ(records->last_used, s1.id());
+  set_producer_stream(*b, s1.id());
+  EXPECT_EQ(producer_stream(*b), s1.id());
+  EXPECT_EQ(find_records(*b), records) << "the records stay where they were built";
 }
 
 // The soft sync orders real commands: a 32 MiB fill on one stream, then a read of the same memory

@@ -64,6 +64,7 @@
 #include "oclvm/storage/backend.h"
 #include "oclvm/storage/device_manager.h"
 #include "oclvm/storage/stats.h"
+#include "oclvm/vm/dependence.h"
 #include "oclvm/vm/virtual_machine.h"
 
 namespace oclvm::torch_adapter {
@@ -950,8 +951,8 @@ TEST_F(CLDeviceAllocatorTest, BlocksAreProducedOnTheCurrentStream) {
     on_user = allocator().allocate(4096);
   }
   c10::DataPtr on_default = allocator().allocate(4096);
-  EXPECT_EQ(blob_of_data(on_user).blob->producer_stream(), vm_stream(user).id());
-  EXPECT_EQ(blob_of_data(on_default).blob->producer_stream(),
+  EXPECT_EQ(vm::producer_stream(*blob_of_data(on_user).blob), vm_stream(user).id());
+  EXPECT_EQ(vm::producer_stream(*blob_of_data(on_default).blob),
             adapter_vm().stream(to_oclvm(0)).id());
 }
 
@@ -960,14 +961,15 @@ TEST_F(CLDeviceAllocatorTest, RecordStreamMakesTheBlockAReadOperandOfTheOtherStr
   c10::DataPtr ptr = allocator().allocate(1 << 20);
   const std::shared_ptr<BlobObject> blob = blob_of_data(ptr).blob;
   // Only this thread uses the blob, and every list has reached its sync point, so reading the
-  // VM's dependence record here races with nothing.
+  // VM's access records here races with nothing. The allocation made them (vm/dependence.h).
+  const vm::BlobRecords& records = *vm::find_records(*blob);
   allocator().recordStream(ptr, guard_impl().getDefaultStream(opencl(0)));  // its producer
-  EXPECT_TRUE(blob->dependence().reads.empty());
+  EXPECT_TRUE(records.reads.empty());
   allocator().recordStream(ptr, user);
-  ASSERT_EQ(blob->dependence().reads.size(), 1u);
-  EXPECT_EQ(blob->dependence().reads[0].stream, vm_stream(user).id());
+  ASSERT_EQ(records.reads.size(), 1u);
+  EXPECT_EQ(records.reads[0].stream, vm_stream(user).id());
   guard_impl().recordDataPtrOnStream(ptr, user);  // the guard's entry point: same record
-  EXPECT_EQ(blob->dependence().reads.size(), 1u);
+  EXPECT_EQ(records.reads.size(), 1u);
 
   allocator().recordStream(c10::DataPtr(nullptr, opencl(0)), user);  // empty: nothing to record
   const c10::Stream unknown(c10::Stream::UNSAFE, opencl(0), 1 << 20);
