@@ -9,12 +9,12 @@
 #include <c10/util/SmallVector.h>
 
 #include <atomic>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <tuple>
 #include <type_traits>
 #include <unordered_set>
-#include <optional>
 #include <vector>
 
 #include "adapters/torch/allocator.h"
@@ -39,8 +39,9 @@ namespace {
 // CPU kernel runs on the aliases in a host section with its result written in device memory
 // (Note [Results written in device memory]), which then becomes the device tensor. Exactly what
 // the fallback's host-section path does, without the boxing. A call the fast path cannot take (a
-// device that is not host-addressable or OCLVM_ZERO_COPY set, tensors on two devices, an empty or
-// scattered tensor, no section to be had) goes to the boxed fallback, unchanged.
+// device that is not host-addressable, or OCLVM_ZERO_COPY=0 or =map; tensors on two devices, or a
+// CPU tensor that is not a 0-dim scalar; an empty, sparse or scattered tensor; no section to be
+// had) goes to the boxed fallback the operator had before, unchanged.
 //
 // Only functional operators are listed, whose results are new tensors (one, or a tuple) and whose
 // arguments are tensors, optional tensors and values: nothing is written but the new results, so
