@@ -103,7 +103,6 @@ void DependenceAnalysis::analyze(Instruction& instruction, IntrusiveInstructionL
       }
       if (!found) records.reads.push_back(now);
     }
-    records.last_used = self;
   }
 }
 

@@ -56,8 +56,6 @@ struct BlobRecords {
   // The stream whose instruction created the contents (set by InstructionsBuilder::allocate_blob;
   // kNoStream for a blob made around an existing storage). A release frees on it.
   StreamId producer = kNoStream;
-  // The stream of the latest instruction analysed that uses the blob (kNoStream: none yet).
-  StreamId last_used = kNoStream;
   // The latest writer (stream == kNoStream: none yet).
   BlobAccess last_write;
   // The readers since last_write, at most one per stream (its latest read).

@@ -210,11 +210,15 @@ void VirtualMachine::check_may_wait() {
   }
 }
 
-Ticket VirtualMachine::submit_impl(InstructionList&& list, bool caller_runs) {
+size_t VirtualMachine::check_submission(const IntrusiveInstructionList& items) const {
   check_may_wait();
-  IntrusiveInstructionList& items = list.items();
   check_own_streams(items);
-  const size_t count = items.size();
+  return items.size();
+}
+
+Ticket VirtualMachine::submit_impl(InstructionList&& list, bool caller_runs) {
+  IntrusiveInstructionList& items = list.items();
+  const size_t count = check_submission(items);
   std::shared_ptr<Batch> batch = new_batch(count, /*detached=*/false);
   if (count == 0) return Ticket(batch);
   admit(count);
@@ -225,23 +229,17 @@ Ticket VirtualMachine::submit_impl(InstructionList&& list, bool caller_runs) {
 // The path of every synchronous list (an allocation, a release, a host section's list outside a
 // section): the batch lives here, so a run allocates no batch and shares no reference count.
 void VirtualMachine::run(InstructionList&& list) {
-  check_may_wait();
   IntrusiveInstructionList& items = list.items();
-  check_own_streams(items);
-  const size_t count = items.size();
+  const size_t count = check_submission(items);
   if (count == 0) return;
   Batch batch;
-  batch.remaining.store(count);
+  // Relaxed: the submission lock publishes the batch to any thread that dispatches from it.
+  batch.remaining.store(count, std::memory_order_relaxed);
   admit(count);
   if (enqueue_batch(batch, items, vm_options_.caller_runs)) {
     // Dispatched on this thread: no other thread ever saw the batch, so there is nothing to
-    // wait for and nobody to wake; only an error to report.
-    std::exception_ptr error;
-    {
-      MutexLock lock(batch.mutex);
-      error = batch.first_error;
-    }
-    if (error) std::rethrow_exception(error);
+    // wait for, nobody to wake and no lock to take; only an error to report.
+    if (std::exception_ptr error = batch.error_of_unseen_batch()) std::rethrow_exception(error);
     return;
   }
   Ticket::wait_for(batch);
@@ -293,16 +291,16 @@ bool VirtualMachine::enqueue_batch(Batch& batch, IntrusiveInstructionList& items
       lock.unlock();
       in_flight_.fetch_sub(count);
       wake_producers();
-      bool was_live = false;
-      {
+      if (batch.shared) {
         // No instruction was handed out, so nobody will settle the batch: drop the VM's
         // reference, or the batch owns itself and leaks (LeakSanitizer, `make asan`, on
         // VmOwnershipTest.ABlobBelongsToTheFirstVmThatUsesIt).
-        MutexLock batch_lock(batch.mutex);
-        was_live = batch.self != nullptr;
-        batch.self.reset();  // the submitting call still holds its own reference
+        {
+          MutexLock batch_lock(batch.mutex);
+          batch.self.reset();  // the submitting call still holds its own reference
+        }
+        batch_settled();  // it never will be
       }
-      if (was_live) batch_settled();  // it never will be
       throw error;
     }
     DeviceWorker* single = nullptr;
@@ -368,7 +366,7 @@ bool VirtualMachine::enqueue_batch(Batch& batch, IntrusiveInstructionList& items
     settle(batch, dispatched, /*notify=*/false);  // the submitting call has not returned yet
   } else {
     // run()'s own batch: its caller reads the outcome on this thread, nothing else to mark.
-    batch.remaining.store(0);
+    batch.remaining.store(0, std::memory_order_relaxed);
     in_flight_.fetch_sub(dispatched);
     wake_producers();
   }

@@ -89,6 +89,12 @@ struct Batch {
   bool detached = false;                // no ticket: errors are reported on stderr
   bool shared = false;                  // made by new_batch, co-owned through `self`; false for
                                         // run()'s batch on its caller's stack
+
+  // The error of a batch that only the calling thread ever saw (run()'s batch, dispatched on
+  // this thread): read without the lock, since every write to it happened on this thread.
+  std::exception_ptr error_of_unseen_batch() const OCLVM_NO_THREAD_SAFETY_ANALYSIS {
+    return first_error;
+  }
 };
 
 class Ticket {
@@ -176,6 +182,8 @@ class VirtualMachine {
   static void check_may_wait();
   // Throws InvalidArgument when an instruction names a stream of another VM.
   void check_own_streams(const IntrusiveInstructionList& items) const;
+  // Both checks every submission that may wait makes first; returns the list's length.
+  size_t check_submission(const IntrusiveInstructionList& items) const;
   // The first instruction with a blob another VM has used; nullptr when none.
   const Instruction* first_with_foreign_blob(const IntrusiveInstructionList& items) const
       OCLVM_REQUIRES(submit_mutex_);

@@ -136,7 +136,6 @@ TEST_F(DependenceTest, RecordsNameTheLastWriterAndTheReadersSince) {
   ASSERT_EQ(records->reads.size(), 1u);
   EXPECT_EQ(records->reads[0].stream, s1.id());
   EXPECT_GT(records->reads[0].sequence, records->last_write.sequence);
-  EXPECT_EQ(records->last_used, s1.id());
   set_producer_stream(*b, s1.id());
   EXPECT_EQ(producer_stream(*b), s1.id());
   EXPECT_EQ(find_records(*b), records) << "the records stay where they were built";
