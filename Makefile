@@ -26,7 +26,7 @@ build: configure
 # tree is build-torch-wheel/).
 torch: setup
 	@echo "installing the oclvm Python package into .venv (builds adapters/torch)"
-	@$(PY) -m pip install -q --no-build-isolation --no-deps .
+	@$(PY) -m pip install -q --no-deps .
 
 test: build torch
 	python3 scripts/check_docs.py --self-test
