@@ -24,6 +24,9 @@ void AllocatorRegistry::add_builtin_allocators() {
   add("caching", kCachingPriority, [](MemoryBackend& backend, const Options& options) {
     CachingAllocatorOptions caching;
     caching.memory_limit = options.memory_limit;
+    caching.max_split_bytes = static_cast<size_t>(options.alloc_conf.max_split_bytes);
+    caching.roundup_power2_divisions = options.alloc_conf.roundup_power2_divisions;
+    caching.garbage_collection_threshold = options.alloc_conf.garbage_collection_threshold;
     return std::unique_ptr<Allocator>(std::make_unique<CachingAllocator>(backend, caching));
   });
   add("buddy", kBuddyPriority, [](MemoryBackend& backend, const Options& options) {

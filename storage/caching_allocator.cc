@@ -5,6 +5,7 @@
 #include "oclvm/storage/caching_allocator.h"
 
 #include <algorithm>
+#include <bit>
 #include <cinttypes>
 #include <cstdio>
 #include <iterator>
@@ -42,6 +43,16 @@ size_t quantum_for(const CachingAllocatorOptions& options, const MemoryBackend& 
   }
   if (options.small_segment_bytes == 0) {
     throw InvalidArgument("Expected CachingAllocatorOptions::small_segment_bytes > 0, but got 0");
+  }
+  if (options.roundup_power2_divisions > 1 && !is_power_of_two(options.roundup_power2_divisions)) {
+    throw InvalidArgument(
+        "Expected CachingAllocatorOptions::roundup_power2_divisions to be a power of two, but "
+        "got " + std::to_string(options.roundup_power2_divisions));
+  }
+  if (!(options.garbage_collection_threshold >= 0.0 && options.garbage_collection_threshold < 1.0)) {
+    throw InvalidArgument(
+        "Expected CachingAllocatorOptions::garbage_collection_threshold in [0, 1), but got " +
+        std::to_string(options.garbage_collection_threshold));
   }
   const size_t align = backend.properties().base_addr_align_bytes;
   if (align != 0 && !is_power_of_two(align)) {
@@ -86,8 +97,7 @@ CachingAllocator::~CachingAllocator() {
 Allocation CachingAllocator::allocate(size_t bytes) {
   if (bytes == 0) return {};
   if (bytes > max_request_) throw_bad_size(bytes);  // InvalidArgument; nothing changed
-  // max_request_ is a multiple of the quantum, so this cannot overflow.
-  const size_t size = (bytes + quantum_ - 1) & ~(quantum_ - 1);
+  const size_t size = rounded(bytes);
   // Take every record and hash bucket this call may need up front, so that nothing below can
   // fail halfway through a split (a std::bad_alloc here leaves the state as it was).
   if (spare_blocks_ == nullptr || spare_blocks_->next == nullptr ||
@@ -100,6 +110,24 @@ Allocation CachingAllocator::allocate(size_t bytes) {
   return hand_out(block, bytes);
 }
 
+// The size a request of `bytes` (<= max_request_) is served with: a multiple of the quantum, and
+// with roundup_power2_divisions the next of that many steps between the powers of two around it.
+size_t CachingAllocator::rounded(size_t bytes) const {
+  // max_request_ is a multiple of the quantum, so this cannot overflow.
+  const size_t size = (bytes + quantum_ - 1) & ~(quantum_ - 1);
+  const size_t divisions = options_.roundup_power2_divisions;
+  if (divisions <= 1 || size <= quantum_ * divisions || is_power_of_two(size)) return size;
+  // size > quantum * divisions (a power of two), so the step is a power of two >= the quantum.
+  const size_t floor = std::bit_floor(size);
+  const size_t step = floor / divisions;
+  const size_t stepped = (size + step - 1) & ~(step - 1);
+  return stepped <= max_request_ ? stepped : size;
+}
+
+bool CachingAllocator::oversize(size_t size) const {
+  return options_.max_split_bytes != 0 && size >= options_.max_split_bytes;
+}
+
 // The hit path. Cost: one lower_bound in the pool's red-black tree (O(log free blocks)). Without a
 // split, one erase. With a split, one pooled record, which usually takes over the chosen block's
 // tree node in place (See Note [Free index updated in place]), otherwise one erase and one insert.
@@ -109,9 +137,13 @@ CachingAllocator::Block* CachingAllocator::take_best_fit(StatType pool, size_t s
   auto it = free.lower_bound(size, SizeOrder{});
   if (it == free.end()) return nullptr;
   Block* block = &*it;
+  // Note [Oversize blocks]: the best fit is the smallest that fits, so when it is out of reach
+  // every larger one is too.
+  const bool whole = oversize(size);
+  if (oversize(block->size) && (!whole || block->size - size > kOversizeSlack)) return nullptr;
   FreeDelta delta;
   note_leaving(block, delta);
-  if (block->size - size < quantum_) {
+  if (whole || block->size - size < quantum_) {
     free.erase(it);
     commit(pool, delta);
     return block;
@@ -154,7 +186,7 @@ CachingAllocator::Block* CachingAllocator::split_off(Block* block, size_t size) 
 // to the free index when it is at least one quantum.
 void CachingAllocator::carve(Block* block, size_t size) {
   OCLVM_DCHECK(!block->free_hook.is_linked() && block->size >= size);
-  if (block->size - size < quantum_) return;
+  if (block->size - size < quantum_ || oversize(size)) return;
   insert_free(split_off(block, size));
 }
 
@@ -167,6 +199,7 @@ Allocation CachingAllocator::hand_out(Block* block, size_t requested) {
   OCLVM_DCHECK(live_.size() < live_bucket_count_);  // reserve_bookkeeping made room
   live_.insert(*block);
   tracker_.on_allocate(block->pool, block->size, requested);
+  if (oversize(block->size)) tracker_.on_oversize_allocation(block->pool, +1);
 
   Allocation allocation;
   allocation.ptr = reinterpret_cast<void*>(block->address);
@@ -187,6 +220,7 @@ void CachingAllocator::deallocate(const Allocation& allocation) {
   const StatType pool = block->pool;
   live_.erase(live_.iterator_to(*block));
   tracker_.on_free(pool, block->size, block->requested);
+  if (oversize(block->size)) tracker_.on_oversize_allocation(pool, -1);
   block->allocated = false;
 
   Block* const prev = block->prev;
@@ -370,6 +404,11 @@ CachingAllocator::Block* CachingAllocator::grow_and_take(StatType pool, size_t s
   if (pool == StatType::kLargePool && options_.release_unfit_on_grow) {
     release_free_segments(StatType::kLargePool);
   }
+  if (limit != 0 && options_.garbage_collection_threshold > 0.0) {
+    collect_garbage(static_cast<uint64_t>(options_.garbage_collection_threshold *
+                                          static_cast<double>(limit)),
+                    segment_bytes);
+  }
   bool retried = false;
   const auto reserved_now = static_cast<uint64_t>(
       tracker_.stats().reserved_bytes[index_of(StatType::kAggregate)].current);
@@ -452,12 +491,33 @@ CachingAllocator::Block* CachingAllocator::adopt_segment(Segment* segment, StatT
   block->prev = nullptr;
   block->next = nullptr;
   tracker_.on_segment_create(pool, segment->size);
+  if (oversize(segment->size)) tracker_.on_oversize_segment(pool, +1);
   return block;
 }
 
 void CachingAllocator::empty_cache() {
   release_free_segments(StatType::kSmallPool);
   release_free_segments(StatType::kLargePool);
+}
+
+// garbage_collection_threshold: gives back wholly free segments, the oldest (lowest id) first,
+// until `incoming` more bytes would keep reserved bytes at or under `threshold`.
+// O(segments log segments), only on the way to a new segment.
+void CachingAllocator::collect_garbage(uint64_t threshold, size_t incoming) {
+  auto reserved = [&] {
+    return static_cast<uint64_t>(
+        tracker_.stats().reserved_bytes[index_of(StatType::kAggregate)].current);
+  };
+  if (reserved() + incoming <= threshold || whole_free_bytes() == 0) return;
+  std::vector<Block*> whole_free;  // segments_ is ordered by id: the oldest come first
+  for (auto& [id, info] : segments_) {
+    Block* first = info.first;
+    if (first->whole() && !first->allocated) whole_free.push_back(first);
+  }
+  for (Block* block : whole_free) {
+    if (reserved() + incoming <= threshold) break;
+    release_segment(block);
+  }
 }
 
 // Gives back every wholly free segment of `pool`. O(free blocks of the pool).
@@ -478,6 +538,7 @@ void CachingAllocator::release_segment(Block* whole_block) {
   OCLVM_DCHECK(delta.count == 0 && delta.bytes == 0);  // a whole segment is no split piece
   Segment* segment = whole_block->segment;
   tracker_.on_segment_release(whole_block->pool, segment->size);
+  if (oversize(segment->size)) tracker_.on_oversize_segment(whole_block->pool, -1);
   segments_.erase(segment->id);
   recycle_block(whole_block);
   backend_.release_segment(segment);
@@ -541,6 +602,7 @@ void CachingAllocator::check_invariants() const {
   struct Totals {
     int64_t segments = 0, reserved = 0, allocations = 0, allocated = 0, requested = 0;
     int64_t split_count = 0, split_bytes = 0, free_blocks = 0, whole_free = 0;
+    int64_t oversize_allocations = 0, oversize_segments = 0;
   };
   std::array<Totals, kNumStatTypes> totals{};
   size_t live_blocks = 0;
@@ -553,6 +615,7 @@ void CachingAllocator::check_invariants() const {
     Totals& t = totals[index_of(info.pool)];
     ++t.segments;
     t.reserved += static_cast<int64_t>(segment->size);
+    if (oversize(segment->size)) ++t.oversize_segments;
 
     size_t expected_offset = 0;
     const Block* prev = nullptr;
@@ -574,6 +637,7 @@ void CachingAllocator::check_invariants() const {
         ++t.allocations;
         t.allocated += static_cast<int64_t>(b->size);
         t.requested += static_cast<int64_t>(b->requested);
+        if (oversize(b->size)) ++t.oversize_allocations;
       } else {
         OCLVM_DCHECK(b->free_hook.is_linked() && !b->live_hook.is_linked());
         OCLVM_DCHECK(prev == nullptr || prev->allocated);  // no two free neighbours
@@ -614,6 +678,8 @@ void CachingAllocator::check_invariants() const {
     OCLVM_DCHECK(s.requested_bytes[p].current == t.requested);
     OCLVM_DCHECK(s.inactive_split[p].current == t.split_count);
     OCLVM_DCHECK(s.inactive_split_bytes[p].current == t.split_bytes);
+    OCLVM_DCHECK(s.oversize_allocations[p].current == t.oversize_allocations);
+    OCLVM_DCHECK(s.oversize_segments[p].current == t.oversize_segments);
   }
   OCLVM_DCHECK(segments_.size() == static_cast<size_t>(s.segment[0].current));
   if (memory_limit_ != 0) {

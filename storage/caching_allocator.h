@@ -96,7 +96,27 @@ struct CachingAllocatorOptions {
   // Before creating a new large segment, give back the wholly free large segments (best fit
   // found none of them large enough). See Note [Caching policy].
   bool release_unfit_on_grow = true;
+
+  // PyTorch's settings (PYTORCH_ALLOC_CONF through AllocConf); each off by default.
+  // Note [Oversize blocks] (max_split_size_mb): a block of at least max_split_bytes is oversize.
+  // A request of that size takes its block whole (never split), and takes a cached block only
+  // when that is at most kOversizeSlack larger; a smaller request never takes an oversize block.
+  // Large requests then stop carving up each other's blocks, at the price of the slack.
+  // Counted in oversize_allocations / oversize_segments. 0: no limit.
+  size_t max_split_bytes = 0;
+  // roundup_power2_divisions: a request over round_bytes * divisions is rounded up to the next of
+  // `divisions` equal steps between the powers of two around it (with 4: 1280 KiB -> 1280 KiB,
+  // 1100 KiB -> 1280 KiB), so that sizes that differ a little share blocks. A power of two; 0 or
+  // 1: off.
+  size_t roundup_power2_divisions = 0;
+  // garbage_collection_threshold: under a memory limit, before a new segment would take reserved
+  // bytes over this fraction of the limit, wholly free segments are given back, the oldest
+  // first, until it would not (or none is left). In (0, 1); 0: off.
+  double garbage_collection_threshold = 0.0;
 };
+
+// The waste an oversize request accepts in a cached block (Note [Oversize blocks]): PyTorch's.
+inline constexpr size_t kOversizeSlack = size_t{20} << 20;
 
 class CachingAllocator final : public Allocator {
  public:
@@ -231,6 +251,8 @@ class CachingAllocator final : public Allocator {
   };
 
   // --- fast path ---------------------------------------------------------------------------------
+  size_t rounded(size_t bytes) const;
+  bool oversize(size_t size) const;  // Note [Oversize blocks]
   Block* take_best_fit(StatType pool, size_t size);
   Block* split_off(Block* block, size_t size);
   void carve(Block* block, size_t size);
@@ -264,6 +286,7 @@ class CachingAllocator final : public Allocator {
                                         const std::string& driver_message);
   Block* adopt_segment(Segment* segment, StatType pool);
   void release_free_segments(StatType pool);
+  void collect_garbage(uint64_t threshold, size_t incoming);
   void release_segment(Block* whole_block);
   void reserve_bookkeeping();
   void grow_block_pool();

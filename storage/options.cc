@@ -1,11 +1,14 @@
 // storage/options.cc — the one place that reads oclvm's environment variables.
 #include "oclvm/storage/options.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cstdio>
 #include <cstdlib>
+#include <iterator>
 
 #include "oclvm/storage/errors.h"
+#include "oclvm/storage/log.h"
 
 namespace oclvm {
 
@@ -53,6 +56,109 @@ std::string format_bytes(uint64_t bytes) {
   return buffer;
 }
 
+namespace {
+
+// PyTorch's PYTORCH_ALLOC_CONF keys that configure CUDA's (or HIP's) allocator alone: nothing in
+// oclvm corresponds to them.
+constexpr std::string_view kCudaOnlyKeys[] = {
+    "backend",
+    "expandable_segments",
+    "graph_capture_record_stream_reuse",
+    "max_non_split_rounding_mb",
+    "per_process_memory_fraction",
+    "pinned_free_catch_all",
+    "pinned_num_register_threads",
+    "pinned_reserve_segment_size_mb",
+    "pinned_use_background_threads",
+    "pinned_use_cuda_host_register",
+    "pinned_use_hip_host_register",
+    "release_lock_on_cudamalloc",
+    "release_lock_on_hipmalloc",
+    "throw_on_cudamalloc_oom",
+};
+
+std::string_view trim(std::string_view text) {
+  while (!text.empty() && (text.front() == ' ' || text.front() == '\t')) text.remove_prefix(1);
+  while (!text.empty() && (text.back() == ' ' || text.back() == '\t')) text.remove_suffix(1);
+  return text;
+}
+
+}  // namespace
+
+AllocConf AllocConf::parse(std::string_view text, std::string_view what) {
+  AllocConf conf;
+  std::string unused;
+  auto fail = [&](std::string_view pair, const std::string& why) {
+    throw InvalidArgument("Expected " + std::string(what) +
+                          " to be key:value pairs separated by commas, with the keys "
+                          "max_split_size_mb, roundup_power2_divisions and "
+                          "garbage_collection_threshold, but got '" +
+                          std::string(pair) + "' in '" + std::string(text) + "' (" + why + ")");
+  };
+  auto unsigned_value = [&](std::string_view pair, std::string_view value) -> uint64_t {
+    uint64_t number = 0;
+    const auto [end, error] = std::from_chars(value.data(), value.data() + value.size(), number);
+    if (value.empty() || error != std::errc() || end != value.data() + value.size()) {
+      fail(pair, "not a whole number");
+    }
+    return number;
+  };
+  // Commas inside [...] belong to a list value (PyTorch's per-size form of
+  // roundup_power2_divisions), not to the pair list.
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t end = start;
+    int depth = 0;
+    while (end < text.size() && (text[end] != ',' || depth > 0)) {
+      if (text[end] == '[') ++depth;
+      if (text[end] == ']') --depth;
+      ++end;
+    }
+    const std::string_view pair = trim(text.substr(start, end - start));
+    start = end + 1;
+    if (pair.empty()) continue;
+    const size_t colon = pair.find(':');
+    if (colon == std::string_view::npos) fail(pair, "no ':'");
+    const std::string_view key = trim(pair.substr(0, colon));
+    const std::string_view value = trim(pair.substr(colon + 1));
+    if (key == "max_split_size_mb") {
+      const uint64_t mib = unsigned_value(pair, value);
+      // As PyTorch: an oversize request may take a cached block up to 20 MiB larger, so a limit
+      // at or under that slack would make every block oversize.
+      if (mib <= 20) fail(pair, "must be more than 20 (MiB)");
+      if (mib > (UINT64_MAX >> 20)) fail(pair, "too large");
+      conf.max_split_bytes = mib << 20;
+    } else if (key == "roundup_power2_divisions") {
+      if (!value.empty() && value.front() == '[') {
+        fail(pair, "the per-size list form is not supported; give one power of two for every size");
+      }
+      const uint64_t divisions = unsigned_value(pair, value);
+      if (divisions == 0 || (divisions & (divisions - 1)) != 0 || divisions > 1024) {
+        fail(pair, "must be a power of two from 1 to 1024");
+      }
+      conf.roundup_power2_divisions = static_cast<size_t>(divisions);
+    } else if (key == "garbage_collection_threshold") {
+      double threshold = 0.0;
+      const auto [end, error] = std::from_chars(value.data(), value.data() + value.size(), threshold);
+      if (value.empty() || error != std::errc() || end != value.data() + value.size()) {
+        fail(pair, "not a number");
+      }
+      if (!(threshold > 0.0 && threshold < 1.0)) fail(pair, "must be between 0 and 1, exclusive");
+      conf.garbage_collection_threshold = threshold;
+    } else if (std::find(std::begin(kCudaOnlyKeys), std::end(kCudaOnlyKeys), key) !=
+               std::end(kCudaOnlyKeys)) {
+      unused += (unused.empty() ? "" : ", ") + std::string(key);
+    } else {
+      fail(pair, "unknown key '" + std::string(key) + "'");
+    }
+  }
+  if (!unused.empty()) {
+    log_message(LogLevel::kWarning, "%.*s: %s configure CUDA's allocator only; oclvm ignores them",
+                static_cast<int>(what.size()), what.data(), unused.c_str());
+  }
+  return conf;
+}
+
 Options Options::from_environment() {
   Options options;
   if (const char* platform = std::getenv("OCLVM_PLATFORM")) options.platform = platform;
@@ -62,6 +168,9 @@ Options Options::from_environment() {
   }
   if (const char* faults = std::getenv("OCLVM_FAULTS")) {
     options.faults = FaultOptions::parse(faults, "OCLVM_FAULTS");
+  }
+  if (const char* conf = std::getenv("PYTORCH_ALLOC_CONF")) {
+    options.alloc_conf = AllocConf::parse(conf, "PYTORCH_ALLOC_CONF");
   }
   return options;
 }

@@ -7,6 +7,7 @@
 //   OCLVM_ALLOCATOR      caching | buddy | system                         (default: highest priority)
 //   OCLVM_MEMORY_LIMIT   per-device limit in bytes, K/M/G suffixes (1024-based); 0 = none
 //   OCLVM_FAULTS         fault injection rules for every device (storage/faults.h)  (default: none)
+//   PYTORCH_ALLOC_CONF   PyTorch's allocator settings; those the caching allocator has (AllocConf)
 //   POCL_DEVICES         read by PoCL itself. If unset, oclvm sets it to `basic` before its first
 //                        OpenCL call (PoCL's basic driver has ~100x lower command latency than the
 //                        default pthread driver); a user's value is never overwritten.
@@ -24,6 +25,22 @@
 
 namespace oclvm {
 
+// The settings of PyTorch's PYTORCH_ALLOC_CONF that mean something to oclvm's caching allocator
+// (CachingAllocatorOptions documents each; the buddy and system allocators have no such policy).
+// Text form as PyTorch's: "key:value" pairs separated by commas, e.g.
+// "max_split_size_mb:64,roundup_power2_divisions:4,garbage_collection_threshold:0.8".
+struct AllocConf {
+  uint64_t max_split_bytes = 0;          // max_split_size_mb, in bytes; 0: no limit
+  size_t roundup_power2_divisions = 0;   // 0: off; else a power of two
+  double garbage_collection_threshold = 0.0;  // 0: off; else in (0, 1)
+
+  // Throws InvalidArgument naming `what` (the variable) and the pair for an unknown key, a
+  // malformed value or a value out of range, listing the keys that apply. PyTorch's keys for
+  // CUDA alone (expandable_segments, pinned_use_cuda_host_register, ...) are accepted and left
+  // unused, with one warning through the log handler, so that one environment serves both.
+  static AllocConf parse(std::string_view text, std::string_view what);
+};
+
 struct Options {
   // Substring of the OpenCL platform name; empty picks the first platform that has devices.
   std::string platform;
@@ -36,6 +53,8 @@ struct Options {
   FaultOptions faults;
   // Value given to POCL_DEVICES when the environment has none; empty leaves PoCL's own default.
   std::string pocl_default_devices = "basic";
+  // PYTORCH_ALLOC_CONF's settings for the caching allocator.
+  AllocConf alloc_conf;
 
   // Reads the variables listed above over the defaults. Throws InvalidArgument naming the
   // variable when one is malformed (e.g. OCLVM_MEMORY_LIMIT=12Q).

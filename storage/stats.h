@@ -71,8 +71,8 @@ struct DeviceStats {
   int64_t num_sync_all_streams = 0;  // device-wide synchronizations done to free memory
   int64_t num_device_alloc = 0;      // segments created from the driver (backend allocations)
   int64_t num_device_free = 0;       // segments given back to the driver
-  StatArray oversize_allocations{};  // PyTorch's max_split_size feature; unused, always 0
-  StatArray oversize_segments{};     // PyTorch's max_split_size feature; unused, always 0
+  StatArray oversize_allocations{};  // blocks of at least max_split_size (caching allocator)
+  StatArray oversize_segments{};     // segments of at least max_split_size (caching allocator)
   int64_t max_split_size = 0;        // 0: blocks of every size may be split
 
   // Multi-line "name: current peak allocated freed" text for people and test failure messages.
@@ -124,6 +124,13 @@ class DeviceStatsTracker {
   void on_segment_release(StatType pool, size_t bytes);
   // Free split pieces changed by `count` blocks and `bytes` bytes (either sign).
   void on_inactive_split(StatType pool, int64_t count, int64_t bytes);
+  // A block or segment of at least max_split_size (Note [Oversize blocks]) came (+1) or went (-1).
+  void on_oversize_allocation(StatType pool, int64_t delta) {
+    add(stats_.oversize_allocations, pool, delta);
+  }
+  void on_oversize_segment(StatType pool, int64_t delta) {
+    add(stats_.oversize_segments, pool, delta);
+  }
   void on_oom() { ++stats_.num_ooms; }
   void on_alloc_retry() { ++stats_.num_alloc_retries; }
 

@@ -122,6 +122,21 @@ oclvm_cli_test(usage.bad_environment 2
   ARGS replay ${OCLVM_CLI_DATA}/small.trace
   ENV OCLVM_MEMORY_LIMIT=12Q
   STDERR "OCLVM_MEMORY_LIMIT" "usage: oclvm")
+# PyTorch's allocator settings reach the caching allocator: rounding to quarter steps between
+# powers of two raises the allocated peak of the CNN trace's first 200 events from 82058240
+# bytes (the default, replay.cnn_head_default) to 82320384; an unknown key is a usage error.
+set(OCLVM_CNN_HEAD ${PROJECT_SOURCE_DIR}/fuzz/corpus/trace/cnn_train_head200.trace)
+oclvm_cli_test(replay.cnn_head_default 0
+  ARGS replay ${OCLVM_CNN_HEAD} --allocator caching
+  STDOUT "\nallocated_peak_bytes: +82058240 ")
+oclvm_cli_test(replay.alloc_conf_roundup 0
+  ARGS replay ${OCLVM_CNN_HEAD} --allocator caching
+  ENV PYTORCH_ALLOC_CONF=roundup_power2_divisions:4
+  STDOUT "\nallocated_peak_bytes: +82320384 ")
+oclvm_cli_test(usage.bad_alloc_conf 2
+  ARGS replay ${OCLVM_CNN_HEAD}
+  ENV PYTORCH_ALLOC_CONF=max_split_mb:64
+  STDERR "Expected PYTORCH_ALLOC_CONF to be key:value pairs" "unknown key 'max_split_mb'" "usage: oclvm")
 
 # --- Malformed traces and bad usage: exit 2 with an exact message.
 oclvm_cli_test(replay.double_free_exits_2 2

@@ -902,5 +902,150 @@ TEST_F(CachingAllocatorTest, RandomizedOperationsUnderALimitKeepEveryInvariant) 
   run_random_ops(testing::host_backend(), options, 7u, 20000);
 }
 
+// ---------------------------------------------------------------------------------------------
+// PyTorch's settings (PYTORCH_ALLOC_CONF): roundup_power2_divisions, max_split_size_mb,
+// garbage_collection_threshold. Each test shows the setting's effect against the default policy.
+
+TEST_F(CachingAllocatorTest, RoundupPower2DivisionsRoundsToEqualSteps) {
+  CachingAllocatorOptions options;
+  options.roundup_power2_divisions = 4;
+  CachingAllocator allocator(device(), options);
+  CachingAllocator plain(device());
+  // 1100 KiB lies between 1 MiB and 2 MiB, whose quarters are 256 KiB: it takes 1280 KiB.
+  Allocation a = allocator.allocate(1100 * kKiB);
+  Allocation p = plain.allocate(1100 * kKiB);
+  allocator.check_invariants();
+  EXPECT_EQ(allocator.stats().allocated_bytes[kAll].current, i64(1280 * kKiB));
+  EXPECT_EQ(allocator.stats().requested_bytes[kAll].current, i64(1100 * kKiB));
+  EXPECT_EQ(plain.stats().allocated_bytes[kAll].current, i64(1100 * kKiB));
+  // So a request a little larger gets the same block size (the default gives every size its own).
+  allocator.deallocate(a);
+  plain.deallocate(p);
+  Allocation b = allocator.allocate(1200 * kKiB);
+  Allocation q = plain.allocate(1200 * kKiB);
+  allocator.check_invariants();
+  EXPECT_EQ(b.ptr, a.ptr);
+  EXPECT_EQ(allocator.stats().num_device_alloc, 1);
+  EXPECT_EQ(allocator.stats().allocated_bytes[kAll].current, i64(1280 * kKiB));
+  EXPECT_EQ(plain.stats().allocated_bytes[kAll].current, i64(1200 * kKiB));
+  allocator.deallocate(b);
+  plain.deallocate(q);
+  // Powers of two and sizes up to quantum * divisions keep the plain rounding.
+  for (size_t n : {size_t{1000}, size_t{2048}, size_t{2 * kMiB}, size_t{64 * kMiB}}) {
+    Allocation c = allocator.allocate(n);
+    EXPECT_EQ(allocator.stats().allocated_bytes[kAll].current, i64(round_up(n, 512))) << n;
+    allocator.deallocate(c);
+  }
+  allocator.check_invariants();
+  allocator.empty_cache();
+  plain.empty_cache();
+  testing::expect_nothing_live(allocator);
+  testing::expect_nothing_live(plain);
+
+  options.roundup_power2_divisions = 3;
+  expect_invalid_argument([&] { CachingAllocator bad(device(), options); },
+                          {"roundup_power2_divisions", "3"});
+}
+
+TEST_F(CachingAllocatorTest, MaxSplitSizeKeepsOversizeBlocksWhole) {
+  CachingAllocatorOptions options;
+  options.max_split_bytes = 32 * kMiB;
+  CachingAllocator allocator(device(), options);
+  CachingAllocator plain(device());
+
+  // An oversize block is counted, and a smaller request does not carve it up: it gets a segment
+  // of its own (the default policy splits the cached 40 MiB block).
+  for (CachingAllocator* a : {&allocator, &plain}) {
+    Allocation big = a->allocate(40 * kMiB);
+    a->deallocate(big);
+    Allocation smaller = a->allocate(30 * kMiB);
+    a->check_invariants();
+    const DeviceStats s = a->stats();
+    if (a == &allocator) {
+      EXPECT_EQ(s.oversize_segments[kLarge].peak, 1);
+      EXPECT_EQ(s.oversize_allocations[kLarge].peak, 1);
+      EXPECT_EQ(s.oversize_allocations[kLarge].current, 0);
+      EXPECT_EQ(s.num_device_alloc, 2);
+      EXPECT_EQ(s.inactive_split[kLarge].current, 0);
+    } else {
+      EXPECT_EQ(s.oversize_allocations[kLarge].peak, 0);
+      EXPECT_EQ(s.num_device_alloc, 1);
+      EXPECT_EQ(s.inactive_split[kLarge].current, 1);
+    }
+    a->deallocate(smaller);
+    a->empty_cache();
+  }
+
+  // An oversize request takes a cached oversize block whole when it wastes at most 20 MiB...
+  Allocation fifty = allocator.allocate(50 * kMiB);
+  allocator.deallocate(fifty);
+  const int64_t device_allocs = allocator.stats().num_device_alloc;
+  Allocation forty = allocator.allocate(40 * kMiB);
+  allocator.check_invariants();
+  EXPECT_EQ(forty.ptr, fifty.ptr);
+  EXPECT_EQ(allocator.stats().num_device_alloc, device_allocs);
+  EXPECT_EQ(allocator.stats().allocated_bytes[kLarge].current, i64(50 * kMiB)) << "not split";
+  EXPECT_EQ(allocator.stats().requested_bytes[kLarge].current, i64(40 * kMiB));
+  EXPECT_EQ(allocator.stats().oversize_allocations[kLarge].current, 1);
+  allocator.deallocate(forty);
+  // ... and not when it would waste more: 50 MiB for 33 MiB wastes 17, for 29 MiB (not oversize)
+  // nothing is taken, for 34 of a 60 MiB block 26 would be wasted.
+  Allocation sixty = allocator.allocate(60 * kMiB);
+  allocator.deallocate(sixty);
+  const int64_t before = allocator.stats().num_device_alloc;
+  Allocation thirty_four = allocator.allocate(34 * kMiB);
+  allocator.check_invariants();
+  EXPECT_EQ(allocator.stats().num_device_alloc, before + 1);
+  EXPECT_EQ(allocator.stats().allocated_bytes[kLarge].current, i64(34 * kMiB));
+  allocator.deallocate(thirty_four);
+  allocator.check_invariants();
+  allocator.empty_cache();
+  EXPECT_EQ(allocator.stats().oversize_segments[kLarge].current, 0);
+  testing::expect_nothing_live(allocator);
+  testing::expect_nothing_live(plain);
+}
+
+TEST_F(CachingAllocatorTest, GarbageCollectionThresholdGivesBackTheOldestFreeSegments) {
+  // Ten 1 MiB blocks in five 2 MiB small segments; the first four segments then wholly free.
+  // A 4 MiB large block comes next, under a 16 MiB limit: the default policy keeps the cache
+  // (14 MiB fits the limit); with a threshold of 0.5 (8 MiB), three of the four free segments
+  // go back first, the oldest first, so that 4 + 4 MiB stays at the threshold.
+  for (double threshold : {0.0, 0.5}) {
+    CachingAllocatorOptions options;
+    options.memory_limit = 16 * kMiB;
+    options.garbage_collection_threshold = threshold;
+    CachingAllocator allocator(device(), options);
+    std::vector<Allocation> blocks;
+    for (int i = 0; i < 10; ++i) blocks.push_back(allocator.allocate(1 * kMiB));
+    ASSERT_EQ(allocator.segment_count(), 5u);
+    for (int i = 0; i < 8; ++i) allocator.deallocate(blocks[static_cast<size_t>(i)]);
+    const void* newest_free = blocks[6].segment;
+    Allocation large = allocator.allocate(4 * kMiB);
+    allocator.check_invariants();
+    const DeviceStats s = allocator.stats();
+    if (threshold == 0.0) {
+      EXPECT_EQ(s.num_device_free, 0);
+      EXPECT_EQ(s.reserved_bytes[kAll].current, i64(14 * kMiB));
+    } else {
+      EXPECT_EQ(s.num_device_free, 3);
+      EXPECT_EQ(s.reserved_bytes[kAll].current, i64(8 * kMiB));
+      // The free segment kept is the newest of the four.
+      Allocation again = allocator.allocate(1 * kMiB);
+      EXPECT_EQ(again.segment, newest_free);
+      allocator.deallocate(again);
+    }
+    allocator.deallocate(large);
+    allocator.deallocate(blocks[8]);
+    allocator.deallocate(blocks[9]);
+    allocator.check_invariants();
+    allocator.empty_cache();
+    testing::expect_nothing_live(allocator);
+  }
+  CachingAllocatorOptions options;
+  options.garbage_collection_threshold = 1.0;
+  expect_invalid_argument([&] { CachingAllocator bad(device(), options); },
+                          {"garbage_collection_threshold"});
+}
+
 }  // namespace
 }  // namespace oclvm

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "oclvm/storage/errors.h"
+#include "oclvm/storage/log.h"
 #include "oclvm/storage/options.h"
 
 namespace oclvm {
@@ -111,7 +112,8 @@ TEST(FormatBytesTest, LargerCountsUseTwoDecimals) {
 class OptionsEnvironmentTest : public ::testing::Test {
  protected:
   static constexpr const char* kVariables[] = {"OCLVM_MEMORY_LIMIT", "OCLVM_ALLOCATOR",
-                                               "OCLVM_PLATFORM", "OCLVM_FAULTS"};
+                                               "OCLVM_PLATFORM", "OCLVM_FAULTS",
+                                               "PYTORCH_ALLOC_CONF"};
 
   void SetUp() override {
     for (const char* name : kVariables) {
@@ -186,6 +188,89 @@ TEST_F(OptionsEnvironmentTest, MalformedLimitNamesTheVariable) {
       EXPECT_NE(message.find(std::string("'") + text + "'"), std::string::npos) << message;
     }
   }
+}
+
+// ---------------------------------------------------------------------------------------------
+// PYTORCH_ALLOC_CONF (AllocConf::parse).
+
+// Expects AllocConf::parse(text) to throw InvalidArgument naming the variable, the pair and `why`.
+void expect_conf_rejected(const std::string& text, const std::string& pair, const std::string& why) {
+  try {
+    AllocConf::parse(text, "PYTORCH_ALLOC_CONF");
+    ADD_FAILURE() << "'" << text << "' was accepted";
+  } catch (const InvalidArgument& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("Expected PYTORCH_ALLOC_CONF"), std::string::npos) << message;
+    EXPECT_NE(message.find("max_split_size_mb, roundup_power2_divisions and "
+                           "garbage_collection_threshold"),
+              std::string::npos)
+        << message;
+    EXPECT_NE(message.find("'" + pair + "'"), std::string::npos) << message;
+    EXPECT_NE(message.find(why), std::string::npos) << message;
+  }
+}
+
+TEST(AllocConfTest, ReadsEveryKeyTheCachingAllocatorHas) {
+  const AllocConf conf = AllocConf::parse(
+      " max_split_size_mb:64 , roundup_power2_divisions:4,garbage_collection_threshold:0.75",
+      "PYTORCH_ALLOC_CONF");
+  EXPECT_EQ(conf.max_split_bytes, 64 * kMiB);
+  EXPECT_EQ(conf.roundup_power2_divisions, 4u);
+  EXPECT_DOUBLE_EQ(conf.garbage_collection_threshold, 0.75);
+  const AllocConf none = AllocConf::parse("", "PYTORCH_ALLOC_CONF");
+  EXPECT_EQ(none.max_split_bytes, 0u);
+  EXPECT_EQ(none.roundup_power2_divisions, 0u);
+  EXPECT_EQ(none.garbage_collection_threshold, 0.0);
+}
+
+TEST(AllocConfTest, RejectsUnknownKeysAndBadValuesNamingThePair) {
+  expect_conf_rejected("max_split_size_mb:64,max_split_mb:3", "max_split_mb:3",
+                       "unknown key 'max_split_mb'");
+  expect_conf_rejected("max_split_size_mb", "max_split_size_mb", "no ':'");
+  expect_conf_rejected("max_split_size_mb:20", "max_split_size_mb:20", "more than 20");
+  expect_conf_rejected("max_split_size_mb:1.5", "max_split_size_mb:1.5", "whole number");
+  expect_conf_rejected("max_split_size_mb:-64", "max_split_size_mb:-64", "whole number");
+  expect_conf_rejected("roundup_power2_divisions:3", "roundup_power2_divisions:3", "power of two");
+  expect_conf_rejected("roundup_power2_divisions:0", "roundup_power2_divisions:0", "power of two");
+  expect_conf_rejected("roundup_power2_divisions:[256:1,512:2,>:4]",
+                       "roundup_power2_divisions:[256:1,512:2,>:4]", "per-size list form");
+  expect_conf_rejected("garbage_collection_threshold:1", "garbage_collection_threshold:1",
+                       "between 0 and 1");
+  expect_conf_rejected("garbage_collection_threshold:0", "garbage_collection_threshold:0",
+                       "between 0 and 1");
+  expect_conf_rejected("garbage_collection_threshold:x", "garbage_collection_threshold:x",
+                       "not a number");
+}
+
+struct CapturedLog {
+  std::vector<std::string> lines;
+  static void handle(LogLevel, const char* message, void* context) {
+    static_cast<CapturedLog*>(context)->lines.emplace_back(message);
+  }
+};
+
+TEST(AllocConfTest, CudaOnlyKeysAreAcceptedUnusedWithOneWarning) {
+  CapturedLog log;
+  set_log_handler(&CapturedLog::handle, &log);
+  const AllocConf conf = AllocConf::parse(
+      "expandable_segments:True,max_split_size_mb:128,pinned_use_cuda_host_register:True",
+      "PYTORCH_ALLOC_CONF");
+  set_log_handler(nullptr);
+  EXPECT_EQ(conf.max_split_bytes, 128 * kMiB);
+  ASSERT_EQ(log.lines.size(), 1u);
+  EXPECT_NE(log.lines[0].find("expandable_segments, pinned_use_cuda_host_register"),
+            std::string::npos)
+      << log.lines[0];
+  EXPECT_NE(log.lines[0].find("oclvm ignores them"), std::string::npos) << log.lines[0];
+}
+
+TEST_F(OptionsEnvironmentTest, ReadsPytorchAllocConf) {
+  setenv("PYTORCH_ALLOC_CONF", "max_split_size_mb:256,roundup_power2_divisions:2", 1);
+  const Options options = Options::from_environment();
+  EXPECT_EQ(options.alloc_conf.max_split_bytes, 256 * kMiB);
+  EXPECT_EQ(options.alloc_conf.roundup_power2_divisions, 2u);
+  setenv("PYTORCH_ALLOC_CONF", "no_such_key:1", 1);
+  EXPECT_THROW(Options::from_environment(), InvalidArgument);
 }
 
 }  // namespace

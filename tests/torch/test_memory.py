@@ -182,10 +182,32 @@ def test_leak_loop_without_gc_returns_memory_immediately():
         assert torch.opencl.memory_allocated() == allocated
 
 
-def _run(script: str, limit: str = "64M") -> subprocess.CompletedProcess:
-    env = dict(os.environ, OCLVM_MEMORY_LIMIT=limit, PYTHONPATH=os.pathsep.join(sys.path))
+def _run(script: str, limit: str = "64M", **env) -> subprocess.CompletedProcess:
+    env = dict(os.environ, OCLVM_MEMORY_LIMIT=limit, PYTHONPATH=os.pathsep.join(sys.path), **env)
     return subprocess.run([sys.executable, "-c", textwrap.dedent(script)], env=env,
                           capture_output=True, text=True, timeout=180)
+
+
+def test_pytorch_alloc_conf_reaches_the_device_allocator():
+    """PYTORCH_ALLOC_CONF's max_split_size_mb, as on CUDA: a 30 MiB tensor is an oversize
+    allocation in a segment of its own, and a 15 MiB one made after it is freed does not carve
+    it up (without the setting it would: one inactive split)."""
+    script = """
+        import torch
+        x = torch.empty(30 << 20, dtype=torch.uint8, device="opencl")
+        s = torch.opencl.memory_stats()
+        print(s["oversize_allocations.all.current"], s["oversize_segments.all.current"])
+        del x
+        y = torch.empty(15 << 20, dtype=torch.uint8, device="opencl")
+        s = torch.opencl.memory_stats()
+        print(s["oversize_allocations.all.current"], s["inactive_split.all.current"])
+    """
+    out = _run(script, limit="0", PYTORCH_ALLOC_CONF="max_split_size_mb:21")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split("\n")[:2] == ["1 1", "0 0"], out.stdout + out.stderr
+    plain = _run(script, limit="0")
+    assert plain.returncode == 0, plain.stderr
+    assert plain.stdout.split("\n")[:2] == ["0 0", "0 1"], plain.stdout + plain.stderr
 
 
 def test_out_of_memory_counts_and_device_keeps_working():
