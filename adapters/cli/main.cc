@@ -2,6 +2,7 @@
 //
 //   oclvm run FILE... [--trace]
 //   oclvm replay FILE [--allocator NAME] [--device DEVICE] [--limit BYTES] [--repeat N] [--json]
+//                     [--plot OUT.svg [--compare]]
 //   oclvm devices
 //   oclvm help | --help | -h
 //   oclvm version | --version     prints "oclvm MAJOR.MINOR.PATCH"
@@ -20,14 +21,19 @@
 // the environment).
 //
 // Thread-safety: single-threaded program.
+#include <cerrno>
 #include <charconv>
 #include <cstdio>
 #include <exception>
 #include <memory>
+#include <optional>
+#include <cstring>
+#include <iterator>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "adapters/cli/plot.h"
 #include "adapters/cli/replay.h"
 #include "adapters/cli/run_command.h"
 #include "adapters/cli/trace.h"
@@ -62,6 +68,9 @@ constexpr const char* kUsage =
     "                           (default: OCLVM_MEMORY_LIMIT, else none)\n"
     "      --repeat N           replay the whole trace N times (default: 1)\n"
     "      --json               print one JSON object instead of the text report\n"
+    "      --plot OUT.svg       also draw live and reserved bytes over the events (SVG)\n"
+    "      --compare            with --plot: replay under every allocator, one report and\n"
+    "                           one reserved line each, in one picture\n"
     "  devices                  list the OpenCL platform and every device\n"
     "  help, --help, -h         print this text\n"
     "  version, --version       print the version of oclvm\n"
@@ -84,6 +93,8 @@ struct ReplayArguments {
   uint64_t limit = 0;
   uint64_t repeat = 1;
   bool json = false;
+  std::string plot;  // --plot: the SVG to write; empty: none
+  bool compare = false;
 };
 
 uint64_t parse_repeat(std::string_view text) {
@@ -134,9 +145,15 @@ ReplayArguments parse_replay_arguments(const std::vector<std::string_view>& args
         parsed.repeat = parse_repeat(value());
       } else if (flag == "--json" && !has_inline_value) {
         parsed.json = true;
+      } else if (flag == "--plot") {
+        parsed.plot = std::string(value());
+        if (parsed.plot.empty()) throw UsageError("Expected a file name after --plot, but got ''");
+      } else if (flag == "--compare" && !has_inline_value) {
+        parsed.compare = true;
       } else if (arg.starts_with("-") && arg != "-") {
-        throw UsageError("Expected one of --allocator, --device, --limit, --repeat, --json, but got '" +
-                         std::string(arg) + "'");
+        throw UsageError(
+            "Expected one of --allocator, --device, --limit, --repeat, --json, --plot, --compare, "
+            "but got '" + std::string(arg) + "'");
       } else if (!have_file) {
         parsed.file = std::string(arg);
         have_file = true;
@@ -148,8 +165,48 @@ ReplayArguments parse_replay_arguments(const std::vector<std::string_view>& args
     }
   }
   if (!have_file) throw UsageError("Expected a trace FILE after 'replay', but got none");
+  if (parsed.compare && parsed.plot.empty()) {
+    throw UsageError("Expected --plot OUT.svg with --compare, but got none");
+  }
+  if (parsed.compare && !parsed.allocator.empty()) {
+    throw UsageError("Expected either --compare (every allocator) or --allocator " +
+                     parsed.allocator + ", but got both");
+  }
   return parsed;
 }
+
+// The colours of the reserved lines, one per allocator replayed; the trace's live line is black.
+constexpr const char* kPlotColors[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e"};
+
+// The file `--plot` writes, opened before anything is replayed so that a path that cannot be
+// written fails first, with nothing printed. Throws Error naming the file.
+class PlotFile {
+ public:
+  explicit PlotFile(const std::string& path) : path_(path), file_(std::fopen(path.c_str(), "wb")) {
+    if (file_ == nullptr) {
+      throw Error("Expected to write the plot to '" + path + "', but opening it failed (" +
+                  std::strerror(errno) + ")");
+    }
+  }
+  ~PlotFile() {
+    if (file_ != nullptr) std::fclose(file_);
+  }
+  PlotFile(const PlotFile&) = delete;
+  PlotFile& operator=(const PlotFile&) = delete;
+
+  void write(const std::string& text) {
+    const bool written = std::fwrite(text.data(), 1, text.size(), file_) == text.size();
+    const bool closed = std::fclose(file_) == 0;
+    file_ = nullptr;
+    if (!written || !closed) {
+      throw Error("Expected to write the plot to '" + path_ + "', but writing it failed");
+    }
+  }
+
+ private:
+  std::string path_;
+  std::FILE* file_;
+};
 
 int run_replay(const std::vector<std::string_view>& args) {
   ReplayArguments parsed = parse_replay_arguments(args);
@@ -158,28 +215,57 @@ int run_replay(const std::vector<std::string_view>& args) {
   // Setup: every InvalidArgument here (malformed environment, a device that does not exist, an
   // unknown allocator name) is the user's input, so it is a usage error.
   MemoryBackend* backend = nullptr;
-  std::unique_ptr<Allocator> allocator;
+  Options options;
+  std::vector<std::string> allocators;  // the names replayed, in order
   try {
-    Options options = Options::from_environment();
-    if (!parsed.allocator.empty()) options.allocator = parsed.allocator;
+    options = Options::from_environment();
     if (parsed.has_limit) options.memory_limit = parsed.limit;
     backend = &DeviceManager::instance().backend(parsed.device);
-    allocator = AllocatorRegistry::instance().create(*backend, options);
+    if (parsed.compare) {
+      for (const auto& [name, priority] : AllocatorRegistry::instance().entries()) {
+        allocators.push_back(name);
+      }
+    } else {
+      if (!parsed.allocator.empty()) options.allocator = parsed.allocator;
+      allocators.push_back(AllocatorRegistry::instance().default_name(options));
+    }
   } catch (const InvalidArgument& e) {
     throw UsageError(e.what());
   }
 
+  std::optional<PlotFile> plot_file;
+  if (!parsed.plot.empty()) plot_file.emplace(parsed.plot);
   ReplayOptions replay_options;
   replay_options.repeat = parsed.repeat;
-  ReplayReport report = replay(trace, *allocator, replay_options);
-  allocator.reset();
-
-  std::string out = parsed.json ? format_json(report) + "\n" : format_text(report);
-  std::fputs(out.c_str(), stdout);
+  replay_options.record_series = plot_file.has_value();
+  PlotSpec plot;
+  uint64_t ooms = 0;
+  for (size_t i = 0; i < allocators.size(); ++i) {
+    options.allocator = allocators[i];
+    std::unique_ptr<Allocator> allocator = AllocatorRegistry::instance().create(*backend, options);
+    ReplayReport report = replay(trace, *allocator, replay_options);
+    allocator.reset();
+    ooms += report.ooms;
+    std::string out = parsed.json ? format_json(report) + "\n" : format_text(report);
+    if (i > 0 && !parsed.json) out = "\n" + out;
+    std::fputs(out.c_str(), stdout);
+    if (!replay_options.record_series) continue;
+    if (i == 0) {
+      plot.title = "oclvm replay " + trace.file + " on " + report.device +
+                   (report.limit_bytes != 0 ? ", limit " + format_bytes(report.limit_bytes) : "");
+      plot.series.push_back(PlotSeries{"live (the trace)", "#000000", false,
+                                       std::move(report.live_series)});
+    }
+    plot.series.push_back(PlotSeries{"reserved: " + report.allocator + " (peak " +
+                                         format_bytes(report.reserved_peak_bytes) + ")",
+                                     kPlotColors[i % std::size(kPlotColors)], true,
+                                     std::move(report.reserved_series)});
+  }
   std::fflush(stdout);
-  if (report.ooms > 0) {
+  if (plot_file) plot_file->write(svg_line_chart(plot));
+  if (ooms > 0) {
     std::fprintf(stderr, "oclvm: %llu allocation(s) ran out of memory during the replay\n",
-                 static_cast<unsigned long long>(report.ooms));
+                 static_cast<unsigned long long>(ooms));
     return kExitOutOfMemory;
   }
   return kExitOk;

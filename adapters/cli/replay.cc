@@ -66,8 +66,24 @@ class SlotTable {
   bool finished_ = false;
 };
 
+// The series `--plot` draws (ReplayOptions::record_series): the trace's live bytes, as the trace
+// says, whatever the allocator did, and what the allocator reserved, after each event.
+struct Series {
+  uint64_t live = 0;
+  ReplayReport* report = nullptr;  // null: not recording
+
+  void record(const TraceEvent& event, const Allocator& allocator) {
+    if (report == nullptr) return;
+    // A free carries the bytes of its allocation (TraceEvent::bytes).
+    live = event.kind == TraceEventKind::kAllocate ? live + event.bytes : live - event.bytes;
+    report->live_series.push_back(live);
+    report->reserved_series.push_back(
+        static_cast<uint64_t>(allocator.stats().reserved_bytes[kAggregate].current));
+  }
+};
+
 // One pass over the trace. Returns the allocations that ran out of memory.
-uint64_t replay_pass(const Trace& trace, Allocator& allocator, SlotTable& slots) {
+uint64_t replay_pass(const Trace& trace, Allocator& allocator, SlotTable& slots, Series& series) {
   uint64_t ooms = 0;
   for (const TraceEvent& event : trace.events) {
     Allocation& slot = slots[event.slot];
@@ -83,7 +99,9 @@ uint64_t replay_pass(const Trace& trace, Allocator& allocator, SlotTable& slots)
       slot = Allocation{};
       allocator.deallocate(taken);
     }
+    series.record(event, allocator);
   }
+  series.live = 0;  // the trace's leftovers are freed below
   slots.free_all();  // what the trace leaves live, so the next pass starts clean
   return ooms;
 }
@@ -140,9 +158,15 @@ ReplayReport replay(const Trace& trace, Allocator& allocator, const ReplayOption
   DeviceStats after_loop;
   {
     SlotTable slots(allocator, trace.num_slots);
+    Series series;
+    if (options.record_series) {
+      series.report = &report;
+      report.live_series.reserve(trace.events.size() * options.repeat);
+      report.reserved_series.reserve(trace.events.size() * options.repeat);
+    }
     const auto start = std::chrono::steady_clock::now();
     for (uint64_t pass = 0; pass < options.repeat; ++pass) {
-      ooms += replay_pass(trace, allocator, slots);
+      ooms += replay_pass(trace, allocator, slots, series);
     }
     const auto stop = std::chrono::steady_clock::now();
     report.seconds = std::chrono::duration<double>(stop - start).count();

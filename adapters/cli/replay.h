@@ -23,6 +23,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "adapters/cli/trace.h"
 #include "oclvm/storage/allocator.h"
@@ -33,6 +34,10 @@ struct ReplayOptions {
   // Passes over the whole trace (>= 1). More than one measures the steady state, when the cache
   // already holds what the trace needs. Throws InvalidArgument when 0.
   uint64_t repeat = 1;
+  // Keep the trace's live bytes and the allocator's reserved bytes after every event (of every
+  // pass) in ReplayReport::live_series / reserved_series, for a picture (`--plot`). Each event
+  // then also reads the allocator's statistics, which `seconds` includes.
+  bool record_series = false;
 };
 
 struct ReplayReport {
@@ -55,6 +60,8 @@ struct ReplayReport {
   double seconds = 0;                // wall time of the event loop over all passes (steady_clock),
                                      // without the final empty_cache
   double events_per_s = 0;           // events / seconds; 0 when seconds is 0
+  std::vector<uint64_t> live_series;      // with record_series: bytes the trace holds live
+  std::vector<uint64_t> reserved_series;  // with record_series: reserved_bytes, all pools
 };
 
 // Replays `trace` through `allocator` (see the semantics above). Throws InvalidArgument for

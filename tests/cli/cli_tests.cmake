@@ -133,6 +133,21 @@ oclvm_cli_test(replay.alloc_conf_roundup 0
   ARGS replay ${OCLVM_CNN_HEAD} --allocator caching
   ENV PYTORCH_ALLOC_CONF=roundup_power2_divisions:4
   STDOUT "\nallocated_peak_bytes: +82320384 ")
+# --plot draws the replay (the SVG itself is checked by parsing it in plot_test.cc);
+# --compare replays under every allocator, one report each.
+oclvm_cli_test(replay.plot_compare 0
+  ARGS replay ${OCLVM_CLI_DATA}/small.trace --plot ${CMAKE_BINARY_DIR}/replay_small_compare.svg --compare
+  STDOUT "allocator: +caching\n" "\nallocator: +buddy\n" "\nallocator: +system\n")
+oclvm_cli_test(usage.compare_without_plot 2
+  ARGS replay ${OCLVM_CLI_DATA}/small.trace --compare
+  STDERR "^oclvm: error: Expected --plot OUT.svg with --compare, but got none\n")
+oclvm_cli_test(usage.compare_with_allocator 2
+  ARGS replay ${OCLVM_CLI_DATA}/small.trace --plot x.svg --compare --allocator buddy
+  STDERR "Expected either --compare .every allocator. or --allocator buddy, but got both")
+oclvm_cli_test(replay.plot_unwritable_exits_1 1
+  ARGS replay ${OCLVM_CLI_DATA}/small.trace --plot ${CMAKE_BINARY_DIR}/no_such_dir/x.svg
+  STDOUT "^$"
+  STDERR "^oclvm: error: Expected to write the plot to '[^']*/no_such_dir/x.svg', but opening it failed .No such file or directory.\n$")
 oclvm_cli_test(usage.bad_alloc_conf 2
   ARGS replay ${OCLVM_CNN_HEAD}
   ENV PYTORCH_ALLOC_CONF=max_split_mb:64
@@ -221,7 +236,7 @@ oclvm_cli_test(bad_input.empty_allocator 2
 oclvm_cli_test(bad_input.json_with_a_value 2
   ARGS replay ${OCLVM_CLI_DATA}/small.trace --json=1
   STDOUT "^$"
-  STDERR "^oclvm: error: Expected one of --allocator, --device, --limit, --repeat, --json, but got '--json=1'\n")
+  STDERR "^oclvm: error: Expected one of --allocator, --device, --limit, --repeat, --json, --plot, --compare, but got '--json=1'\n")
 oclvm_cli_test(bad_input.repeat_not_a_number 2
   ARGS replay ${OCLVM_CLI_DATA}/small.trace --repeat abc
   STDOUT "^$"
