@@ -196,11 +196,11 @@ def test_pytorch_alloc_conf_reaches_the_device_allocator():
         import torch
         x = torch.empty(30 << 20, dtype=torch.uint8, device="opencl")
         s = torch.opencl.memory_stats()
-        print(s["oversize_allocations.all.current"], s["oversize_segments.all.current"])
+        print(s["oversize_allocations.current"], s["oversize_segments.current"])
         del x
         y = torch.empty(15 << 20, dtype=torch.uint8, device="opencl")
         s = torch.opencl.memory_stats()
-        print(s["oversize_allocations.all.current"], s["inactive_split.all.current"])
+        print(s["oversize_allocations.current"], s["inactive_split.all.current"])
     """
     out = _run(script, limit="0", PYTORCH_ALLOC_CONF="max_split_size_mb:21")
     assert out.returncode == 0, out.stderr
