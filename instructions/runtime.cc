@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "oclvm/storage/address_space.h"
 #include "oclvm/storage/device_manager.h"
 #include "oclvm/storage/errors.h"
 #include "oclvm/storage/log.h"
@@ -47,15 +48,18 @@ void run_one(vm::VirtualMachine& vm, Build&& build) {
 // check reads the drained VM's allocators directly (VirtualMachine::stats_after_shutdown), with
 // no instruction and no queue, so it works on any thread, also one dispatching for another VM.
 struct Runtime::Core {
-  Core(const Options& options, const vm::VmOptions& vm_options)
-      : devices(options), vm(devices, options, vm_options), device_list(devices.devices()) {}
+  Core(std::unique_ptr<DeviceManager> discovered, const vm::VmOptions& vm_options)
+      : devices(std::move(discovered)),
+        vm(*devices, devices->options(), vm_options),
+        device_list(devices->devices()) {}
 
   // Shuts down, then deletes `core` unless blobs of it are still allocated (see the Note).
   static void retire(Core* core) noexcept;
   // Records `core` in a list that is never destroyed: it is never deleted, and stays reachable.
   static void keep(Core* core) noexcept;
 
-  DeviceManager devices;  // declared first: the VM's workers use its backends until they stop
+  // Declared first: the VM's workers use its backends until they stop. Never null.
+  const std::unique_ptr<DeviceManager> devices;
   vm::VirtualMachine vm;
   const std::vector<Device> device_list;
 };
@@ -117,7 +121,19 @@ void Runtime::Core::keep(Core* core) noexcept {
 }
 
 Runtime::Runtime(const Options& options, const vm::VmOptions& vm_options)
-    : core_(new Core(options, vm_options), &Core::retire) {}
+    : Runtime(std::make_unique<DeviceManager>(options), vm_options) {}
+
+namespace {
+
+std::unique_ptr<DeviceManager> checked(std::unique_ptr<DeviceManager> devices) {
+  if (devices == nullptr) throw InvalidArgument("Expected discovered devices, but got none");
+  return devices;
+}
+
+}  // namespace
+
+Runtime::Runtime(std::unique_ptr<DeviceManager> devices, const vm::VmOptions& vm_options)
+    : core_(new Core(checked(std::move(devices)), vm_options), &Core::retire) {}
 
 Runtime::~Runtime() {
   if (!vm::DeviceWorker::holds_execution_right_on_this_thread()) {
@@ -144,17 +160,31 @@ Runtime::~Runtime() {
   }
 }
 
-const Options& Runtime::options() const { return core_->devices.options(); }
+const Options& Runtime::options() const { return core_->devices->options(); }
 
 // ---------------------------------------------------------------------------------------------
 // Devices
 
 const std::vector<Device>& Runtime::devices() const { return core_->device_list; }
 
-size_t Runtime::opencl_device_count() const { return core_->devices.opencl_device_count(); }
+size_t Runtime::opencl_device_count() const { return core_->devices->opencl_device_count(); }
 
 const DeviceProperties& Runtime::properties(Device device) const {
-  return core_->devices.backend(device).properties();
+  return core_->devices->backend(device).properties();
+}
+
+std::optional<FoundAddress> Runtime::find(const void* device_address) const {
+  // Every segment of every device of the process has its own range of the one AddressSpace;
+  // the segment's backend says whose it is. The caller keeps the memory allocated, so the
+  // segment cannot go away while it is read here.
+  const ResolvedAddress where =
+      AddressSpace::instance().resolve(reinterpret_cast<uintptr_t>(device_address));
+  if (where.segment == nullptr || where.segment->backend == nullptr) return std::nullopt;
+  const Device device = where.segment->backend->device();
+  if (!core_->devices->has(device) || &core_->devices->backend(device) != where.segment->backend) {
+    return std::nullopt;  // a segment of another Runtime's (or the process-wide VM's) devices
+  }
+  return FoundAddress{device, where.segment->address, where.segment->size, where.offset};
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -191,6 +221,8 @@ InstructionsBuilder Runtime::builder() { return InstructionsBuilder(core_->vm); 
 vm::Stream& Runtime::stream(Device device, vm::StreamRole role, int user_index) {
   return core_->vm.stream(device, role, user_index);
 }
+
+vm::Stream* Runtime::find_stream(vm::StreamId id) const { return core_->vm.find_stream(id); }
 
 void Runtime::run(vm::InstructionList&& list) { core_->vm.run(std::move(list)); }
 

@@ -37,6 +37,7 @@
 #include "oclvm/instructions/instructions.h"
 #include "oclvm/storage/backend.h"
 #include "oclvm/storage/device.h"
+#include "oclvm/storage/device_manager.h"
 #include "oclvm/storage/options.h"
 #include "oclvm/storage/stats.h"
 #include "oclvm/storage/storage_objects.h"
@@ -44,6 +45,15 @@
 #include "oclvm/vm/virtual_machine.h"
 
 namespace oclvm {
+
+// Where a device address lies (Runtime::find): the device whose memory holds it, and the segment
+// (one allocation from the driver, which a caching allocator carves into many blobs) around it.
+struct FoundAddress {
+  Device device;
+  uintptr_t segment_address = 0;  // device address of the segment's byte 0
+  size_t segment_bytes = 0;       // the segment's size
+  size_t offset = 0;              // the address's offset in the segment
+};
 
 class Runtime {
  public:
@@ -55,6 +65,13 @@ class Runtime {
   // Throws InvalidArgument (a platform or allocator that does not exist; the message lists what
   // does), BackendError (an OpenCL call failed). On a throw nothing is left running.
   explicit Runtime(const Options& options = Options{}, const vm::VmOptions& vm_options = {});
+  // The same in two steps, for an embedder that must learn its devices before it may start
+  // threads (PyTorch asks for the device count at import, and programs fork after that; a forked
+  // child has none of its parent's threads): `devices` were discovered earlier
+  // (DeviceManager(options), which starts no thread of oclvm's), and the Runtime takes them over
+  // with their options and starts the device workers now. Throws InvalidArgument for null
+  // `devices` or an allocator that does not exist, BackendError; on a throw `devices` is gone too.
+  explicit Runtime(std::unique_ptr<DeviceManager> devices, const vm::VmOptions& vm_options = {});
   // shutdown(), then lets go of the devices (see the ownership rules above). Never throws.
   ~Runtime();
   Runtime(const Runtime&) = delete;
@@ -70,6 +87,13 @@ class Runtime {
   // Name, platform, driver version, memory, largest allocation, alignment. Throws
   // InvalidArgument naming the devices that exist when `device` is not one of them.
   const DeviceProperties& properties(Device device) const;
+  // The device memory of this Runtime holding `device_address`: any byte of a live segment of one
+  // of its devices (a blob's BlobStorage::device_address() plus an offset below its size is one).
+  // nullopt for any other address: host memory, memory given back to the driver, another
+  // Runtime's. O(1), takes no instruction and never waits for a worker. The memory must stay
+  // allocated during the call (the caller holds the blob); device addresses are never
+  // dereferenceable on the host (BlobStorage::host_address() is where the host reads).
+  std::optional<FoundAddress> find(const void* device_address) const;
 
   // ---- Storages -------------------------------------------------------------------------------
   // A TensorStorage of a contiguous blob of `shape` and `dtype` on `device`, allocated now (an
@@ -92,6 +116,9 @@ class Runtime {
   // unknown device or a negative user index, Error past 4096 streams.
   vm::Stream& stream(Device device, vm::StreamRole role = vm::StreamRole::kCompute,
                      int user_index = 0);
+  // The stream with this id (vm::Stream::id()), whatever its device and role; nullptr when this
+  // Runtime has none. Never creates one.
+  vm::Stream* find_stream(vm::StreamId id) const;
   // Synchronous: returns when every instruction of `list` and every device command it enqueued
   // has completed; rethrows the first error (InvalidArgument, OutOfMemoryError, BackendError,
   // Error, with the instruction and stream named). Throws InvalidArgument, running nothing, for a

@@ -1,4 +1,5 @@
-// adapters/torch/allocator.cc — CLDeviceAllocator: torch's PrivateUse1 allocator on oclvm's VM.
+// adapters/torch/allocator.cc — CLDeviceAllocator: torch's PrivateUse1 allocator on the adapter's
+// Runtime (registered in registration.cc).
 //
 // Note [Block registry]
 // ~~~~~~~~~~~~~~~~~~~~~
@@ -6,7 +7,7 @@
 // DataPtr context we made. For the first, the allocator keeps an ordered map from each live
 // block's start address to its TensorStorage (one mutex; insert at allocate, erase in the
 // deleter), so an interior address finds its block with one upper_bound. The alternative,
-// AddressSpace::resolve to (segment, offset), names a segment, not a BlobObject, and instructions
+// Runtime::find to (device, segment, offset), names a segment, not a BlobObject, and instructions
 // take blobs; a caching allocator puts many blocks in one segment, so the registry is what maps an
 // address to the blob. Operators use the DataPtr context directly (blob_of) and never the map.
 #include "adapters/torch/allocator.h"
@@ -15,20 +16,16 @@
 #include <c10/core/DeviceGuard.h>
 #include <c10/util/Exception.h>
 
-#include <cstdlib>
+#include <algorithm>
 #include <iterator>
-#include <string>
-#include <string_view>
-#include <vector>
+#include <utility>
 
-#include "oclvm/storage/device_manager.h"
+#include "adapters/torch/streams.h"
 #include "oclvm/vm/dependence.h"
 #include "oclvm/vm/virtual_machine.h"
 
 namespace oclvm::torch_adapter {
 namespace {
-
-thread_local c10::DeviceIndex t_current_device = 0;
 
 using C10Stats = c10::CachingDeviceAllocator::DeviceStats;
 using C10StatArray = c10::CachingAllocator::StatArray;
@@ -44,64 +41,7 @@ void copy_array(const StatArray& from, C10StatArray& to) {
   for (size_t i = 0; i < kNumStatTypes; ++i) copy_stat(from[i], to[i]);
 }
 
-DeviceStats query_stats(c10::DeviceIndex index, uint64_t* limit = nullptr) {
-  check_device_index(index);
-  return translate_errors([&] {
-    DeviceStats stats;
-    InstructionsBuilder builder(adapter_vm());
-    builder.query_stats(to_oclvm(index), &stats, limit);
-    vm::Run(builder.take());
-    return stats;
-  });
-}
-
-c10::DeviceIndex resolve_index(c10::DeviceIndex index) {
-  return index < 0 ? current_device() : index;
-}
-
 }  // namespace
-
-c10::DeviceIndex current_device() { return t_current_device; }
-
-void set_current_device(c10::DeviceIndex index) {
-  check_device_index(index);
-  t_current_device = index;
-}
-
-namespace {
-
-// Why there is no device, when finding devices failed (a malformed OCLVM_* variable, no OpenCL
-// platform, a driver error); empty otherwise. Written once, with the count.
-std::string& discovery_error() {
-  static std::string error;
-  return error;
-}
-
-}  // namespace
-
-c10::DeviceIndex device_count() noexcept {
-  // torch asks for the count where it may not throw: a failure means no devices, and its reason
-  // is kept for the error of the first use of a device.
-  static const c10::DeviceIndex count = [] {
-    try {
-      return static_cast<c10::DeviceIndex>(DeviceManager::instance().opencl_device_count());
-    } catch (const std::exception& e) {
-      discovery_error() = e.what();
-      return c10::DeviceIndex{0};
-    }
-  }();
-  return count;
-}
-
-void check_device_index(c10::DeviceIndex index) {
-  const c10::DeviceIndex count = device_count();
-  TORCH_CHECK_INDEX(index >= 0 && index < count, "Expected an opencl device index in [0, ",
-                    static_cast<int>(count), "), but got ", static_cast<int>(index),
-                    discovery_error().empty() ? "" : " (no opencl device: ", discovery_error(),
-                    discovery_error().empty() ? "" : ")");
-}
-
-vm::VirtualMachine& adapter_vm() { return vm::VirtualMachine::instance(); }
 
 CLDeviceAllocator& CLDeviceAllocator::instance() {
   static CLDeviceAllocator* allocator = new CLDeviceAllocator();  // never destroyed
@@ -167,7 +107,7 @@ TensorStorage* CLDeviceAllocator::new_storage(c10::DeviceIndex index, size_t byt
                    " bytes, more than the device's largest single allocation (", max_alloc,
                    " bytes)");
   TensorStorage* storage = translate_errors([&] {
-    vm::VirtualMachine& vm = adapter_vm();
+    vm::VirtualMachine& vm = runtime().vm();
     InstructionsBuilder builder(vm);
     vm::Stream& stream = current_vm_stream(index);
     std::shared_ptr<BlobObject> blob = builder.allocate_blob(stream, bytes);
@@ -246,10 +186,10 @@ void CLDeviceAllocator::copy_data(void* dest, const void* src, std::size_t count
   const BlobRef to = find(dest);
   const BlobRef from = find(src);
   translate_errors([&] {
-    InstructionsBuilder builder(adapter_vm());
+    InstructionsBuilder builder = runtime().builder();
     vm::Stream& stream = current_vm_stream(static_cast<c10::DeviceIndex>(to.blob->device().index));
     builder.copy(from.blob, from.offset, to.blob, to.offset, count, &stream);
-    vm::Run(builder.take());
+    runtime().run(builder.take());
   });
 }
 
@@ -259,22 +199,21 @@ void CLDeviceAllocator::recordStream(const c10::DataPtr& ptr, c10::Stream stream
   vm::Stream& user = vm_stream(stream);
   if (user.id() == vm::producer_stream(*block.blob)) return;
   translate_errors([&] {
-    InstructionsBuilder builder(adapter_vm());
+    InstructionsBuilder builder = runtime().builder();
     builder.record_blob_use(user, block.blob);
-    vm::Run(builder.take());
+    runtime().run(builder.take());
   });
 }
 
 void CLDeviceAllocator::emptyCache(c10::MempoolId_t /*mempool_id: no private pools*/) {
   translate_errors([&] {
-    InstructionsBuilder builder(adapter_vm());
-    for (c10::DeviceIndex i = 0; i < device_count(); ++i) builder.empty_cache(to_oclvm(i));
-    vm::Run(builder.take());
+    for (c10::DeviceIndex i = 0; i < device_count(); ++i) runtime().empty_cache(to_oclvm(i));
   });
 }
 
 C10Stats CLDeviceAllocator::getDeviceStats(c10::DeviceIndex device) {
-  const DeviceStats stats = query_stats(resolve_index(device));
+  const c10::DeviceIndex index = checked_index(device);
+  const DeviceStats stats = translate_errors([&] { return runtime().stats(to_oclvm(index)); });
   C10Stats out;
   copy_array(stats.allocation, out.allocation);
   copy_array(stats.segment, out.segment);
@@ -297,105 +236,47 @@ C10Stats CLDeviceAllocator::getDeviceStats(c10::DeviceIndex device) {
 }
 
 void CLDeviceAllocator::resetAccumulatedStats(c10::DeviceIndex device) {
-  const c10::DeviceIndex index = resolve_index(device);
-  check_device_index(index);
-  translate_errors([&] {
-    InstructionsBuilder builder(adapter_vm());
-    builder.reset_stats(to_oclvm(index), ResetKind::kAccumulated);
-    vm::Run(builder.take());
-  });
+  const c10::DeviceIndex index = checked_index(device);
+  translate_errors([&] { runtime().reset_accumulated_stats(to_oclvm(index)); });
 }
 
 void CLDeviceAllocator::resetPeakStats(c10::DeviceIndex device) {
-  const c10::DeviceIndex index = resolve_index(device);
-  check_device_index(index);
-  translate_errors([&] {
-    InstructionsBuilder builder(adapter_vm());
-    builder.reset_stats(to_oclvm(index), ResetKind::kPeak);
-    vm::Run(builder.take());
-  });
-}
-
-uint64_t memory_limit(c10::DeviceIndex index) {
-  uint64_t limit = 0;
-  query_stats(index, &limit);
-  return limit;
-}
-
-void set_memory_limit(c10::DeviceIndex index, uint64_t bytes) {
-  check_device_index(index);
-  translate_errors([&] {
-    InstructionsBuilder builder(adapter_vm());
-    builder.set_memory_limit(to_oclvm(index), bytes);
-    vm::Run(builder.take());
-  });
-}
-
-const DeviceProperties& device_properties(c10::DeviceIndex index) {
-  check_device_index(index);
-  return translate_errors([&]() -> const DeviceProperties& {
-    return adapter_vm().devices().backend(to_oclvm(index)).properties();
-  });
-}
-
-namespace {
-
-// Per device: bit 0 zero_copy, bit 1 host_addressable. One decision per device, made on first use.
-// For comparison, OCLVM_ZERO_COPY=0 keeps the copies and OCLVM_ZERO_COPY=map the maps (no host
-// sections).
-uint8_t host_access_of(c10::DeviceIndex index) {
-  static const std::vector<uint8_t>* const decided = [] {
-    const char* setting = std::getenv("OCLVM_ZERO_COPY");
-    const std::string_view value = setting == nullptr ? "" : setting;
-    const bool allowed = value != "0";
-    const bool sections = allowed && value != "map";
-    auto* each = new std::vector<uint8_t>();  // never destroyed: read by operators until exit
-    for (c10::DeviceIndex i = 0; i < device_count(); ++i) {
-      const DeviceProperties& properties = device_properties(i);
-      const bool zero_copy = allowed && properties.host_unified_memory;
-      const bool addressable = zero_copy && sections && properties.host_addressable;
-      each->push_back(static_cast<uint8_t>(zero_copy) | static_cast<uint8_t>(addressable << 1));
-    }
-    return each;
-  }();
-  return index >= 0 && static_cast<size_t>(index) < decided->size() ? (*decided)[index] : 0;
-}
-
-}  // namespace
-
-bool zero_copy(c10::DeviceIndex index) { return (host_access_of(index) & 1) != 0; }
-
-bool host_addressable(c10::DeviceIndex index) { return (host_access_of(index) & 2) != 0; }
-
-uint64_t global_memory_bytes(c10::DeviceIndex index) {
-  return device_properties(index).global_mem_bytes;
-}
-
-uint64_t max_allocation_bytes(c10::DeviceIndex index) {
-  check_device_index(index);
-  // Device properties never change: read them once (allocate asks on every call).
-  static const std::vector<uint64_t> per_device = [] {
-    return translate_errors([] {
-      std::vector<uint64_t> bytes;
-      const DeviceManager& devices = adapter_vm().devices();
-      for (c10::DeviceIndex d = 0; d < device_count(); ++d) {
-        bytes.push_back(devices.backend(to_oclvm(d)).properties().max_alloc_bytes);
-      }
-      return bytes;
-    });
-  }();
-  return per_device[static_cast<size_t>(index)];
+  const c10::DeviceIndex index = checked_index(device);
+  translate_errors([&] { runtime().reset_peak_stats(to_oclvm(index)); });
 }
 
 std::pair<size_t, size_t> CLDeviceAllocator::getMemoryInfo(c10::DeviceIndex device) {
-  const c10::DeviceIndex index = resolve_index(device);
-  uint64_t limit = 0;
-  const DeviceStats stats = query_stats(index, &limit);
+  const c10::DeviceIndex index = checked_index(device);
+  const DeviceStats stats = translate_errors([&] { return runtime().stats(to_oclvm(index)); });
+  const uint64_t limit = memory_limit(index);
   const uint64_t total = limit != 0 ? limit : global_memory_bytes(index);
   const auto reserved = static_cast<uint64_t>(
       stats.reserved_bytes[static_cast<size_t>(StatType::kAggregate)].current);
   const uint64_t free = reserved < total ? total - reserved : 0;
   return {static_cast<size_t>(free), static_cast<size_t>(total)};
+}
+
+uint64_t memory_limit(c10::DeviceIndex index) {
+  check_device_index(index);
+  return translate_errors([&] { return runtime().memory_limit(to_oclvm(index)); });
+}
+
+void set_memory_limit(c10::DeviceIndex index, uint64_t bytes) {
+  check_device_index(index);
+  translate_errors([&] { runtime().set_memory_limit(to_oclvm(index), bytes); });
+}
+
+void resize_storage_bytes(const c10::Storage& storage, size_t bytes) {
+  TORCH_CHECK(storage.resizable(), "Expected a resizable storage, but got one that is not");
+  const size_t old_bytes = storage.nbytes();
+  if (bytes == old_bytes) return;
+  c10::DeviceGuard guard(storage.device());
+  c10::DataPtr fresh = CLDeviceAllocator::instance().allocate(bytes);
+  const size_t common = std::min(old_bytes, bytes);
+  if (common != 0) CLDeviceAllocator::instance().copy_data(fresh.get(), storage.data(), common);
+  auto& mutable_storage = const_cast<c10::Storage&>(storage);
+  mutable_storage.set_data_ptr_noswap(std::move(fresh));
+  mutable_storage.set_nbytes(bytes);
 }
 
 BlobRef blob_of(const c10::Storage& storage, size_t byte_offset) {
@@ -420,7 +301,5 @@ const TensorStorage& CLDeviceAllocator::owner(const c10::DataPtr& data) {
               "deleter");
   return *static_cast<const TensorStorage*>(data.get_context());
 }
-
-REGISTER_ALLOCATOR(c10::DeviceType::PrivateUse1, &CLDeviceAllocator::instance());
 
 }  // namespace oclvm::torch_adapter

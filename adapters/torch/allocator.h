@@ -3,24 +3,25 @@
 //
 // Types:
 //   CLDeviceAllocator  c10::DeviceAllocator registered for PrivateUse1 ("opencl"). Every
-//                      allocate(n > 0) runs an AllocateBlob of n bytes through adapter_vm() on
-//                      this thread's current stream of the current device (the block's
-//                      producer stream, where its release runs); the DataPtr's data is the blob's
-//                      device address (never dereferenceable on the host, storage/address_space.h),
-//                      its context a heap TensorStorage made with make_vm_releaser(), and its
-//                      deleter deletes that TensorStorage, which runs ReleaseTensor synchronously.
+//                      allocate(n > 0) runs an AllocateBlob of n bytes through the adapter's
+//                      Runtime (device.h) on this thread's current stream of the current device
+//                      (streams.h; the block's producer stream, where its release runs); the
+//                      DataPtr's data is the blob's device address (never dereferenceable on the
+//                      host; Runtime::find names its device), its context a heap TensorStorage
+//                      made with make_vm_releaser(), and its deleter deletes that TensorStorage,
+//                      which runs ReleaseTensor synchronously.
 //
 // Promises:
 //   - allocate(0) gives an empty DataPtr on the current device and runs nothing.
 //   - Out of memory is a c10::OutOfMemoryError carrying oclvm's message; nothing is held after it.
 //     A request over the device's largest single allocation is one too (as on CUDA), raised
 //     before anything reaches the allocator, so no statistic changes.
-//   - Statistics come from the device's oclvm allocator (QueryStats), one to one.
+//   - Statistics, limits, resets and emptyCache are the Runtime's (each a QueryStats,
+//     SetMemoryLimit, ResetStats or EmptyCache instruction), one to one.
 //   - copy_data and blob lookups by address use a registry address -> TensorStorage of the live
 //     blocks this allocator handed out (Note [Block registry] in allocator.cc).
 //
-// Thread-safety: thread-safe (the VM is; the registry has its own mutex). The current device is
-// per thread (as CUDA's is).
+// Thread-safety: thread-safe (the Runtime is; the registry has its own mutex).
 #pragma once
 
 #include <c10/core/CachingDeviceAllocator.h>
@@ -33,6 +34,7 @@
 
 #include <c10/core/Stream.h>
 
+#include "adapters/torch/device.h"
 #include "oclvm/instructions/builder.h"
 #include "oclvm/storage/backend.h"
 #include "oclvm/storage/device.h"
@@ -44,57 +46,10 @@
 
 namespace oclvm::torch_adapter {
 
-// The VM that holds every tensor of the device: the process-wide one, shared with vm::Run and
-// memory:: in the same process. The one place the adapter names it: every list the adapter builds
-// and every section it enters is of this VM.
-vm::VirtualMachine& adapter_vm();
-
-// The per-thread current device index (PrivateUse1 index == oclvm opencl index).
-c10::DeviceIndex current_device();
-void set_current_device(c10::DeviceIndex index);
-// Number of OpenCL devices oclvm found (0 when there is no platform).
-c10::DeviceIndex device_count() noexcept;
-// Throws a c10 error unless 0 <= index < device_count().
-void check_device_index(c10::DeviceIndex index);
-inline Device to_oclvm(c10::DeviceIndex index) { return Device{DeviceType::kOpenCL, index}; }
-
-// The device allocator's limit on reserved bytes (0: none): read and set through QueryStats and
-// SetMemoryLimit (Allocator::set_memory_limit says what lowering it does). And the device's global
-// memory, the "total" a memory fraction is of.
+// The device allocator's limit on reserved bytes (0: none), read and set through the Runtime
+// (Allocator::set_memory_limit says what lowering it does); both check the index.
 uint64_t memory_limit(c10::DeviceIndex index);
 void set_memory_limit(c10::DeviceIndex index, uint64_t bytes);
-uint64_t global_memory_bytes(c10::DeviceIndex index);
-// What the driver says of the device (name, platform, version, memory sizes); checks the index.
-const DeviceProperties& device_properties(c10::DeviceIndex index);
-// Whether operators on device `index` hand CPU kernels the device's own memory (mapped) instead of
-// copies (fallback.cc, Note [Zero-copy operands]): the device's memory is host-unified and
-// OCLVM_ZERO_COPY is not "0". Decided once per device, on first use.
-bool zero_copy(c10::DeviceIndex index);
-// zero_copy, and every segment of the device has a host address (DeviceProperties::
-// host_addressable) and OCLVM_ZERO_COPY is not "map": operators use its memory in host sections
-// (Note [Host sections] in host_view.h), with no map at all.
-bool host_addressable(c10::DeviceIndex index);
-// The device's largest single allocation (CL_DEVICE_MAX_MEM_ALLOC_SIZE).
-uint64_t max_allocation_bytes(c10::DeviceIndex index);
-
-// Streams (device.cc). A torch stream of device d is a VM stream of opencl:d: c10 stream id 0 is
-// the device's compute stream (torch's default stream); id k > 0 names the VM stream whose
-// StreamId is k - 1 (the pool's and new streams are VM user streams). Every operator runs its
-// instructions on this thread's current stream of the device it writes.
-//
-// The VM stream behind `stream`; throws a c10 error for another device type, an unknown id, or an
-// id of another device.
-vm::Stream& vm_stream(const c10::Stream& stream);
-// The torch stream of a VM stream of an opencl device.
-c10::Stream torch_stream(const vm::Stream& stream);
-// This thread's current stream of device `index` (the default stream until set); `index` must be
-// a valid device index (the caller checked it).
-vm::Stream& current_vm_stream(c10::DeviceIndex index);
-
-// Runs `fn`, turning oclvm exceptions into the matching c10 errors (OutOfMemoryError ->
-// c10::OutOfMemoryError, InvalidArgument -> c10::ValueError, others -> c10::Error).
-template <typename Fn>
-auto translate_errors(Fn&& fn) -> decltype(fn());
 
 // A blob and the byte offset of an address in it.
 struct BlobRef {
@@ -163,7 +118,8 @@ class CLDeviceAllocator final : public c10::DeviceAllocator {
 };
 
 // Grows or shrinks a storage made by CLDeviceAllocator to `bytes`: a new block, a device-to-device
-// copy of the common prefix, then the storage takes the new block (device.cc).
+// copy of the common prefix, then the storage takes the new block (the old one is released when
+// its DataPtr dies). Used by resize_ and UntypedStorage.resize_ (through the hooks).
 void resize_storage_bytes(const c10::Storage& storage, size_t bytes);
 
 // The blob behind a PrivateUse1 tensor's storage, with the byte offset of the tensor's element 0.
@@ -172,18 +128,5 @@ void resize_storage_bytes(const c10::Storage& storage, size_t bytes);
 BlobRef blob_of(const c10::Storage& storage, size_t byte_offset);
 // The blob behind a non-empty DataPtr made by CLDeviceAllocator and the offset of its data in it.
 BlobRef blob_of_data(const c10::DataPtr& data);
-
-template <typename Fn>
-auto translate_errors(Fn&& fn) -> decltype(fn()) {
-  try {
-    return fn();
-  } catch (const OutOfMemoryError& e) {
-    C10_THROW_ERROR(OutOfMemoryError, e.what());
-  } catch (const InvalidArgument& e) {
-    C10_THROW_ERROR(ValueError, e.what());
-  } catch (const Error& e) {
-    C10_THROW_ERROR(Error, e.what());
-  }
-}
 
 }  // namespace oclvm::torch_adapter

@@ -6,20 +6,19 @@
 // registered none. On the CPU it picks the flash kernel (_scaled_dot_product_flash_attention_for_cpu)
 // when the inputs allow it, so the device computed attention by another route than the CPU and
 // differed in the last bits (OpInfo's scaled_dot_product_attention; eval-mode transformers). This
-// file registers the CPU's own choice for PrivateUse1: the choice reads only the inputs' shapes,
+// file gives PrivateUse1 the CPU's own choice: the choice reads only the inputs' shapes,
 // dtypes and flags, and the chosen CPU kernel then runs through the CPU fallback on the device's
-// tensors, so the device's attention is the CPU's, bit for bit.
+// tensors, so the device's attention is the CPU's, bit for bit (registered in registration.cc).
 //
 // Thread-safety: stateless.
 #include <ATen/ATen.h>
-#include <ATen/native/DispatchStub.h>
-#include <ATen/native/transformers/attention.h>
 #include <ATen/ops/_fused_sdp_choice_native.h>
 
 #include <optional>
 
+#include "adapters/torch/registration.h"
+
 namespace oclvm::torch_adapter {
-namespace {
 
 int64_t fused_sdp_choice(const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
                          const std::optional<at::Tensor>& attn_mask, double dropout_p,
@@ -28,10 +27,4 @@ int64_t fused_sdp_choice(const at::Tensor& query, const at::Tensor& key, const a
                                            scale, enable_gqa);
 }
 
-}  // namespace
 }  // namespace oclvm::torch_adapter
-
-namespace at::native {
-// A DispatchStub registration sets a function pointer once; nothing is undone at exit.
-REGISTER_PRIVATEUSE1_DISPATCH(_fused_sdp_choice_stub, &oclvm::torch_adapter::fused_sdp_choice)
-}  // namespace at::native

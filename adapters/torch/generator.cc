@@ -8,7 +8,7 @@
 #include <mutex>
 #include <vector>
 
-#include "adapters/torch/allocator.h"
+#include "adapters/torch/device.h"
 
 namespace oclvm::torch_adapter {
 namespace {
@@ -77,9 +77,7 @@ const at::Generator& default_generator(c10::DeviceIndex index) {
     }
     return all;
   }();
-  const c10::DeviceIndex d = index < 0 ? current_device() : index;
-  check_device_index(d);
-  return (*generators)[static_cast<size_t>(d)];
+  return (*generators)[static_cast<size_t>(checked_index(index))];
 }
 
 const at::Generator& host_generator(const at::Generator& generator) {

@@ -57,7 +57,7 @@ void* host_address(const at::Tensor& device);
 // (an out= argument of the wrong size) moves it to host memory of the CPU allocator, which the
 // caller then copies back (its storage's data is no longer the device's).
 std::vector<at::Tensor> host_aliases(c10::ArrayRef<at::Tensor> devices);
-// A host section on the opencl device `index`, once its worker is idle (vm::HostSection::enter);
+// A host section on the opencl device `index`, once its worker is idle (Runtime::host_section);
 // nullopt when the VM is shut down or this thread may not wait (an instruction callback).
 std::optional<vm::HostSection> host_section(c10::DeviceIndex index);
 

@@ -1,10 +1,11 @@
 // adapters/torch/module.cc — the Python extension module `oclvm._C`.
 //
-// Loading the module registers everything by static initialisation (allocator.cc: the
-// PrivateUse1 allocator; device.cc: guard, hooks, host allocator; ops.cc: kernels and the CPU
-// fallback). The functions below are the few things the Python package needs that torch does not
-// already expose through torch.accelerator. Written against the plain Python C API, so the module
-// links neither pybind11 nor libtorch_python.
+// Loading the module registers everything by static initialisation (registration.cc: the
+// PrivateUse1 allocator, guard, hooks, host allocator, kernels and the CPU fallback). The
+// functions below are the few things the Python package needs that torch does not already expose
+// through torch.accelerator. Like the rest of the adapter, they reach oclvm only through its one
+// Runtime (device.h), never the process-wide VM. Written against the plain Python C API, so the
+// module links neither pybind11 nor libtorch_python.
 //
 //   device_count() -> int      OpenCL devices oclvm found
 //   current_device() -> int    this thread's current device
@@ -47,6 +48,7 @@
 #include <utility>
 
 #include "adapters/torch/allocator.h"
+#include "adapters/torch/device.h"
 #include "adapters/torch/generator.h"
 #include "adapters/torch/host_kernels.h"
 #include "adapters/torch/host_results.h"

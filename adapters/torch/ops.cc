@@ -54,6 +54,7 @@
 #include "adapters/torch/fallback.h"
 #include "adapters/torch/host_view.h"
 #include "adapters/torch/registration.h"
+#include "adapters/torch/streams.h"
 #include "oclvm/vm/virtual_machine.h"
 
 namespace oclvm::torch_adapter {
@@ -83,7 +84,7 @@ vm::Stream& stream_of(const at::Tensor& t) { return current_vm_stream(t.device()
 // Note [Large copies on host-unified devices]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // PoCL carries out a read or write of a buffer as one single-threaded memcpy, about 60 % of what
-// torch's own (multi-threaded) host copy reaches. On a zero-copy device (allocator.h) a copy of
+// torch's own (multi-threaded) host copy reaches. On a zero-copy device (device.h) a copy of
 // kParallelCopyBytes or more maps the device range instead (MapBlob: the buffer's own memory,
 // ordered as the copy would be), lets torch's CPU copy_ move the bytes on every core, and
 // unmaps: two VM lists instead of one, which only large copies repay. When the memory has a host
@@ -116,11 +117,11 @@ bool copy_on_host(const at::Tensor& device, void* host, size_t bytes, bool to_de
   const BlobRef range = element0(device);
   std::vector<std::shared_ptr<HostMapping>> mappings;
   translate_errors([&] {
-    InstructionsBuilder builder(adapter_vm());
+    InstructionsBuilder builder = runtime().builder();
     mappings.push_back(builder.map(range.blob, range.offset, bytes,
                                    to_device ? HostAccess::kWrite : HostAccess::kRead,
                                    &stream_of(device)));
-    vm::Run(builder.take());
+    runtime().run(builder.take());
   });
   try {
     copy(mappings[0]->host());
@@ -137,9 +138,9 @@ void device_to_host(const at::Tensor& src, void* host, size_t bytes) {
   if (copy_on_host(src, host, bytes, /*to_device=*/false)) return;
   const BlobRef from = element0(src);
   translate_errors([&] {
-    InstructionsBuilder builder(adapter_vm());
+    InstructionsBuilder builder = runtime().builder();
     builder.copy_device_to_host(from.blob, from.offset, host, bytes, &stream_of(src));
-    vm::Run(builder.take());
+    runtime().run(builder.take());
   });
 }
 
@@ -148,9 +149,9 @@ void host_to_device(const void* host, const at::Tensor& dst, size_t bytes) {
   if (copy_on_host(dst, const_cast<void*>(host), bytes, /*to_device=*/true)) return;
   const BlobRef to = element0(dst);
   translate_errors([&] {
-    InstructionsBuilder builder(adapter_vm());
+    InstructionsBuilder builder = runtime().builder();
     builder.copy_host_to_device(host, to.blob, to.offset, bytes, &stream_of(dst));
-    vm::Run(builder.take());
+    runtime().run(builder.take());
   });
 }
 
@@ -351,9 +352,9 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
     const BlobRef from = element0(self);
     const BlobRef to = element0(dst);
     translate_errors([&] {
-      InstructionsBuilder builder(adapter_vm());
+      InstructionsBuilder builder = runtime().builder();
       builder.copy(from.blob, from.offset, to.blob, to.offset, dst.nbytes(), &stream_of(dst));
-      vm::Run(builder.take());
+      runtime().run(builder.take());
     });
   } else {  // device -> device with strides, dtype conversion or other bits: through the host
     write_from_host(dst, host_values(self));
@@ -438,9 +439,9 @@ at::Tensor& fill_scalar(at::Tensor& self, const at::Scalar& value) {
     std::memcpy(&pattern, element.data_ptr(), width);
     const BlobRef to = element0(self);
     translate_errors([&] {
-      InstructionsBuilder builder(adapter_vm());
+      InstructionsBuilder builder = runtime().builder();
       builder.fill(to.blob, to.offset, self.nbytes(), pattern, width, &stream_of(self));
-      vm::Run(builder.take());
+      runtime().run(builder.take());
     });
     return self;
   }
@@ -530,7 +531,7 @@ HostOperands stage_on_host(c10::ArrayRef<at::Tensor> devices, c10::ArrayRef<Stag
   TORCH_INTERNAL_ASSERT(how.empty() || how.size() == devices.size());
   HostOperands operands;
   operands.hosts.reserve(devices.size());
-  InstructionsBuilder builder(adapter_vm());
+  InstructionsBuilder builder = runtime().builder();
   for (size_t i = 0; i < devices.size(); ++i) {
     const at::Tensor& device = devices[i];
     const int64_t elements = span_elements(device);
@@ -555,7 +556,7 @@ HostOperands stage_on_host(c10::ArrayRef<at::Tensor> devices, c10::ArrayRef<Stag
   }
   if (builder.size() > 0) {
     try {
-      translate_errors([&] { vm::Run(builder.take()); });
+      translate_errors([&] { runtime().run(builder.take()); });
     } catch (...) {
       finish_on_host(operands.mappings, {});  // what did map is unmapped again
       throw;
@@ -579,7 +580,7 @@ std::vector<at::Tensor> host_views(c10::ArrayRef<at::Tensor> devices) {
 
 void finish_on_host(std::vector<std::shared_ptr<HostMapping>>& mappings,
                     c10::ArrayRef<std::pair<at::Tensor, at::Tensor>> written) {
-  InstructionsBuilder builder(adapter_vm());
+  InstructionsBuilder builder = runtime().builder();
   for (std::shared_ptr<HostMapping>& mapping : mappings) {
     const auto index = static_cast<c10::DeviceIndex>(mapping->blob()->device().index);
     builder.unmap(std::move(mapping), &current_vm_stream(index));
@@ -593,7 +594,7 @@ void finish_on_host(std::vector<std::shared_ptr<HostMapping>>& mappings,
                                 static_cast<size_t>(elements) * item_bytes(device),
                                 &stream_of(device));
   }
-  if (builder.size() > 0) translate_errors([&] { vm::Run(builder.take()); });
+  if (builder.size() > 0) translate_errors([&] { runtime().run(builder.take()); });
 }
 
 void* host_address(const at::Tensor& device) {
@@ -640,8 +641,7 @@ std::vector<at::Tensor> host_aliases(c10::ArrayRef<at::Tensor> devices) {
 }
 
 std::optional<vm::HostSection> host_section(c10::DeviceIndex index) {
-  return translate_errors(
-      [&] { return vm::HostSection::enter(adapter_vm(), to_oclvm(index)); });
+  return translate_errors([&] { return runtime().host_section(to_oclvm(index)); });
 }
 
 at::Tensor device_copy(const at::Tensor& host, const c10::Device& device) {

@@ -1,6 +1,15 @@
-// adapters/torch/registration.cc — every registration of the adapter's operators with torch's
-// dispatcher, in one place (the allocator, guard, hooks and host allocator register beside their
-// classes, through c10's own registration macros).
+// adapters/torch/registration.cc — every registration of the adapter with torch, in one place:
+// what the other files define, this file hands to torch, once, when `oclvm._C` loads (static
+// initialisation).
+//
+//   PrivateUse1 allocator          CLDeviceAllocator (allocator.h)
+//   PrivateUse1 device guard       GuardImpl (guard.h): current device, streams, events
+//   PrivateUse1 host allocator     HostAllocator (host_allocator.h): pin_memory()
+//   PrivateUse1 hooks              Hooks (hooks.h): generators, getDeviceFromPtr, resize
+//   results allocator              Note [Results written in device memory] (host_results.cc)
+//   _fused_sdp_choice_stub         the CPU's attention kernel choice (attention.cc)
+//
+// and the operator libraries, by namespace / dispatch key:
 //
 //   aten   / PrivateUse1           native kernels (ops.cc), the fused RNN cells (rnn_cells.cc),
 //                                  native_dropout (dropout.cc)
@@ -19,19 +28,46 @@
 //                                  device's kernels, which resolve the bits themselves
 //
 // Thread-safety: static initialisation only.
+#include <ATen/core/CachingHostAllocator.h>
+#include <ATen/detail/PrivateUse1HooksInterface.h>
+#include <ATen/native/DispatchStub.h>
+#include <ATen/native/transformers/attention.h>
+#include <c10/core/Allocator.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/library.h>
 
 #include <optional>
 #include <string>
 #include <string_view>
 
+#include "adapters/torch/allocator.h"
 #include "adapters/torch/fallback.h"
+#include "adapters/torch/guard.h"
+#include "adapters/torch/hooks.h"
+#include "adapters/torch/host_allocator.h"
 #include "adapters/torch/host_kernels.h"
 #include "adapters/torch/host_results.h"
 #include "adapters/torch/registration.h"
 
 namespace oclvm::torch_adapter {
+
+// ---------------------------------------------------------------------------------------------
+// The c10 interfaces of the device. Each object is never destroyed (its instance() or the
+// registry's `new`), so tensors freed during exit still find them.
+
+REGISTER_ALLOCATOR(c10::DeviceType::PrivateUse1, &CLDeviceAllocator::instance());
+C10_REGISTER_GUARD_IMPL(PrivateUse1, GuardImpl);
+REGISTER_HOST_ALLOCATOR(at::kPrivateUse1, &HostAllocator::instance());
+
 namespace {
+
+[[maybe_unused]] const bool kHooksRegistered = [] {
+  at::RegisterPrivateUse1HooksInterface(new Hooks());
+  return true;
+}();
+
+// ---------------------------------------------------------------------------------------------
+// The operators
 
 // Note [Registrations that outlive exit]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -134,3 +170,8 @@ constexpr c10::DispatchKey kAutocast = c10::DispatchKey::AutocastPrivateUse1;
 
 }  // namespace
 }  // namespace oclvm::torch_adapter
+
+namespace at::native {
+// A DispatchStub registration sets a function pointer once; nothing is undone at exit.
+REGISTER_PRIVATEUSE1_DISPATCH(_fused_sdp_choice_stub, &oclvm::torch_adapter::fused_sdp_choice)
+}  // namespace at::native

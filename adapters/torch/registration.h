@@ -1,10 +1,16 @@
 // adapters/torch/registration.h — what each operator file of the adapter registers with torch's
-// dispatcher; registration.cc makes the libraries and calls these once, when `oclvm._C` loads.
+// dispatcher; registration.cc makes the libraries and calls these once, when `oclvm._C` loads
+// (it registers the allocator, guard, host allocator and hooks there too).
 //
-// Thread-safety: called only from registration.cc's static initialisers.
+// Thread-safety: the register_* functions are called only from registration.cc's static
+// initialisers; fused_sdp_choice is stateless.
 #pragma once
 
+#include <ATen/core/Tensor.h>
 #include <torch/library.h>
+
+#include <cstdint>
+#include <optional>
 
 namespace oclvm::torch_adapter {
 
@@ -22,5 +28,10 @@ void register_sparse_compressed_kernels(torch::Library& m);
 void register_autocast_kernels(torch::Library& m);
 // The AutocastPrivateUse1 fallback for every other operator of every namespace: fall through.
 void register_autocast_fallthrough(torch::Library& m);
+// The PrivateUse1 _fused_sdp_choice_stub (attention.cc): scaled dot-product attention chooses its
+// kernel as the CPU does.
+int64_t fused_sdp_choice(const at::Tensor& query, const at::Tensor& key, const at::Tensor& value,
+                         const std::optional<at::Tensor>& attn_mask, double dropout_p,
+                         bool is_causal, std::optional<double> scale, bool enable_gqa);
 
 }  // namespace oclvm::torch_adapter

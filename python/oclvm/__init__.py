@@ -375,7 +375,7 @@ def current_stream(device=None) -> Stream:
 def default_stream(device=None) -> Stream:
     """The device's default stream (oclvm's compute stream of that device)."""
     index = _index(device)
-    # Stream id 0 is the default stream of every opencl device (adapters/torch/allocator.h).
+    # Stream id 0 is the default stream of every opencl device (adapters/torch/streams.h).
     return Stream(stream_id=0, device_index=index,
                   device_type=torch.accelerator.current_stream(index).device_type)
 

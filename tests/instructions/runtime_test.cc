@@ -103,6 +103,22 @@ TEST(RuntimeOptionsTest, TheAllocatorAndLimitComeFromOptions) {
   EXPECT_EQ(runtime.stats(kOpenCL0).allocation[kAll].current, 0);
 }
 
+TEST(RuntimeOptionsTest, ARuntimeTakesOverDevicesDiscoveredEarlier) {
+  Options options;
+  options.allocator = "system";
+  auto devices = std::make_unique<DeviceManager>(options);
+  const size_t count = devices->opencl_device_count();
+  Runtime runtime(std::move(devices));
+  EXPECT_EQ(runtime.opencl_device_count(), count);
+  EXPECT_EQ(runtime.options().allocator, "system") << "the devices' options";
+  {
+    auto storage = runtime.create_storage(kOpenCL0, 4096);
+    EXPECT_EQ(runtime.stats(kOpenCL0).allocation[kAll].current, 1);
+  }
+  EXPECT_EQ(runtime.stats(kOpenCL0).allocation[kAll].current, 0);
+  EXPECT_THROW(Runtime(std::unique_ptr<DeviceManager>()), InvalidArgument);
+}
+
 TEST_F(RuntimeTest, StoragesAreReleasedByTheirLastOwner) {
   std::shared_ptr<TensorStorage> storage = runtime_.create_storage(kOpenCL0, {64, 4}, DType::kF32);
   ASSERT_NE(storage, nullptr);
@@ -236,6 +252,49 @@ TEST_F(RuntimeTest, TwoRuntimesAreIndependentAndRefuseEachOthersLists) {
   InstructionsBuilder mixed = runtime_.builder();
   mixed.fill(theirs->blob(), 0, 16, 1);  // a blob the other runtime has used
   EXPECT_THROW(runtime_.run(mixed.take()), InvalidArgument);
+}
+
+TEST_F(RuntimeTest, FindNamesTheDeviceAndSegmentOfItsOwnAddressesOnly) {
+  Runtime other{Options{}};
+  std::shared_ptr<TensorStorage> storage = runtime_.create_storage(kOpenCL0, 4096);
+  auto on_host = runtime_.create_storage(kCpu, 64);
+  auto theirs = other.create_storage(kOpenCL0, 4096);
+  const uintptr_t base = storage->blob()->storage()->device_address();
+  const auto address = [](uintptr_t value) { return reinterpret_cast<const void*>(value); };
+  for (size_t offset : {size_t{0}, size_t{1}, size_t{4095}}) {
+    const std::optional<FoundAddress> found = runtime_.find(address(base + offset));
+    ASSERT_TRUE(found.has_value()) << "offset " << offset;
+    EXPECT_EQ(found->device, kOpenCL0);
+    EXPECT_EQ(found->segment_address + found->offset, base + offset);
+    EXPECT_LT(found->offset, found->segment_bytes);
+    EXPECT_GE(found->segment_bytes, 4096u) << "a segment holds the whole blob";
+  }
+  const std::optional<FoundAddress> host =
+      runtime_.find(address(on_host->blob()->storage()->device_address()));
+  ASSERT_TRUE(host.has_value());
+  EXPECT_EQ(host->device, kCpu);
+
+  const uintptr_t their_base = theirs->blob()->storage()->device_address();
+  EXPECT_FALSE(runtime_.find(address(their_base)).has_value()) << "another Runtime's memory";
+  ASSERT_TRUE(other.find(address(their_base)).has_value());
+  EXPECT_EQ(other.find(address(their_base))->device, kOpenCL0);
+  int on_stack = 0;
+  EXPECT_FALSE(runtime_.find(&on_stack).has_value());
+  EXPECT_FALSE(runtime_.find(nullptr).has_value());
+
+  storage.reset();
+  runtime_.empty_cache(kOpenCL0);  // the segment goes back to the driver
+  EXPECT_FALSE(runtime_.find(address(base)).has_value());
+}
+
+TEST_F(RuntimeTest, FindStreamFindsOnlyStreamsOfThisRuntime) {
+  vm::Stream& compute = runtime_.stream(kOpenCL0);
+  vm::Stream& user = runtime_.stream(kOpenCL0, vm::StreamRole::kUser, 3);
+  EXPECT_EQ(runtime_.find_stream(compute.id()), &compute);
+  EXPECT_EQ(runtime_.find_stream(user.id()), &user);
+  EXPECT_EQ(runtime_.find_stream(4095), nullptr);
+  Runtime other{Options{}};
+  EXPECT_NE(other.find_stream(user.id()), &user);
 }
 
 TEST_F(RuntimeTest, AfterShutdownOnlyReleasesAndStatisticsRun) {

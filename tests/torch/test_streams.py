@@ -1,7 +1,7 @@
 """Streams, events, record_stream and the memory fraction of the `opencl` device (real PoCL).
 
 A torch stream of the opencl device is a VM stream with its own OpenCL queue; events are queue
-markers recorded through RecordEvent / WaitEvent instructions (adapters/torch/device.cc). Covers:
+markers recorded through RecordEvent / WaitEvent instructions (adapters/torch/streams.cc). Covers:
 the default and current streams, new and pooled streams, the stream context manager (per thread,
 restored after), operators inside a stream context giving the same results, events (query,
 synchronize, wait, elapsed_time with and without timing), wait_stream, record_stream (memory
@@ -36,7 +36,7 @@ def test_new_streams_are_distinct_and_pool_streams_repeat():
     b = torch.Stream(device=DEV)
     assert a.stream_id not in (0, b.stream_id)
     assert a.device_type == b.device_type
-    # c10's getStreamFromGlobalPool serves a fixed pool round robin (adapters/torch/device.cc).
+    # c10's getStreamFromGlobalPool serves a fixed pool round robin (adapters/torch/streams.cc).
     assert torch.opencl.Stream(priority=-1).stream_id != 0  # priorities are accepted
 
 

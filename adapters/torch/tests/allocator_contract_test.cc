@@ -60,9 +60,10 @@
 #include <vector>
 
 #include "adapters/torch/allocator.h"
+#include "adapters/torch/device.h"
+#include "adapters/torch/streams.h"
 #include "oclvm/instructions/builder.h"
 #include "oclvm/storage/backend.h"
-#include "oclvm/storage/device_manager.h"
 #include "oclvm/storage/stats.h"
 #include "oclvm/vm/dependence.h"
 #include "oclvm/vm/virtual_machine.h"
@@ -88,12 +89,12 @@ Stats stats(c10::DeviceIndex device) { return allocator().getDeviceStats(device)
 c10::Device opencl(c10::DeviceIndex index) { return c10::Device(c10::DeviceType::PrivateUse1, index); }
 
 const DeviceProperties& properties(c10::DeviceIndex device) {
-  return adapter_vm().devices().backend(to_oclvm(device)).properties();
+  return runtime().properties(to_oclvm(device));
 }
 
 // The exact byte counts below hold for CachingAllocator only; OCLVM_ALLOCATOR may pick another.
 bool caching_allocator_in_use() {
-  const std::string& name = adapter_vm().options().allocator;
+  const std::string& name = runtime().options().allocator;
   return name.empty() || name == "caching";
 }
 constexpr const char* kNeedsCaching = "exact sizes of CachingAllocator (OCLVM_ALLOCATOR is set)";
@@ -193,17 +194,17 @@ void expect_stat(const C10Stat& s, int64_t current, int64_t peak, int64_t alloca
 
 void write_bytes(void* address, const std::vector<uint8_t>& bytes) {
   const BlobRef where = allocator().find(address);
-  InstructionsBuilder builder(adapter_vm());
+  InstructionsBuilder builder = runtime().builder();
   builder.copy_host_to_device(bytes.data(), where.blob, where.offset, bytes.size());
-  vm::Run(builder.take());
+  runtime().run(builder.take());
 }
 
 std::vector<uint8_t> read_bytes(const void* address, size_t count) {
   const BlobRef where = allocator().find(address);
   std::vector<uint8_t> bytes(count);
-  InstructionsBuilder builder(adapter_vm());
+  InstructionsBuilder builder = runtime().builder();
   builder.copy_device_to_host(where.blob, where.offset, bytes.data(), count);
-  vm::Run(builder.take());
+  runtime().run(builder.take());
   return bytes;
 }
 
@@ -543,9 +544,9 @@ TEST_F(CLDeviceAllocatorTest, DeviceStatsAreOclvmQueryStatsOneToOne) {
   ThreeBlocks blocks;
   blocks.b.reset();  // something freed too: allocated/freed differ from current
   DeviceStats own;
-  InstructionsBuilder builder(adapter_vm());
+  InstructionsBuilder builder = runtime().builder();
   builder.query_stats(to_oclvm(0), &own);
-  vm::Run(builder.take());
+  runtime().run(builder.take());
   const Stats s = stats(0);
 
   struct Pair {
@@ -683,7 +684,7 @@ TEST_F(CLDeviceAllocatorTest, StatisticsCallsRefuseDevicesThatDoNotExist) {
 
 TEST_F(CLDeviceAllocatorTest, MemoryInfoIsTotalAndTotalMinusReserved) {
   if (!caching_allocator_in_use()) GTEST_SKIP() << kNeedsCaching;
-  const uint64_t limit = adapter_vm().options().memory_limit;
+  const uint64_t limit = runtime().options().memory_limit;
   for (c10::DeviceIndex d = 0; d < device_count(); ++d) {
     const size_t total_expected =
         static_cast<size_t>(limit != 0 ? limit : properties(d).global_mem_bytes);
@@ -746,7 +747,7 @@ TEST_F(CLDeviceAllocatorTest, AllocateBeyondLargestSingleAllocationIsOutOfMemory
 // message, num_ooms + 1, every other statistic unchanged (the cache is kept), nothing held.
 TEST_F(CLDeviceAllocatorTest, OutOfMemoryUnderLimitIsOutOfMemoryErrorCountedInNumOoms) {
   if (!caching_allocator_in_use()) GTEST_SKIP() << kNeedsCaching;
-  const uint64_t limit = adapter_vm().options().memory_limit;
+  const uint64_t limit = runtime().options().memory_limit;
   if (limit == 0) GTEST_SKIP() << "needs OCLVM_MEMORY_LIMIT (ctest oclvm_torch_tests.memory_limit)";
   ASSERT_EQ(limit % kMiB, 0u) << "the test's sizes assume a limit of whole MiB";
   ASSERT_LE(limit, properties(0).max_alloc_bytes);
@@ -924,10 +925,10 @@ class CurrentStream {
 };
 
 TEST_F(CLDeviceAllocatorTest, TorchStreamIdsMapToVmStreamsAndBack) {
-  vm::VirtualMachine& vm = adapter_vm();
+  Runtime& rt = runtime();
   const c10::Stream default_stream = guard_impl().getDefaultStream(opencl(0));
   EXPECT_EQ(default_stream.id(), 0);
-  EXPECT_EQ(&vm_stream(default_stream), &vm.stream(to_oclvm(0)));
+  EXPECT_EQ(&vm_stream(default_stream), &rt.stream(to_oclvm(0)));
   EXPECT_EQ(guard_impl().getStream(opencl(0)), default_stream);
 
   const c10::Stream fresh = guard_impl().getNewStream(opencl(0), 0);
@@ -953,7 +954,7 @@ TEST_F(CLDeviceAllocatorTest, BlocksAreProducedOnTheCurrentStream) {
   c10::DataPtr on_default = allocator().allocate(4096);
   EXPECT_EQ(vm::producer_stream(*blob_of_data(on_user).blob), vm_stream(user).id());
   EXPECT_EQ(vm::producer_stream(*blob_of_data(on_default).blob),
-            adapter_vm().stream(to_oclvm(0)).id());
+            runtime().stream(to_oclvm(0)).id());
 }
 
 TEST_F(CLDeviceAllocatorTest, RecordStreamMakesTheBlockAReadOperandOfTheOtherStream) {
