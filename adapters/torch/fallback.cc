@@ -614,13 +614,21 @@ void sparse_compressed_cpu_fallback_on_one_device(const c10::OperatorHandle& op,
   sparse_compressed_cpu_fallback(op, stack);
 }
 
+std::string aten_impl_name(std::string_view qualified, std::string_view overload) {
+  constexpr std::string_view kAten = "aten::";
+  TORCH_INTERNAL_ASSERT(qualified.substr(0, kAten.size()) == kAten, "not an aten operator: ",
+                        qualified);
+  std::string name(qualified.substr(kAten.size()));
+  if (!overload.empty()) name.append(".").append(overload);
+  return name;
+}
+
 std::vector<std::string> cpu_kernels_under_composites(c10::DispatchKey cpu_key,
                                                       c10::DispatchKey device_key) {
   c10::Dispatcher& dispatcher = c10::Dispatcher::singleton();
-  constexpr std::string_view kAten = "aten::";
   std::vector<std::string> names;
   for (const c10::OperatorName& name : dispatcher.getAllOpNames()) {
-    if (name.name.rfind(kAten, 0) != 0) continue;
+    if (name.name.rfind("aten::", 0) != 0) continue;
     const std::optional<c10::OperatorHandle> op = dispatcher.findOp(name);
     if (!op || !op->hasKernelForDispatchKey(cpu_key) || op->hasKernelForDispatchKey(device_key)) {
       continue;
@@ -629,9 +637,7 @@ std::vector<std::string> cpu_kernels_under_composites(c10::DispatchKey cpu_key,
         !op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional)) {
       continue;
     }
-    std::string qualified = name.name.substr(kAten.size());
-    if (!name.overload_name.empty()) qualified += "." + name.overload_name;
-    names.push_back(std::move(qualified));
+    names.push_back(aten_impl_name(name.name, name.overload_name));
   }
   return names;
 }

@@ -18,6 +18,7 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace oclvm::torch_adapter {
@@ -43,7 +44,11 @@ void sparse_cpu_fallback_on_one_device(const c10::OperatorHandle& op, torch::jit
 void sparse_compressed_cpu_fallback_on_one_device(const c10::OperatorHandle& op,
                                                   torch::jit::Stack* stack);
 
-// The aten operators (qualified names without "aten::", e.g. "add.Tensor") that have a kernel for
+// The name torch::Library::impl takes for an aten operator: "aten::add" with overload "Tensor" is
+// "add.Tensor", without an overload just "add". `qualified` must start with "aten::".
+std::string aten_impl_name(std::string_view qualified, std::string_view overload);
+
+// The aten operators (names as aten_impl_name gives them, e.g. "add.Tensor") that have a kernel for
 // `cpu_key` and an explicit composite kernel but no kernel for `device_key` yet: on the device
 // they would run the composite, not the CPU's kernel (ops.cc, Note [Composite kernels the CPU
 // does not use]). Read from the dispatcher, so it follows the torch it runs with.

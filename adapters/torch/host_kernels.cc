@@ -199,8 +199,7 @@ struct HostKernel<Op, Fallback, Result(Args...)> {
 // routing takes, cpu_kernels_under_composites).
 template <class Op>
 void add(torch::Library& m, const std::unordered_set<std::string>& routed) {
-  std::string name = std::string(Op::name).substr(std::string_view("aten::").size());
-  if (*Op::overload_name != '\0') name += std::string(".") + Op::overload_name;
+  const std::string name = aten_impl_name(Op::name, Op::overload_name);
   if (routed.count(name) != 0) {
     m.impl(name.c_str(), TORCH_FN((HostKernel<Op, &cpu_fallback_on_one_device>::call)));
   } else {

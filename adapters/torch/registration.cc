@@ -103,9 +103,8 @@ void register_foreach_operators(torch::Library& m) {
   constexpr std::string_view kPrefix = "aten::_foreach_";
   for (const c10::OperatorName& name : c10::Dispatcher::singleton().getAllOpNames()) {
     if (std::string_view(name.name).substr(0, kPrefix.size()) != kPrefix) continue;
-    std::string unqualified = name.name.substr(std::string_view("aten::").size());
-    if (!name.overload_name.empty()) unqualified += "." + name.overload_name;
-    m.impl(unqualified.c_str(), torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>());
+    m.impl(aten_impl_name(name.name, name.overload_name).c_str(),
+           torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>());
   }
 }
 
