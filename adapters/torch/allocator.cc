@@ -21,6 +21,7 @@
 #include <utility>
 
 #include "adapters/torch/streams.h"
+#include "adapters/torch/trace_recorder.h"
 #include "oclvm/vm/dependence.h"
 #include "oclvm/vm/virtual_machine.h"
 
@@ -145,8 +146,11 @@ TensorStorage* CLDeviceAllocator::new_storage(c10::DeviceIndex index, size_t byt
       throw;
     }
   });
-  MutexLock lock(mutex_);
-  blocks_[storage->blob()->storage()->device_address()] = storage;
+  {
+    MutexLock lock(mutex_);
+    blocks_[storage->blob()->storage()->device_address()] = storage;
+  }
+  TraceRecorder::instance().on_allocate(storage, bytes, index);
   return storage;
 }
 
@@ -159,6 +163,7 @@ void CLDeviceAllocator::delete_handle(void* context) {
     MutexLock lock(self.mutex_);
     self.blocks_.erase(address);
   }
+  TraceRecorder::instance().on_release(storage);
   delete storage;  // ~TensorStorage runs ReleaseTensor synchronously (make_vm_releaser)
 }
 

@@ -31,6 +31,9 @@
 //   set_rng_state(int, bytes)  sets it; ValueError for bytes of another length, nothing changed
 //   drain_autograd()           waits until autograd's opencl threads hold no finished backward
 //                              (called at interpreter exit: Note [Autograd threads at exit])
+//   _record_trace_start(str, int), _record_trace_stop() -> int   the allocation trace of
+//                              torch.opencl.memory.record_trace (trace_recorder.h); RuntimeError
+//                              for a file that cannot be written or a second recording
 //
 // Thread-safety: as the C++ side; the GIL is released around nothing (no call here blocks long).
 #define PY_SSIZE_T_CLEAN
@@ -52,6 +55,7 @@
 #include "adapters/torch/generator.h"
 #include "adapters/torch/host_kernels.h"
 #include "adapters/torch/host_results.h"
+#include "adapters/torch/trace_recorder.h"
 
 namespace oclvm::torch_adapter {
 namespace {
@@ -96,6 +100,22 @@ bool parse_index(PyObject* arg, c10::DeviceIndex* index) {
   }
   *index = static_cast<c10::DeviceIndex>(value);
   return true;
+}
+
+PyObject* py_record_trace_start(PyObject*, PyObject* args) {
+  const char* path = nullptr;
+  PyObject* index_arg = nullptr;
+  if (!PyArg_ParseTuple(args, "sO", &path, &index_arg)) return nullptr;
+  c10::DeviceIndex index = 0;
+  if (!parse_index(index_arg, &index)) return nullptr;
+  return guarded([&] {
+    TraceRecorder::instance().start(path, index);
+    Py_RETURN_NONE;
+  });
+}
+
+PyObject* py_record_trace_stop(PyObject*, PyObject*) {
+  return guarded([&] { return PyLong_FromUnsignedLongLong(TraceRecorder::instance().stop()); });
 }
 
 PyObject* py_memory_limit(PyObject*, PyObject* arg) {
@@ -355,6 +375,10 @@ PyMethodDef kMethods[] = {
     {"get_rng_state", py_get_rng_state, METH_O, "The state of a device's default generator."},
     {"set_rng_state", py_set_rng_state, METH_VARARGS, "Set a device's default generator state."},
     {"drain_autograd", py_drain_autograd, METH_NOARGS, "Wait for autograd's device threads."},
+    {"_record_trace_start", py_record_trace_start, METH_VARARGS,
+     "Start writing the device's allocations to an oclvm-trace v1 file."},
+    {"_record_trace_stop", py_record_trace_stop, METH_NOARGS,
+     "Stop the allocation trace; returns the events written."},
     {nullptr, nullptr, 0, nullptr},
 };
 

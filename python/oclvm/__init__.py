@@ -459,9 +459,8 @@ def memory_summary(device=None, abbreviated: bool = False) -> str:
     """A readable table of memory_stats(device) (see oclvm.memory): per statistic the current
     value, peak, total allocated and total freed, with large/small-pool sub-rows unless
     `abbreviated`."""
-    from . import memory
     index = _index(device)
-    return memory.memory_summary(memory_stats(index), index, abbreviated)
+    return memory.format_summary(memory_stats(index), index, abbreviated)
 
 
 def set_per_process_memory_fraction(fraction: float, device=None) -> None:
@@ -496,6 +495,10 @@ def get_per_process_memory_fraction(device=None) -> float:
     limit = _C.memory_limit(index)
     return 1.0 if limit == 0 else min(1.0, limit / _C.global_memory(index))
 
+
+# torch.opencl.memory, as torch.cuda.memory: the memory API above under both names, the summary
+# formatter, record_trace. Imported after the API it re-exports is defined.
+from . import memory  # noqa: E402
 
 if not hasattr(torch, BACKEND):
     torch._register_device_module(BACKEND, sys.modules[__name__])

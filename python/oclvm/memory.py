@@ -1,13 +1,22 @@
-"""Human-readable reports of an opencl device's allocator statistics.
+"""Human-readable reports of an opencl device's allocator statistics, and allocation traces.
 
-``memory_summary(stats, device_index, abbreviated)`` turns the flat dictionary returned by
+``format_summary(stats, device_index, abbreviated)`` turns the flat dictionary returned by
 ``torch.opencl.memory_stats()`` (keys such as ``allocated_bytes.large_pool.peak``) into a text
 table in the spirit of ``torch.cuda.memory_summary``: one row per statistic, sub-rows per pool,
 columns for the current value, the peak, and the running totals of what was allocated and freed.
 
 Promises: the function only reads `stats`; a key that is missing reads as 0, so a report can be
 made from an empty dictionary (an allocator that was never used). Pure function, thread-safe.
+
+The memory API of ``torch.opencl`` (memory_stats, memory_allocated, ..., memory_summary) is here
+too, as ``torch.cuda``'s is in ``torch.cuda.memory``: the same functions under both names.
+
+``record_trace(path, device=None)`` (a context manager, ``torch.opencl.memory.record_trace``)
+writes every block the device's allocator hands out and gets back while it is open as an
+``oclvm-trace v1`` file, which ``oclvm replay`` replays under every allocator and memory limit.
 """
+import contextlib
+import os
 
 # (title, key prefix, whether the values are byte counts)
 _ROWS = (
@@ -44,7 +53,7 @@ def _format_count(count: int) -> str:
     return f"{count:,}"
 
 
-def memory_summary(stats: dict, device_index: int, abbreviated: bool = False) -> str:
+def format_summary(stats: dict, device_index: int, abbreviated: bool = False) -> str:
     """The report for `stats` (a memory_stats() dictionary) of device `device_index`.
 
     With `abbreviated` only the aggregate row of each statistic is shown; otherwise the large-
@@ -84,3 +93,30 @@ def memory_summary(stats: dict, device_index: int, abbreviated: bool = False) ->
     lines.append(" " + oversize)
     lines.append(heavy)
     return "\n".join(lines) + "\n"
+
+
+@contextlib.contextmanager
+def record_trace(path, device=None):
+    """Records the allocations and releases of opencl device `device` (default: the current one)
+    into `path` while the block runs, as an ``oclvm-trace v1`` file: ``a ID BYTES`` for each
+    block the allocator hands out, ``f ID`` when it comes back. Blocks live before the block began
+    are left out (and so are their releases); blocks live at its end stay allocated in the trace.
+    Replay it with ``oclvm replay PATH [--allocator NAME] [--limit BYTES] [--plot OUT.svg]``.
+
+    Raises RuntimeError when the file cannot be written or another recording is running;
+    leaving the block raises RuntimeError when a write failed (the file is then incomplete)."""
+    from . import _C, _index  # the package's device resolution, as every torch.opencl call
+    _C._record_trace_start(os.fspath(path), _index(device))
+    try:
+        yield
+    finally:
+        _C._record_trace_stop()
+
+
+# The memory API, defined in the package (it needs the native module), under this name too.
+from . import (  # noqa: E402,F401
+    empty_cache, get_per_process_memory_fraction, host_memory_stats, max_memory_allocated,
+    max_memory_reserved, mem_get_info, memory_allocated, memory_reserved, memory_stats,
+    memory_summary, reset_accumulated_memory_stats, reset_peak_memory_stats,
+    set_per_process_memory_fraction,
+)
