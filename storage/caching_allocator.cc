@@ -72,6 +72,7 @@ CachingAllocator::CachingAllocator(MemoryBackend& backend, const CachingAllocato
       max_request_(static_cast<size_t>(std::min<uint64_t>(backend.properties().max_alloc_bytes,
                                                           SIZE_MAX)) &
                    ~(quantum_ - 1)),
+      oversize_from_(options.max_split_bytes != 0 ? options.max_split_bytes : SIZE_MAX),
       live_buckets_(new LiveSet::bucket_type[kInitialLiveBuckets]),
       live_bucket_count_(kInitialLiveBuckets),
       live_(LiveSet::bucket_traits(live_buckets_.get(), live_bucket_count_)) {}
@@ -116,16 +117,14 @@ size_t CachingAllocator::rounded(size_t bytes) const {
   // max_request_ is a multiple of the quantum, so this cannot overflow.
   const size_t size = (bytes + quantum_ - 1) & ~(quantum_ - 1);
   const size_t divisions = options_.roundup_power2_divisions;
-  if (divisions <= 1 || size <= quantum_ * divisions || is_power_of_two(size)) return size;
+  if (divisions <= 1 || size <= quantum_ * divisions || is_power_of_two(size)) [[likely]] {
+    return size;
+  }
   // size > quantum * divisions (a power of two), so the step is a power of two >= the quantum.
   const size_t floor = std::bit_floor(size);
   const size_t step = floor / divisions;
   const size_t stepped = (size + step - 1) & ~(step - 1);
   return stepped <= max_request_ ? stepped : size;
-}
-
-bool CachingAllocator::oversize(size_t size) const {
-  return options_.max_split_bytes != 0 && size >= options_.max_split_bytes;
 }
 
 // The hit path. Cost: one lower_bound in the pool's red-black tree (O(log free blocks)). Without a
@@ -140,7 +139,9 @@ CachingAllocator::Block* CachingAllocator::take_best_fit(StatType pool, size_t s
   // Note [Oversize blocks]: the best fit is the smallest that fits, so when it is out of reach
   // every larger one is too.
   const bool whole = oversize(size);
-  if (oversize(block->size) && (!whole || block->size - size > kOversizeSlack)) return nullptr;
+  if (oversize(block->size) && (!whole || block->size - size > kOversizeSlack)) [[unlikely]] {
+    return nullptr;
+  }
   FreeDelta delta;
   note_leaving(block, delta);
   if (whole || block->size - size < quantum_) {

@@ -252,7 +252,8 @@ class CachingAllocator final : public Allocator {
 
   // --- fast path ---------------------------------------------------------------------------------
   size_t rounded(size_t bytes) const;
-  bool oversize(size_t size) const;  // Note [Oversize blocks]
+  // Note [Oversize blocks]. One comparison: the hit path asks it three times.
+  bool oversize(size_t size) const { return size >= oversize_from_; }
   Block* take_best_fit(StatType pool, size_t size);
   Block* split_off(Block* block, size_t size);
   void carve(Block* block, size_t size);
@@ -304,6 +305,7 @@ class CachingAllocator final : public Allocator {
   void note_reserved_over_limit();
   const size_t quantum_;      // max(options_.round_bytes, device base address alignment)
   const size_t max_request_;  // largest request: max_alloc_bytes rounded down to the quantum
+  const size_t oversize_from_;  // options_.max_split_bytes, or SIZE_MAX without a limit
 
   // --- mutable state -----------------------------------------------------------------------------
   // Invariants, per pool P and in aggregate (check_invariants):
