@@ -148,6 +148,16 @@ oclvm_cli_test(replay.plot_unwritable_exits_1 1
   ARGS replay ${OCLVM_CLI_DATA}/small.trace --plot ${CMAKE_BINARY_DIR}/no_such_dir/x.svg
   STDOUT "^$"
   STDERR "^oclvm: error: Expected to write the plot to '[^']*/no_such_dir/x.svg', but opening it failed .No such file or directory.\n$")
+# The shipped GPT-2 trace (traces/, torch.opencl.memory.record_trace) under a 64 MiB limit: the
+# garbage-collection threshold gives cached segments back before growing, so the reserved peak
+# drops from 58720256 to 54525952 bytes for more driver allocations (46 instead of 28).
+oclvm_cli_test(replay.gpt2_trace_default 0
+  ARGS replay ${PROJECT_SOURCE_DIR}/traces/gpt2_adamw.trace --allocator caching --limit 64M --json
+  STDOUT "\"events\": 5534," "\"reserved_peak_bytes\": 58720256," "\"backend_allocs\": 28," "\"ooms\": 0,")
+oclvm_cli_test(replay.alloc_conf_gc_threshold 0
+  ARGS replay ${PROJECT_SOURCE_DIR}/traces/gpt2_adamw.trace --allocator caching --limit 64M --json
+  ENV PYTORCH_ALLOC_CONF=garbage_collection_threshold:0.6
+  STDOUT "\"reserved_peak_bytes\": 54525952," "\"backend_allocs\": 46," "\"ooms\": 0,")
 oclvm_cli_test(usage.bad_alloc_conf 2
   ARGS replay ${OCLVM_CNN_HEAD}
   ENV PYTORCH_ALLOC_CONF=max_split_mb:64
