@@ -416,4 +416,31 @@ void BuddyAllocator::check_invariants() const {
   }
 }
 
+std::vector<SegmentSnapshot> BuddyAllocator::segments() const {
+  std::map<uint64_t, SegmentSnapshot> by_arena;
+  for (const auto& [id, arena] : arenas_) {
+    by_arena[id] = {arena->segment->address, arena->size,
+                    pool_of_size(arena->size) == StatType::kSmallPool, {}};
+  }
+  for (const auto& [address, block] : live_) {
+    by_arena[block.arena->segment->id].blocks.push_back(
+        {address, block_size(block.order), block.requested, true, nullptr});
+  }
+  for (size_t order = 0; order < free_.size(); ++order) {
+    for (const auto& [key, arena] : free_[order]) {
+      by_arena[key.arena_id].blocks.push_back(
+          {arena->segment->address + key.offset, block_size(static_cast<int>(order)), 0, false, nullptr});
+    }
+  }
+  std::vector<SegmentSnapshot> out;
+  out.reserve(by_arena.size());
+  for (auto& [id, segment] : by_arena) {
+    std::sort(segment.blocks.begin(), segment.blocks.end(),
+              [](const BlockSnapshot& a, const BlockSnapshot& b) { return a.address < b.address; });
+    out.push_back(std::move(segment));
+  }
+  sort_by_address(out);
+  return out;
+}
+
 }  // namespace oclvm

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "adapters/cli/trace.h"
+#include "oclvm/instructions/memory_snapshot.h"
 #include "oclvm/storage/allocator.h"
 
 namespace oclvm::cli {
@@ -38,6 +39,12 @@ struct ReplayOptions {
   // pass) in ReplayReport::live_series / reserved_series, for a picture (`--plot`). Each event
   // then also reads the allocator's statistics, which `seconds` includes.
   bool record_series = false;
+  // When not null, receives a memory snapshot (instructions/memory_snapshot.h) taken at the end
+  // of the last pass, before the trace's leftovers are freed: the allocator's segments and blocks
+  // then, and the history of every pass (segment_alloc / alloc / free_requested / free_completed
+  // / segment_free / oom, stream 0, no frames). The device's memory history is on during the
+  // replay and off after it.
+  DeviceMemorySnapshot* snapshot = nullptr;
 };
 
 struct ReplayReport {
