@@ -226,16 +226,20 @@ def _field(entry, key, where, default=None):
     return value
 
 
+class _NoTrace(ValueError):
+    pass
+
+
 def _trace_of(snapshot: dict, device) -> list:
     traces = snapshot["device_traces"]
     if not isinstance(device, int) or isinstance(device, bool):
         raise ValueError(f"Expected a device index, but got {device!r}")
     if not traces:
-        raise ValueError("The snapshot has no allocation trace (record one with "
-                         "torch.cuda.memory._record_memory_history before taking it)")
+        raise _NoTrace("The snapshot has no allocation trace (record one with "
+                       "torch.cuda.memory._record_memory_history before taking it)")
     if not 0 <= device < len(traces):
-        raise ValueError(f"The snapshot has traces for devices 0 to {len(traces) - 1}; "
-                         f"device {device} has none")
+        raise _NoTrace(f"The snapshot has traces for devices 0 to {len(traces) - 1}; "
+                       f"device {device} has none")
     return traces[device]
 
 
@@ -1038,6 +1042,8 @@ def main(argv=None) -> int:
                 svg = timeline_svg(snapshot, device, args.max_entries)
             else:
                 svg = snapshot_svg(snapshot, device, args.max_entries)
+    except _NoTrace as e:
+        fail(f"{args.snapshot}: {e} (--view segments draws the segment map alone)")
     except ValueError as e:
         fail(f"{args.snapshot}: {e}")
     output = args.output or os.path.splitext(args.snapshot)[0] + ".svg"

@@ -477,7 +477,8 @@ def test_the_command_gives_the_same_bytes_in_every_process(tmp_path):
     ("list", "Expected the snapshot's 'segments' to be a list of dicts"),
     ("dict", "Expected a PyTorch memory snapshot"),
     ("class", "holds a collections.OrderedDict object, and a memory snapshot holds plain data"),
-    ("device", "device 5 has none"),
+    ("device", "device 5 has none (--view segments draws the segment map alone)"),
+    ("segments only", "The snapshot has no allocation trace"),
     ("devices", "Devices 0, 1 have traces: choose one with --device"),
 ])
 def test_the_command_fails_with_one_line_and_status_1(tmp_path, case, message):
@@ -495,6 +496,8 @@ def test_the_command_fails_with_one_line_and_status_1(tmp_path, case, message):
     elif case == "device":
         _dump(path, small_snapshot())
         args = ["--device", "5"]
+    elif case == "segments only":  # an old snapshot: a list of segments, no trace
+        _dump(path, small_snapshot()["segments"])
     elif case == "devices":
         snapshot = small_snapshot()
         snapshot["device_traces"].append([event("alloc", 1, 8)])
@@ -505,6 +508,13 @@ def test_the_command_fails_with_one_line_and_status_1(tmp_path, case, message):
     assert result.stderr.startswith("oclvm.viz: error: ") and result.stderr.count("\n") == 1
     assert "Traceback" not in result.stderr
     assert not (tmp_path / "out.svg").exists()
+
+
+def test_the_command_draws_the_segments_of_a_snapshot_without_a_trace(tmp_path):
+    path = _dump(tmp_path / "old.pickle", small_snapshot()["segments"])
+    result = _run(path, "--view", "segments", "-o", tmp_path / "out.svg")
+    assert result.returncode == 0, result.stderr
+    assert len(by_class(parse((tmp_path / "out.svg").read_text()), "segment-outline")) == 1
 
 
 def test_the_command_runs_none_of_a_pickles_code(tmp_path):
