@@ -32,7 +32,17 @@ import os as _os
 import re
 import sys
 
-import torch
+
+def _autoload() -> None:
+    """Entry point of the ``torch.backends`` group: importing the package did the work.
+
+    Defined before ``import torch``: when this package is imported first (``import oclvm``,
+    ``python -m oclvm.viz``), torch's own import loads the entry points and looks this function
+    up on the package while it is still half made; defined later, that failed with "partially
+    initialized module 'oclvm' has no attribute '_autoload'"."""
+
+
+import torch  # noqa: E402
 
 BACKEND = "opencl"
 
@@ -506,10 +516,6 @@ from .memory import memory_snapshot  # noqa: E402,F401
 if not hasattr(torch, BACKEND):
     torch._register_device_module(BACKEND, sys.modules[__name__])
     torch.utils.generate_methods_for_privateuse1_backend(for_storage=True)
-
-
-def _autoload() -> None:
-    """Entry point of the ``torch.backends`` group: importing the package did the work."""
 
 
 def _drain_autograd_at_exit() -> None:
