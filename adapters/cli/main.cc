@@ -68,7 +68,8 @@ constexpr const char* kUsage =
     "                           (default: OCLVM_MEMORY_LIMIT, else none)\n"
     "      --repeat N           replay the whole trace N times (default: 1)\n"
     "      --json               print one JSON object instead of the text report\n"
-    "      --plot OUT.svg       also draw live and reserved bytes over the events (SVG)\n"
+    "      --plot OUT.svg       also draw live and reserved bytes over the events, and the\n"
+    "                           segments held at the reserved peak (SVG)\n"
     "      --compare            with --plot: replay under every allocator, one report and\n"
     "                           one reserved line each, in one picture\n"
     "      --snapshot OUT.pickle  also write a memory snapshot in PyTorch's format (segments\n"
@@ -275,10 +276,13 @@ int run_replay(const std::vector<std::string_view>& args) {
       plot.series.push_back(PlotSeries{"live (the trace)", "#000000", false,
                                        std::move(report.live_series)});
     }
+    const char* color = kPlotColors[i % std::size(kPlotColors)];
     plot.series.push_back(PlotSeries{"reserved: " + report.allocator + " (peak " +
                                          format_bytes(report.reserved_peak_bytes) + ")",
-                                     kPlotColors[i % std::size(kPlotColors)], true,
-                                     std::move(report.reserved_series)});
+                                     color, true, std::move(report.reserved_series)});
+    plot.segment_maps.push_back(SegmentMapSpec{
+        report.allocator + " at event " + std::to_string(report.peak_event), color,
+        std::move(report.peak_segments)});
   }
   std::fflush(stdout);
   if (plot_file) plot_file->write(svg_line_chart(plot));

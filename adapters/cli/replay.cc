@@ -89,9 +89,18 @@ struct Series {
     // A free carries the bytes of its allocation (TraceEvent::bytes).
     live = event.kind == TraceEventKind::kAllocate ? live + event.bytes : live - event.bytes;
     report->live_series.push_back(live);
-    report->reserved_series.push_back(
-        static_cast<uint64_t>(allocator.stats().reserved_bytes[kAggregate].current));
+    const auto reserved =
+        static_cast<uint64_t>(allocator.stats().reserved_bytes[kAggregate].current);
+    report->reserved_series.push_back(reserved);
+    // Reserved bytes grow only when a segment is made, so new peaks are rare (one per driver
+    // allocation at most) and each copies the segment map once.
+    if (reserved > peak_reserved) {
+      peak_reserved = reserved;
+      report->peak_event = report->reserved_series.size() - 1;
+      report->peak_segments = allocator.segments();
+    }
   }
+  uint64_t peak_reserved = 0;
 };
 
 // One pass over the trace, recording block events in the device's memory history while it is on
