@@ -22,7 +22,8 @@ by oclvm itself, in C++, per device); ``_snapshot()`` returns PyTorch's snapshot
 ``free_completed`` / ``segment_alloc`` / ``segment_free`` / ``oom`` / ``snapshot`` entries and
 their Python ``frames``), ``_dump_snapshot(filename)`` pickles it, so that PyTorch's viewer
 (``python -m torch.cuda._memory_viz trace_plot FILE``, pytorch.org/memory_viz) and
-``python -m oclvm.viz FILE`` draw it; ``memory_snapshot()`` is its ``segments``.
+``python -m oclvm.viz FILE`` draw it; ``memory_snapshot()`` is its ``segments``, and
+``snapshot_svg()`` draws a snapshot (by default one taken now) as oclvm.viz does.
 """
 import contextlib
 import os
@@ -206,6 +207,27 @@ def memory_snapshot(mempool_id=None, include_traces=True):
     """The segments of every opencl device and their blocks (``_snapshot()["segments"]``)."""
     from . import _C
     return pickle.loads(_C._memory_snapshot(bool(include_traces)))["segments"]
+
+
+_VIEWS = ("timeline", "segments", "both")
+
+
+def snapshot_svg(snapshot=None, device=None, view="both", max_entries=None) -> str:
+    """The pictures ``python -m oclvm.viz`` draws (see oclvm.viz), as an SVG string, of
+    `snapshot` (default: ``_snapshot()`` taken now) for `device` (default: the current one):
+    ``view="timeline"`` the allocation timeline, ``"segments"`` the segment map, ``"both"``
+    (default) one above the other. Raises ValueError for another view, or a device without a
+    recorded trace in a timeline view (start ``_record_memory_history()`` first)."""
+    from . import _index, viz
+    if view not in _VIEWS:
+        raise ValueError(f"Expected view to be one of {', '.join(_VIEWS)}, but got {view!r}")
+    snapshot = _snapshot() if snapshot is None else snapshot
+    index = _index(device)
+    if view == "segments":
+        return viz.segments_svg(snapshot, index)
+    if view == "timeline":
+        return viz.timeline_svg(snapshot, index, max_entries)
+    return viz.snapshot_svg(snapshot, index, max_entries)
 
 
 # The memory API, defined in the package (it needs the native module), under this name too.

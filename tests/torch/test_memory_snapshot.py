@@ -107,6 +107,18 @@ def test_oclvm_viz_draws_the_snapshot(tmp_path):
     del x
 
 
+def test_snapshot_svg_draws_the_current_snapshot():
+    memory._record_memory_history()
+    x = _allocating_function()
+    svg = memory.snapshot_svg()
+    assert svg.lstrip().startswith("<") and "<svg" in svg and "</svg>" in svg
+    assert "Active memory timeline" in svg and "_allocating_function" in svg
+    assert "<svg" in memory.snapshot_svg(view="segments")
+    with pytest.raises(ValueError):
+        memory.snapshot_svg(view="flamegraph")
+    del x
+
+
 def test_max_entries_keeps_the_newest_and_stopping_drops_the_history():
     memory._record_memory_history(max_entries=4)
     for _ in range(5):
