@@ -114,13 +114,9 @@ void write_block(PickleWriter& w, const BlockSnapshot& block) {
 }
 
 void write_segment(PickleWriter& w, DeviceIndex device, const SegmentSnapshot& segment) {
-  uint64_t allocated = 0;
+  const uint64_t allocated = segment.allocated_bytes();
   uint64_t requested = 0;
-  for (const BlockSnapshot& block : segment.blocks) {
-    if (!block.allocated) continue;
-    allocated += block.size;
-    requested += block.requested;
-  }
+  for (const BlockSnapshot& block : segment.blocks) requested += block.requested;
   w.begin_dict();
   w.string("device");
   w.integer(device);

@@ -26,8 +26,9 @@ uint64_t device_free_bytes(const Allocator& allocator) {
 }
 
 void sort_by_address(std::vector<SegmentSnapshot>& segments) {
-  std::sort(segments.begin(), segments.end(),
-            [](const SegmentSnapshot& a, const SegmentSnapshot& b) { return a.address < b.address; });
+  std::sort(
+      segments.begin(), segments.end(),
+      [](const SegmentSnapshot& a, const SegmentSnapshot& b) { return a.address < b.address; });
 }
 
 }  // namespace oclvm

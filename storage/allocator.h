@@ -64,6 +64,13 @@ struct SegmentSnapshot {
   size_t size = 0;
   bool small_pool = false;  // held for small blocks (PyTorch's "small" segment type)
   std::vector<BlockSnapshot> blocks;
+
+  // Bytes of the allocated blocks.
+  uint64_t allocated_bytes() const {
+    uint64_t bytes = 0;
+    for (const BlockSnapshot& block : blocks) bytes += block.allocated ? block.size : 0;
+    return bytes;
+  }
 };
 
 class Allocator {
@@ -110,8 +117,6 @@ class Allocator {
   virtual void check_invariants() const {}
 };
 
-// Rounds `bytes` up to a multiple of `alignment` (a power of two). Throws InvalidArgument if the
-// result would overflow size_t (SIZE_MAX and its neighbours).
 // Bytes `allocator` could still take from its device: its memory limit (the device's global
 // memory when it has none) minus what it has reserved; 0 when reserved is over it.
 uint64_t device_free_bytes(const Allocator& allocator);
@@ -119,6 +124,8 @@ uint64_t device_free_bytes(const Allocator& allocator);
 // Sorts segment snapshots by address (what Allocator::segments promises).
 void sort_by_address(std::vector<SegmentSnapshot>& segments);
 
+// Rounds `bytes` up to a multiple of `alignment` (a power of two). Throws InvalidArgument if the
+// result would overflow size_t (SIZE_MAX and its neighbours).
 size_t round_up_checked(size_t bytes, size_t alignment, const Device& device);
 
 }  // namespace oclvm

@@ -428,15 +428,17 @@ std::vector<SegmentSnapshot> BuddyAllocator::segments() const {
   }
   for (size_t order = 0; order < free_.size(); ++order) {
     for (const auto& [key, arena] : free_[order]) {
-      by_arena[key.arena_id].blocks.push_back(
-          {arena->segment->address + key.offset, block_size(static_cast<int>(order)), 0, false, nullptr});
+      by_arena[key.arena_id].blocks.push_back({arena->segment->address + key.offset,
+                                               block_size(static_cast<int>(order)), 0, false,
+                                               nullptr});
     }
   }
   std::vector<SegmentSnapshot> out;
   out.reserve(by_arena.size());
   for (auto& [id, segment] : by_arena) {
-    std::sort(segment.blocks.begin(), segment.blocks.end(),
-              [](const BlockSnapshot& a, const BlockSnapshot& b) { return a.address < b.address; });
+    std::sort(
+        segment.blocks.begin(), segment.blocks.end(),
+        [](const BlockSnapshot& a, const BlockSnapshot& b) { return a.address < b.address; });
     out.push_back(std::move(segment));
   }
   sort_by_address(out);

@@ -24,16 +24,6 @@ const char* memory_action_name(MemoryAction action) {
   return kActionNames[static_cast<int>(action)];
 }
 
-bool parse_memory_action(const std::string& name, MemoryAction* out) {
-  for (int i = 0; i < kMemoryActionCount; ++i) {
-    if (name == kActionNames[i]) {
-      *out = static_cast<MemoryAction>(i);
-      return true;
-    }
-  }
-  return false;
-}
-
 void MemoryHistory::configure(const HistoryOptions& options) {
   if (options.max_entries == 0) {
     throw InvalidArgument("Expected max_entries of at least 1 for the memory history, but got 0");
@@ -70,7 +60,11 @@ void MemoryHistory::record_event(MemoryAction action, uintptr_t address, size_t 
   const ContextMode wanted = options_.context;
   try {
     if (action == MemoryAction::kAlloc) {
-      if (wanted != ContextMode::kNone && context != nullptr) live_[address] = context;
+      if (wanted != ContextMode::kNone && context != nullptr) {
+        live_[address] = context;
+      } else {
+        live_.erase(address);  // a block whose free was not seen may have left its context
+      }
       if (wanted < ContextMode::kAlloc) context = nullptr;
     } else if (action == MemoryAction::kFreeCompleted) {
       live_.erase(address);

@@ -53,8 +53,6 @@ inline constexpr int kMemoryActionCount = 7;
 
 // PyTorch's name of an action ("alloc", "free_requested", ..., "snapshot").
 const char* memory_action_name(MemoryAction action);
-// The action of that name; false for a name that is not one.
-bool parse_memory_action(const std::string& name, MemoryAction* out);
 
 struct StackFrame {
   std::string filename;
@@ -100,8 +98,8 @@ struct HistoryOptions {
 
 class MemoryHistory {
  public:
-  // Starts, changes or stops recording. Stopping (kOff) drops the events and contexts, as does
-  // `clear`. Throws InvalidArgument, changing nothing, for max_entries == 0.
+  // Starts, changes or stops recording. Stopping (kOff) drops the events and contexts, as do
+  // `clear` and a new max_entries. Throws InvalidArgument, changing nothing, for max_entries == 0.
   void configure(const HistoryOptions& options);
   const HistoryOptions& options() const { return options_; }
 
@@ -111,8 +109,8 @@ class MemoryHistory {
   // The stream segment events are tagged with: whoever records a block request sets it first.
   void set_stream(int64_t stream) { stream_ = stream; }
 
-  // Records one event (nothing when off or skipped). kAlloc keeps `context` for the block until
-  // its kFreeCompleted; kFreeCompleted forgets it. Never throws.
+  // Records one event (nothing when off or skipped). kAlloc keeps `context` (or, when null,
+  // nothing) for the block until its kFreeCompleted, which forgets it. Never throws.
   void record(MemoryAction action, uintptr_t address, size_t size, int64_t stream,
               std::shared_ptr<const MemoryContext> context = nullptr) noexcept;
   // A request of `size` bytes that ran out of memory, when `device_free` bytes were left (what

@@ -117,14 +117,12 @@ std::string segment_bar(const SegmentMapSpec& map, double y, double bytes_per_un
     const double w = static_cast<double>(segment.size) / bytes_per_unit;
     cursor += static_cast<double>(segment.size);
     if (w < 3) continue;
-    uint64_t allocated = 0;
-    for (const BlockSnapshot& block : segment.blocks) allocated += block.allocated ? block.size : 0;
     svg += "<rect class=\"segment\" x=\"" + number(x) + "\" y=\"" + number(y) + "\" width=\"" +
            number(w) + "\" height=\"" + number(kMapBar) +
            "\" fill=\"none\" stroke=\"#555555\" stroke-width=\"0.6\"><title>segment of " +
            format_bytes(segment.size) + (segment.small_pool ? " (small pool)" : " (large pool)") +
            ", " + std::to_string(segment.blocks.size()) + " block(s), " +
-           format_bytes(allocated) + " allocated</title></rect>\n";
+           format_bytes(segment.allocated_bytes()) + " allocated</title></rect>\n";
   }
   return svg;
 }
@@ -146,7 +144,7 @@ std::string svg_segment_maps(const std::vector<SegmentMapSpec>& maps, double top
     uint64_t reserved = 0, allocated = 0;
     for (const SegmentSnapshot& segment : map.segments) {
       reserved += segment.size;
-      for (const BlockSnapshot& block : segment.blocks) allocated += block.allocated ? block.size : 0;
+      allocated += segment.allocated_bytes();
     }
     const double percent = reserved == 0 ? 0 : 100.0 * static_cast<double>(allocated) /
                                                    static_cast<double>(reserved);

@@ -202,7 +202,7 @@ TEST(PlotTest, AReplayRecordsLiveAndReservedBytesAfterEveryEvent) {
   uint64_t reserved = 0, allocated = 0;
   for (const SegmentSnapshot& segment : report.peak_segments) {
     reserved += segment.size;
-    for (const BlockSnapshot& block : segment.blocks) allocated += block.allocated ? block.size : 0;
+    allocated += segment.allocated_bytes();
   }
   EXPECT_EQ(reserved, report.reserved_peak_bytes);
   EXPECT_GE(allocated, report.live_series[report.peak_event]);

@@ -224,7 +224,8 @@ TEST(MemorySnapshotPickleTest, IsAProtocolTwoPickleWithPyTorchsKeys) {
   device.segments.push_back({uintptr_t{1} << 63, 2 << 20, true,
                              {{uintptr_t{1} << 63, 1024, 1000, true, frame_named("f")},
                               {(uintptr_t{1} << 63) + 1024, (2 << 20) - 1024, 0, false, nullptr}}});
-  device.events.push_back({MemoryAction::kAlloc, uintptr_t{1} << 63, 1024, 3, -5, frame_named("f")});
+  device.events.push_back(
+      {MemoryAction::kAlloc, uintptr_t{1} << 63, 1024, 3, -5, frame_named("f"), 0});
   snapshot.devices.push_back(device);
   const std::string bytes = to_pickle(snapshot);
   EXPECT_EQ(bytes.substr(0, 2), "\x80\x02");
