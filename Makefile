@@ -1,6 +1,7 @@
 # oclvm — the thin entry point. `make demo` and `make test` each install what is missing first.
-# Allocation traces for `make bench` to replay (oclvm-trace v1 files); none are shipped yet.
-TRACES ?=
+# Allocation traces for `make bench` to replay (oclvm-trace v1 files): the shipped ones in traces/
+# by default, or every *.trace in TRACES=DIR.
+TRACES ?= traces
 BUILD  ?= build
 JOBS   ?= $(shell nproc)
 PY     ?= .venv/bin/python

@@ -1,9 +1,16 @@
 """Records the allocation traces shipped in traces/ with torch.opencl.memory.record_trace, from
-the project's own example models (the training steps bench/torch_bench.py times):
+the project's own example models (the training steps of bench/torch_bench.py; the first two are
+the ones it times):
 
-    traces/mlp_sgd.trace          MLP 32-64-4, SGD with momentum, batch 64: model creation, 20 steps
-    traces/gpt2_adamw.trace       GPT-2 4 layers x 128 (transformers, random init), AdamW, batch
-                                  8 x 64 tokens: model creation, 5 steps
+    traces/mlp_sgd.trace            MLP 32-64-4, SGD with momentum, batch 64: model creation,
+                                    20 steps
+    traces/gpt2_adamw.trace         GPT-2 4 layers x 128 (transformers, random init), AdamW, batch
+                                    8 x 64 tokens: model creation, 5 steps
+    traces/transformer_train.trace  GPT-2 4 layers x 512, 8 heads, vocabulary 8192 (transformers,
+                                    random init), AdamW, batch 8 x 128 tokens: model creation,
+                                    3 steps
+    traces/cnn_train.trace          four conv-BatchNorm-ReLU stages and a linear head, SGD with
+                                    momentum, batch 32 x 3 x 64 x 64: model creation, 3 steps
 
 and, with the memory history on (torch.opencl.memory._record_memory_history), a snapshot of the
 GPT-2 run (model creation, 3 steps) drawn by oclvm.viz as design/snapshot_gpt2_adamw.svg, the
@@ -72,6 +79,8 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     record(out / "mlp_sgd.trace", torch_bench.mlp_step, 20)
     record(out / "gpt2_adamw.trace", torch_bench.gpt2_step, 5)
+    record(out / "transformer_train.trace", torch_bench.transformer_step, 3)
+    record(out / "cnn_train.trace", torch_bench.cnn_step, 3)
     picture(pathlib.Path(sys.argv[2] if len(sys.argv) > 2 else "design/snapshot_gpt2_adamw.svg"),
             torch_bench.gpt2_step, 3)
     return 0
