@@ -6,11 +6,10 @@
 
 #include <algorithm>
 #include <bit>
-#include <cinttypes>
-#include <cstdio>
 #include <iterator>
 
 #include "oclvm/storage/errors.h"
+#include "oclvm/storage/hex.h"
 #include "oclvm/storage/log.h"
 #include "oclvm/storage/options.h"
 
@@ -23,12 +22,6 @@ constexpr size_t kInitialLiveBuckets = 1024;
 bool is_power_of_two(size_t x) { return x != 0 && (x & (x - 1)) == 0; }
 
 size_t index_of(StatType pool) { return static_cast<size_t>(pool); }
-
-std::string hex_address(uintptr_t address) {
-  char text[32];
-  std::snprintf(text, sizeof(text), "0x%" PRIxPTR, address);
-  return text;
-}
 
 size_t quantum_for(const CachingAllocatorOptions& options, const MemoryBackend& backend) {
   if (!is_power_of_two(options.round_bytes)) {
@@ -287,7 +280,7 @@ CachingAllocator::Block* CachingAllocator::find_live(const Allocation& allocatio
     }
   }
   throw InvalidArgument("Expected a live allocation of the caching allocator on " +
-                        backend_.device().str() + ", but got address " + hex_address(address) +
+                        backend_.device().str() + ", but got address " + hex(address) +
                         " (id " + std::to_string(allocation.id) +
                         "), which it does not hold: a double free, another allocator's handle or "
                         "a forged one");

@@ -1,20 +1,12 @@
 // storage/system_allocator.cc — one segment per allocation; the shared out-of-memory message.
 #include "oclvm/storage/system_allocator.h"
 
-#include <cstdio>
-
 #include "oclvm/storage/errors.h"
+#include "oclvm/storage/hex.h"
 #include "oclvm/storage/options.h"
 
 namespace oclvm {
 namespace {
-
-std::string hex_address(const void* ptr) {
-  char buffer[2 + 2 * sizeof(void*) + 1];
-  std::snprintf(buffer, sizeof buffer, "0x%jx",
-                static_cast<uintmax_t>(reinterpret_cast<uintptr_t>(ptr)));
-  return buffer;
-}
 
 // The segment size for a request of `bytes` (> 0): rounded up to kRounding. Throws InvalidArgument
 // when the device cannot hold it in one segment.
@@ -56,7 +48,8 @@ std::string out_of_memory_message(const Device& device, size_t requested, size_t
 std::string invalid_handle_message(const Allocator& allocator, const Allocation& allocation,
                                    std::string_view why) {
   return "Expected an allocation that is live in the " + allocator.name() + " allocator of " +
-         allocator.device().str() + ", but got ptr " + hex_address(allocation.ptr) + " (size " +
+         allocator.device().str() + ", but got ptr " +
+         hex(reinterpret_cast<uintptr_t>(allocation.ptr)) + " (size " +
          std::to_string(allocation.size) + ", id " + std::to_string(allocation.id) + ", offset " +
          std::to_string(allocation.offset) + "): " + std::string(why);
 }
