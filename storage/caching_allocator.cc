@@ -21,8 +21,6 @@ constexpr size_t kInitialLiveBuckets = 1024;
 
 bool is_power_of_two(size_t x) { return x != 0 && (x & (x - 1)) == 0; }
 
-size_t index_of(StatType pool) { return static_cast<size_t>(pool); }
-
 size_t quantum_for(const CachingAllocatorOptions& options, const MemoryBackend& backend) {
   if (!is_power_of_two(options.round_bytes)) {
     throw InvalidArgument(
@@ -294,7 +292,7 @@ CachingAllocator::Block* CachingAllocator::find_live(const Allocation& allocatio
 // as it sits in the index.
 void CachingAllocator::note_entering(const Block* block, FreeDelta& delta) {
   if (block->whole()) {
-    whole_free_bytes_[index_of(block->pool)] += block->size;
+    whole_free_bytes_[stat_index(block->pool)] += block->size;
   } else {
     delta.count += 1;
     delta.bytes += static_cast<int64_t>(block->size);
@@ -303,7 +301,7 @@ void CachingAllocator::note_entering(const Block* block, FreeDelta& delta) {
 
 void CachingAllocator::note_leaving(const Block* block, FreeDelta& delta) {
   if (block->whole()) {
-    whole_free_bytes_[index_of(block->pool)] -= block->size;
+    whole_free_bytes_[stat_index(block->pool)] -= block->size;
   } else {
     delta.count -= 1;
     delta.bytes -= static_cast<int64_t>(block->size);
@@ -378,8 +376,8 @@ size_t CachingAllocator::segment_size_for(StatType pool, size_t size) const {
 }
 
 uint64_t CachingAllocator::whole_free_bytes() const {
-  return whole_free_bytes_[index_of(StatType::kSmallPool)] +
-         whole_free_bytes_[index_of(StatType::kLargePool)];
+  return whole_free_bytes_[stat_index(StatType::kSmallPool)] +
+         whole_free_bytes_[stat_index(StatType::kLargePool)];
 }
 
 // Nothing in the pool fits: create a segment (Note [Out-of-memory ladder]) and carve the block
@@ -389,7 +387,7 @@ CachingAllocator::Block* CachingAllocator::grow_and_take(StatType pool, size_t s
   const size_t segment_bytes = segment_size_for(pool, size);
   const uint64_t limit = memory_limit_;
   const auto reserved = static_cast<uint64_t>(
-      tracker_.stats().reserved_bytes[index_of(StatType::kAggregate)].current);
+      tracker_.stats().reserved_bytes.aggregate().current);
 
   // Under a limit, decide before touching anything whether even an empty cache could make room.
   if (limit != 0 && reserved - whole_free_bytes() + segment_bytes > limit) {
@@ -405,14 +403,14 @@ CachingAllocator::Block* CachingAllocator::grow_and_take(StatType pool, size_t s
   }
   bool retried = false;
   const auto reserved_now = static_cast<uint64_t>(
-      tracker_.stats().reserved_bytes[index_of(StatType::kAggregate)].current);
+      tracker_.stats().reserved_bytes.aggregate().current);
   if (limit != 0 && reserved_now + segment_bytes > limit) {
     empty_cache();
     tracker_.on_alloc_retry();
     retried = true;
     // The check above guaranteed that an empty cache makes room.
     OCLVM_DCHECK(static_cast<uint64_t>(
-                     tracker_.stats().reserved_bytes[index_of(StatType::kAggregate)].current) +
+                     tracker_.stats().reserved_bytes.aggregate().current) +
                      segment_bytes <=
                  limit);
   }
@@ -447,9 +445,8 @@ void CachingAllocator::throw_out_of_memory(size_t requested, size_t segment_byte
                                            const std::string& driver_message) {
   tracker_.on_oom();
   const DeviceStats& s = tracker_.stats();
-  constexpr size_t kAll = static_cast<size_t>(StatType::kAggregate);
-  const auto allocated = static_cast<uint64_t>(s.allocated_bytes[kAll].current);
-  const auto reserved = static_cast<uint64_t>(s.reserved_bytes[kAll].current);
+  const auto allocated = static_cast<uint64_t>(s.allocated_bytes.aggregate().current);
+  const auto reserved = static_cast<uint64_t>(s.reserved_bytes.aggregate().current);
   const std::string limit = memory_limit_ != 0
                                 ? "limit " + format_bytes(memory_limit_)
                                 : std::string("no limit");
@@ -500,7 +497,7 @@ void CachingAllocator::empty_cache() {
 void CachingAllocator::collect_garbage(uint64_t threshold, size_t incoming) {
   auto reserved = [&] {
     return static_cast<uint64_t>(
-        tracker_.stats().reserved_bytes[index_of(StatType::kAggregate)].current);
+        tracker_.stats().reserved_bytes.aggregate().current);
   };
   if (reserved() + incoming <= threshold || whole_free_bytes() == 0) return;
   std::vector<Block*> whole_free;  // segments_ is ordered by id: the oldest come first
@@ -516,7 +513,7 @@ void CachingAllocator::collect_garbage(uint64_t threshold, size_t incoming) {
 
 // Gives back every wholly free segment of `pool`. O(free blocks of the pool).
 void CachingAllocator::release_free_segments(StatType pool) {
-  if (whole_free_bytes_[index_of(pool)] == 0) return;
+  if (whole_free_bytes_[stat_index(pool)] == 0) return;
   FreeSet& free = free_set(pool);
   for (auto it = free.begin(); it != free.end();) {
     Block* block = &*it;
@@ -548,7 +545,7 @@ void CachingAllocator::set_memory_limit(uint64_t bytes) {
 
 void CachingAllocator::note_reserved_over_limit() {
   const auto reserved = static_cast<uint64_t>(
-      tracker_.stats().reserved_bytes[index_of(StatType::kAggregate)].current);
+      tracker_.stats().reserved_bytes.aggregate().current);
   reserved_over_limit_ = memory_limit_ != 0 && reserved > memory_limit_ ? reserved : 0;
 }
 
@@ -581,7 +578,8 @@ void CachingAllocator::grow_live_buckets() {
 
 size_t CachingAllocator::cached_bytes() const {
   const DeviceStats& s = tracker_.stats();
-  return static_cast<size_t>(s.reserved_bytes[0].current - s.allocated_bytes[0].current);
+  return static_cast<size_t>(s.reserved_bytes.aggregate().current -
+                             s.allocated_bytes.aggregate().current);
 }
 
 size_t CachingAllocator::largest_free_block() const {
@@ -606,7 +604,7 @@ void CachingAllocator::check_invariants() const {
     OCLVM_DCHECK(segment != nullptr && segment->id == id && segment->owner == this);
     OCLVM_DCHECK(segment->backend == &backend_);
     OCLVM_DCHECK(segment->size % quantum_ == 0);
-    Totals& t = totals[index_of(info.pool)];
+    Totals& t = totals[stat_index(info.pool)];
     ++t.segments;
     t.reserved += static_cast<int64_t>(segment->size);
     if (oversize(segment->size)) ++t.oversize_segments;
@@ -653,7 +651,7 @@ void CachingAllocator::check_invariants() const {
   OCLVM_DCHECK(live_.size() == live_blocks);
   const DeviceStats& s = tracker_.stats();
   for (StatType pool : {StatType::kSmallPool, StatType::kLargePool}) {
-    const size_t p = index_of(pool);
+    const size_t p = stat_index(pool);
     const Totals& t = totals[p];
     OCLVM_DCHECK(free_set(pool).size() == static_cast<size_t>(t.free_blocks));
     const Block* before = nullptr;  // the index is strictly ordered by (size, segment id, offset)
@@ -675,9 +673,9 @@ void CachingAllocator::check_invariants() const {
     OCLVM_DCHECK(s.oversize_allocations[p].current == t.oversize_allocations);
     OCLVM_DCHECK(s.oversize_segments[p].current == t.oversize_segments);
   }
-  OCLVM_DCHECK(segments_.size() == static_cast<size_t>(s.segment[0].current));
+  OCLVM_DCHECK(segments_.size() == static_cast<size_t>(s.segment.aggregate().current));
   if (memory_limit_ != 0) {
-    OCLVM_DCHECK(static_cast<uint64_t>(s.reserved_bytes[0].current) <=
+    OCLVM_DCHECK(static_cast<uint64_t>(s.reserved_bytes.aggregate().current) <=
                  std::max(memory_limit_, reserved_over_limit_));
   }
 }

@@ -79,7 +79,6 @@ std::string TrackingAllocator::leak_report() const {
 
 void TrackingAllocator::check_invariants() const {
   inner_->check_invariants();
-  constexpr size_t kAll = static_cast<size_t>(StatType::kAggregate);
   const DeviceStats stats = inner_->stats();
   int64_t requested = 0;
   uint64_t previous_id = 0;
@@ -90,8 +89,8 @@ void TrackingAllocator::check_invariants() const {
     requested += static_cast<int64_t>(record.requested);
     previous_id = id;
   }
-  OCLVM_DCHECK(stats.allocation[kAll].current == static_cast<int64_t>(records_.size()));
-  OCLVM_DCHECK(stats.requested_bytes[kAll].current == requested);
+  OCLVM_DCHECK(stats.allocation.aggregate().current == static_cast<int64_t>(records_.size()));
+  OCLVM_DCHECK(stats.requested_bytes.aggregate().current == requested);
 }
 
 }  // namespace oclvm
