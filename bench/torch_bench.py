@@ -18,9 +18,13 @@
     when transformers is not installed. Reported as ratios opencl / cpu (targets: <= 1.3x; GPT-2
     <= 1.6x on two pthread devices).
 
+(e) With --history: what the memory history costs. (a) and the MLP step on opencl again, with
+    torch.opencl.memory._record_memory_history() on (events and Python stacks at every
+    allocation and free), reported as history-on / history-off, measured in the same run.
+
 Run: `make bench`, or `PYTHONPATH=build-torch/python .venv/bin/python bench/torch_bench.py`.
 Options: --iters N (allocation loop length, default 100000), --repeats N (default 5),
---mib N (copy size, default 64), --steps N (timed training steps, default 20).
+--mib N (copy size, default 64), --steps N (timed training steps, default 20), --history.
 """
 import argparse
 import statistics
@@ -148,6 +152,8 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--mib", type=int, default=64)
     parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--history", action="store_true",
+                        help="also measure the memory history's cost (section e)")
     args = parser.parse_args()
     if not torch.opencl.is_available():
         print("no opencl device found", file=sys.stderr)
@@ -229,7 +235,26 @@ def main() -> int:
     for label, cpu, ocl in step_rows:
         print(f"    {label:<36} {cpu * 1e3:>7.2f} ms {ocl * 1e3:>7.2f} ms {ocl / cpu:>7.2f}x")
     print("    (targets: <= 1.3x on the default device, <= 1.6x for GPT-2 on two pthread devices)")
+    if args.history:
+        print_history_cost(args, ocl_alloc, step_rows[0][2])
     return 0
+
+
+def print_history_cost(args, alloc_off: float, mlp_off: float) -> None:
+    """Section (e): the allocation loop and the MLP step with the memory history on."""
+    torch.opencl.memory._record_memory_history(max_entries=100_000)
+    try:
+        alloc_on = median_alloc("opencl", args.iters, args.repeats)
+        mlp_on = step_seconds(mlp_step, "opencl", args.steps)
+    finally:
+        torch.opencl.memory._record_memory_history(enabled=None)
+    print()
+    print("(e) memory history on (events + Python stacks) / off, opencl")
+    print(f"    {'work':<36} {'off':>10} {'on':>10} {'ratio':>8}")
+    print(f"    {'empty(1024) + del':<36} {alloc_off * 1e6:>7.2f} us {alloc_on * 1e6:>7.2f} us "
+          f"{alloc_on / alloc_off:>7.2f}x")
+    print(f"    {'MLP 32-64-4 SGD step':<36} {mlp_off * 1e3:>7.2f} ms {mlp_on * 1e3:>7.2f} ms "
+          f"{mlp_on / mlp_off:>7.2f}x")
 
 
 if __name__ == "__main__":

@@ -83,7 +83,7 @@ std::shared_ptr<BlobObject> InstructionsBuilder::allocate_blob(vm::Stream& strea
   check_allocation_size(vm_, stream.device(), bytes);
   auto blob = std::allocate_shared<BlobObject>(pool::PoolAllocator<BlobObject>(), stream.device(), bytes);
   vm::set_producer_stream(*blob, stream.id());
-  list_.push_back(std::make_unique<AllocateBlob>(stream, blob));
+  list_.push_back(std::make_unique<AllocateBlob>(stream, blob, vm_.capture_memory_context(false)));
   return blob;
 }
 
@@ -96,7 +96,7 @@ std::shared_ptr<BlobObject> InstructionsBuilder::allocate_blob(vm::Stream& strea
       std::allocate_shared<BlobObject>(pool::PoolAllocator<BlobObject>(), stream.device(), shape, dtype);
   check_allocation_size(vm_, stream.device(), blob->required_bytes());
   vm::set_producer_stream(*blob, stream.id());
-  list_.push_back(std::make_unique<AllocateBlob>(stream, blob));
+  list_.push_back(std::make_unique<AllocateBlob>(stream, blob, vm_.capture_memory_context(false)));
   return blob;
 }
 
@@ -110,7 +110,8 @@ void InstructionsBuilder::release(std::shared_ptr<BlobObject> blob) {
                           blob->device().str() + ", but got one whose producer stream is " +
                           producer->name());
   }
-  list_.push_back(std::make_unique<ReleaseTensor>(*producer, std::move(blob)));
+  list_.push_back(std::make_unique<ReleaseTensor>(*producer, std::move(blob),
+                                                  vm_.capture_memory_context(true)));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -291,6 +292,22 @@ void InstructionsBuilder::query_stats(Device device, DeviceStats* out, uint64_t*
 
 void InstructionsBuilder::set_memory_limit(Device device, uint64_t bytes) {
   list_.push_back(std::make_unique<SetMemoryLimit>(vm_.stream(device), bytes));
+}
+
+void InstructionsBuilder::configure_memory_history(Device device, const HistoryOptions& options) {
+  if (options.max_entries == 0) {
+    throw InvalidArgument("Expected max_entries of at least 1 for the memory history, but got 0");
+  }
+  list_.push_back(std::make_unique<ConfigureMemoryHistory>(vm_.stream(device), options));
+}
+
+void InstructionsBuilder::take_memory_snapshot(Device device, DeviceMemorySnapshot* out,
+                                               bool with_events) {
+  if (out == nullptr) {
+    throw InvalidArgument("Expected a DeviceMemorySnapshot to write the snapshot to, but got a "
+                          "null pointer");
+  }
+  list_.push_back(std::make_unique<TakeMemorySnapshot>(vm_.stream(device), out, with_events));
 }
 
 // ---------------------------------------------------------------------------------------------

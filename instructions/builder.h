@@ -102,6 +102,11 @@ class InstructionsBuilder {
   void query_stats(Device device, DeviceStats* out, uint64_t* limit_out = nullptr);
   // Sets the device allocator's limit on reserved bytes (0: none).
   void set_memory_limit(Device device, uint64_t bytes);
+  // The device's memory history (storage/memory_history.h): configure it, or take a snapshot
+  // into `out` (instructions/memory_snapshot.h) when the list runs. Throws InvalidArgument for
+  // max_entries == 0 or a null `out`.
+  void configure_memory_history(Device device, const HistoryOptions& options);
+  void take_memory_snapshot(Device device, DeviceMemorySnapshot* out, bool with_events = true);
 
   // Events (instructions.h, StreamEvent) and stream uses.
   void record_event(vm::Stream& stream, std::shared_ptr<StreamEvent> event);

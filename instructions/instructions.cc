@@ -99,8 +99,9 @@ std::string blob_text(const BlobObject& blob) {
 // ---------------------------------------------------------------------------------------------
 // AllocateBlob
 
-AllocateBlob::AllocateBlob(vm::Stream& stream, std::shared_ptr<BlobObject> blob)
-    : vm::Instruction(stream) {
+AllocateBlob::AllocateBlob(vm::Stream& stream, std::shared_ptr<BlobObject> blob,
+                           std::shared_ptr<const MemoryContext> memory_context)
+    : vm::Instruction(stream), memory_context_(std::move(memory_context)) {
   OCLVM_DCHECK(blob != nullptr && blob->device() == stream.device());
   add_operand(std::move(blob), vm::Access::kWrite);
 }
@@ -111,13 +112,28 @@ void AllocateBlob::execute(vm::ExecutionContext& context) {
     throw InvalidArgument("Expected a pending blob, but got " + blob_text(target) +
                           " that already has storage");
   }
-  std::shared_ptr<BlobStorage> storage =
-      BlobStorage::allocate(context.allocator, target.required_bytes());
+  MemoryHistory& history = context.allocator.backend().history();
+  if (history.on()) history.set_stream(stream().id());
+  std::shared_ptr<BlobStorage> storage;
+  try {
+    storage = BlobStorage::allocate(context.allocator, target.required_bytes());
+  } catch (const OutOfMemoryError&) {
+    if (history.on()) {
+      history.record_oom(target.required_bytes(), stream().id(),
+                         device_free_bytes(context.allocator), memory_context_);
+    }
+    throw;
+  }
   try {
     target.attach_storage(storage);
   } catch (...) {
     storage->release();  // nothing may be held after a throw
     throw;
+  }
+  const Allocation& allocation = storage->allocation();
+  if (history.on() && allocation) {
+    history.record(MemoryAction::kAlloc, reinterpret_cast<uintptr_t>(allocation.ptr),
+                   context.allocator.allocated_size(allocation), stream().id(), memory_context_);
   }
 }
 
@@ -128,8 +144,9 @@ std::string AllocateBlob::describe() const {
 // ---------------------------------------------------------------------------------------------
 // ReleaseTensor
 
-ReleaseTensor::ReleaseTensor(vm::Stream& stream, std::shared_ptr<BlobObject> blob)
-    : vm::Instruction(stream) {
+ReleaseTensor::ReleaseTensor(vm::Stream& stream, std::shared_ptr<BlobObject> blob,
+                             std::shared_ptr<const MemoryContext> memory_context)
+    : vm::Instruction(stream), memory_context_(std::move(memory_context)) {
   OCLVM_DCHECK(blob != nullptr);
   add_operand(std::move(blob), vm::Access::kWrite);
 }
@@ -155,13 +172,29 @@ void ReleaseTensor::execute(vm::ExecutionContext& context) {
   // Note [A release whose finish fails]: the block is given back all the same and the error is
   // the instruction's. A queue whose finish reports an error has failed (no later command of it
   // can use the memory), and keeping the block would leak it for the life of the process.
+  // The history sees the free requested, then completed just before the block goes back (and
+  // before any segment_free that brings): a release waits for every stream that used the block,
+  // so the block is reusable as soon as it is given back.
+  MemoryHistory& history = context.allocator.backend().history();
+  const Allocation& allocation = storage->allocation();
+  const bool recorded = history.on() && allocation;
+  const auto address = reinterpret_cast<uintptr_t>(allocation.ptr);
+  const size_t bytes = recorded ? context.allocator.allocated_size(allocation) : 0;
+  if (recorded) {
+    history.set_stream(stream().id());
+    history.record(MemoryAction::kFreeRequested, address, bytes, stream().id(), memory_context_);
+  }
+  const auto give_back = [&] {
+    if (recorded) history.record(MemoryAction::kFreeCompleted, address, bytes, stream().id());
+    storage->release();
+  };
   try {
     context.stream.queue().finish();
   } catch (...) {
-    storage->release();
+    give_back();
     throw;
   }
-  storage->release();
+  give_back();
 }
 
 std::string ReleaseTensor::describe() const {
@@ -466,6 +499,31 @@ void QueryStats::execute(vm::ExecutionContext& context) {
 }
 
 std::string QueryStats::describe() const { return stream().device().str(); }
+
+void ConfigureMemoryHistory::execute(vm::ExecutionContext& context) {
+  context.allocator.backend().history().configure(options_);
+}
+
+std::string ConfigureMemoryHistory::describe() const {
+  static constexpr const char* kModes[] = {"off", "state", "all"};
+  return std::string(kModes[static_cast<int>(options_.mode)]) + " on " + stream().device().str();
+}
+
+void TakeMemorySnapshot::execute(vm::ExecutionContext& context) {
+  MemoryHistory& history = context.allocator.backend().history();
+  history.record(MemoryAction::kSnapshot, 0, 0, stream().id());
+  DeviceMemorySnapshot snapshot;
+  snapshot.device = stream().device();
+  snapshot.segments = context.allocator.segments();
+  for (SegmentSnapshot& segment : snapshot.segments) {
+    for (BlockSnapshot& block : segment.blocks) {
+      if (block.allocated) block.context = history.context_of(block.address);
+    }
+  }
+  if (with_events_) snapshot.events = history.events();
+  snapshot.dropped_events = history.dropped();
+  *out_ = std::move(snapshot);
+}
 
 void SetMemoryLimit::execute(vm::ExecutionContext& context) {
   context.allocator.set_memory_limit(bytes_);

@@ -50,6 +50,8 @@
 #include <string>
 #include <utility>
 
+#include "oclvm/instructions/memory_snapshot.h"
+#include "oclvm/storage/memory_history.h"
 #include "oclvm/storage/queue.h"
 #include "oclvm/storage/stats.h"
 #include "oclvm/storage/storage_objects.h"
@@ -75,14 +77,21 @@ std::string blob_label(const BlobObject& blob);
 class AllocateBlob final : public vm::Instruction {
  public:
   // `blob` must be pending (no storage) and on the stream's device.
-  AllocateBlob(vm::Stream& stream, std::shared_ptr<BlobObject> blob);
+  // `memory_context` (may be null) is where the request came from, for the device's memory
+  // history (storage/memory_history.h).
+  AllocateBlob(vm::Stream& stream, std::shared_ptr<BlobObject> blob,
+               std::shared_ptr<const MemoryContext> memory_context = nullptr);
   const char* name() const override { return "AllocateBlob"; }
   // Allocates blob->required_bytes() from context.allocator (0 bytes: an empty allocation that
   // touches no driver) and attaches it. On a throw (OutOfMemoryError, or a blob that already has
-  // storage) the blob keeps no storage and nothing is held.
+  // storage) the blob keeps no storage and nothing is held. While the device's memory history is
+  // on, records the alloc (or the oom).
   void execute(vm::ExecutionContext& context) override;
   std::string describe() const override;
   const std::shared_ptr<BlobObject>& blob() const { return operands()[0].blob; }
+
+ private:
+  const std::shared_ptr<const MemoryContext> memory_context_;
 };
 
 // Note [Releasing a blob without storage]
@@ -96,7 +105,9 @@ class AllocateBlob final : public vm::Instruction {
 class ReleaseTensor final : public vm::Instruction {
  public:
   // `stream` is the blob's producer stream (InstructionsBuilder::release picks it).
-  ReleaseTensor(vm::Stream& stream, std::shared_ptr<BlobObject> blob);
+  // `memory_context` as for AllocateBlob.
+  ReleaseTensor(vm::Stream& stream, std::shared_ptr<BlobObject> blob,
+                std::shared_ptr<const MemoryContext> memory_context = nullptr);
   const char* name() const override { return "ReleaseTensor"; }
   // Finishes the stream's queue (so no command still uses the memory; the VM has made the queue
   // wait for every other stream that used the blob), then releases the storage — also when the
@@ -107,6 +118,9 @@ class ReleaseTensor final : public vm::Instruction {
   std::string describe() const override;
   bool runs_after_shutdown() const override { return true; }
   const std::shared_ptr<BlobObject>& blob() const { return operands()[0].blob; }
+
+ private:
+  const std::shared_ptr<const MemoryContext> memory_context_;
 };
 
 // One class for the four copy directions: they share the range checks and the operand rules.
@@ -337,6 +351,36 @@ class QueryStats final : public vm::Instruction {
  private:
   DeviceStats* const out_;
   uint64_t* const limit_out_;
+};
+
+// Starts, changes or stops the device's memory history (MemoryHistory::configure).
+class ConfigureMemoryHistory final : public vm::Instruction {
+ public:
+  ConfigureMemoryHistory(vm::Stream& stream, const HistoryOptions& options)
+      : vm::Instruction(stream), options_(options) {}
+  const char* name() const override { return "ConfigureMemoryHistory"; }
+  void execute(vm::ExecutionContext& context) override;
+  std::string describe() const override;
+
+ private:
+  const HistoryOptions options_;
+};
+
+// Fills `out` (not null) with the device's segments and blocks, the contexts the history kept for
+// its live blocks, and (when `with_events`) the history's events; records a snapshot event first.
+// Like QueryStats, it runs after shutdown too.
+class TakeMemorySnapshot final : public vm::Instruction {
+ public:
+  TakeMemorySnapshot(vm::Stream& stream, DeviceMemorySnapshot* out, bool with_events)
+      : vm::Instruction(stream), out_(out), with_events_(with_events) {}
+  const char* name() const override { return "TakeMemorySnapshot"; }
+  void execute(vm::ExecutionContext& context) override;
+  std::string describe() const override { return stream().device().str(); }
+  bool runs_after_shutdown() const override { return true; }
+
+ private:
+  DeviceMemorySnapshot* const out_;
+  const bool with_events_;
 };
 
 // Sets the device allocator's limit on reserved bytes (0: none); see Allocator::set_memory_limit

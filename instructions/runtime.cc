@@ -273,6 +273,33 @@ void Runtime::empty_cache(Device device) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Memory history and snapshots
+
+void Runtime::record_memory_history(const HistoryOptions& options) {
+  run_one(core_->vm, [&](InstructionsBuilder& b) {
+    for (const Device& device : devices()) b.configure_memory_history(device, options);
+  });
+  core_->vm.set_memory_context_mode(options.mode == HistoryMode::kOff ? ContextMode::kNone
+                                                                      : options.context);
+}
+
+void Runtime::set_memory_context_capture(vm::VirtualMachine::ContextCapture capture) {
+  core_->vm.set_memory_context_capture(std::move(capture));
+}
+
+MemorySnapshot Runtime::memory_snapshot(const std::vector<Device>& devices, bool with_events) {
+  const std::vector<Device>& chosen = devices.empty() ? this->devices() : devices;
+  MemorySnapshot snapshot;
+  snapshot.devices.resize(chosen.size());
+  run_one(core_->vm, [&](InstructionsBuilder& b) {
+    for (size_t i = 0; i < chosen.size(); ++i) {
+      b.take_memory_snapshot(chosen[i], &snapshot.devices[i], with_events);
+    }
+  });
+  return snapshot;
+}
+
+// ---------------------------------------------------------------------------------------------
 // Lifetime
 
 void Runtime::shutdown() { core_->vm.shutdown(); }

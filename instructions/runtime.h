@@ -35,6 +35,7 @@
 
 #include "oclvm/instructions/builder.h"
 #include "oclvm/instructions/instructions.h"
+#include "oclvm/instructions/memory_snapshot.h"
 #include "oclvm/storage/backend.h"
 #include "oclvm/storage/device.h"
 #include "oclvm/storage/device_manager.h"
@@ -154,6 +155,20 @@ class Runtime {
   void reset_accumulated_stats(Device device);
   // Gives every cached, unused segment of the device back to the driver.
   void empty_cache(Device device);
+
+  // ---- Memory history and snapshots (storage/memory_history.h, instructions/memory_snapshot.h)
+  // Starts, changes or stops the memory history of every device (PyTorch's
+  // _record_memory_history, which also covers every device). Throws InvalidArgument for
+  // max_entries == 0, Error after shutdown; then nothing changed.
+  void record_memory_history(const HistoryOptions& options);
+  // Where contexts come from: `capture` runs on the thread that builds each AllocateBlob (and,
+  // with ContextMode::kAll, each ReleaseTensor) while the history wants contexts; it must not
+  // block on this Runtime. An empty function: no contexts (the default).
+  void set_memory_context_capture(vm::VirtualMachine::ContextCapture capture);
+  // The segments, blocks and (with_events) recorded events of `devices` (every device when
+  // empty), each device at one moment (a TakeMemorySnapshot on its worker). Works after shutdown.
+  // Throws InvalidArgument for an unknown device.
+  MemorySnapshot memory_snapshot(const std::vector<Device>& devices = {}, bool with_events = true);
 
   // ---- Lifetime -------------------------------------------------------------------------------
   // Drains every pending instruction and joins the workers. Idempotent; a second caller waits

@@ -27,9 +27,11 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "oclvm/storage/backend.h"
 #include "oclvm/storage/device.h"
+#include "oclvm/storage/memory_history.h"
 #include "oclvm/storage/stats.h"
 
 namespace oclvm {
@@ -43,6 +45,25 @@ struct Allocation {
   void* block = nullptr;        // the allocator's own record; opaque to callers
 
   explicit operator bool() const { return ptr != nullptr; }
+};
+
+// One block of a segment as a memory snapshot shows it.
+struct BlockSnapshot {
+  uintptr_t address = 0;  // device address
+  size_t size = 0;        // bytes set aside (allocated size for a live block)
+  size_t requested = 0;   // bytes asked for; 0 for a free block
+  bool allocated = false; // handed out to a user (else free, cached for reuse)
+  // Where a live block was allocated, when the memory history kept it (memory snapshots fill it
+  // in; allocators leave it null).
+  std::shared_ptr<const MemoryContext> context;
+};
+
+// One segment held from the driver and the blocks that tile it, in address order.
+struct SegmentSnapshot {
+  uintptr_t address = 0;
+  size_t size = 0;
+  bool small_pool = false;  // held for small blocks (PyTorch's "small" segment type)
+  std::vector<BlockSnapshot> blocks;
 };
 
 class Allocator {
@@ -80,6 +101,10 @@ class Allocator {
   // die. Never throws.
   virtual void set_memory_limit(uint64_t bytes) = 0;
 
+  // Every segment the allocator holds, sorted by address, with its blocks. Linear in the blocks;
+  // for memory snapshots, not for hot paths.
+  virtual std::vector<SegmentSnapshot> segments() const = 0;
+
   // Checks the allocator's invariants (stats.h and its own); aborts on violation. Tests call it
   // after every step; cost is linear in the number of blocks.
   virtual void check_invariants() const {}
@@ -87,6 +112,13 @@ class Allocator {
 
 // Rounds `bytes` up to a multiple of `alignment` (a power of two). Throws InvalidArgument if the
 // result would overflow size_t (SIZE_MAX and its neighbours).
+// Bytes `allocator` could still take from its device: its memory limit (the device's global
+// memory when it has none) minus what it has reserved; 0 when reserved is over it.
+uint64_t device_free_bytes(const Allocator& allocator);
+
+// Sorts segment snapshots by address (what Allocator::segments promises).
+void sort_by_address(std::vector<SegmentSnapshot>& segments);
+
 size_t round_up_checked(size_t bytes, size_t alignment, const Device& device);
 
 }  // namespace oclvm

@@ -49,12 +49,14 @@ Segment* MemoryBackend::create_segment(size_t bytes) {
   }
   segment->id = next_segment_id.fetch_add(1, std::memory_order_relaxed);
   live_segments_.fetch_add(1, std::memory_order_relaxed);
+  history_.record_segment(MemoryAction::kSegmentAlloc, segment->address, bytes);
   return segment;
 }
 
 void MemoryBackend::release_segment(Segment* segment) noexcept {
   if (segment == nullptr) return;
   OCLVM_DCHECK(segment->backend == this);
+  history_.record_segment(MemoryAction::kSegmentFree, segment->address, segment->size);
   if (!do_release(segment->native, segment->size)) {
     release_failures_.fetch_add(1, std::memory_order_relaxed);
   }

@@ -25,6 +25,7 @@
 
 #include "oclvm/storage/device.h"
 #include "oclvm/storage/faults.h"
+#include "oclvm/storage/memory_history.h"
 
 namespace oclvm {
 
@@ -90,6 +91,12 @@ class MemoryBackend {
   void fill(const Segment& dst, size_t offset, uint8_t value, size_t n);
   void copy(const Segment& src, size_t src_offset, const Segment& dst, size_t dst_offset, size_t n);
 
+  // What the device's memory went through, while recording is on (storage/memory_history.h).
+  // Segment events are recorded here; block events by whoever hands blocks out. Same thread rule
+  // as the backend.
+  MemoryHistory& history() { return history_; }
+  const MemoryHistory& history() const { return history_; }
+
   // A new in-order command queue on this device (storage/queue.h); the VM makes one per stream.
   virtual std::unique_ptr<DeviceQueue> create_queue() = 0;
 
@@ -123,6 +130,7 @@ class MemoryBackend {
   std::atomic<size_t> live_segments_{0};
   std::atomic<size_t> release_failures_{0};
   mutable FaultInjector faults_;  // thread-safe; mutable: injection does not change the backend
+  MemoryHistory history_;
 };
 
 }  // namespace oclvm

@@ -338,7 +338,8 @@ void BuddyAllocator::check_invariants() const {
   int64_t segment[kNumStatTypes] = {}, reserved[kNumStatTypes] = {};
   int64_t split[kNumStatTypes] = {}, split_bytes[kNumStatTypes] = {};
   auto pools_of = [](size_t bytes) {
-    return std::array<size_t, 2>{stat_index(StatType::kAggregate), stat_index(pool_of_size(bytes))};
+    return std::array<size_t, 2>{stat_index(StatType::kAggregate),
+                                 stat_index(pool_of_size(bytes))};
   };
 
   for (int k = 0; k < 64; ++k) {
@@ -413,6 +414,33 @@ void BuddyAllocator::check_invariants() const {
     OCLVM_DCHECK(stats.inactive_split[pool].current == split[pool]);
     OCLVM_DCHECK(stats.inactive_split_bytes[pool].current == split_bytes[pool]);
   }
+}
+
+std::vector<SegmentSnapshot> BuddyAllocator::segments() const {
+  std::map<uint64_t, SegmentSnapshot> by_arena;
+  for (const auto& [id, arena] : arenas_) {
+    by_arena[id] = {arena->segment->address, arena->size,
+                    pool_of_size(arena->size) == StatType::kSmallPool, {}};
+  }
+  for (const auto& [address, block] : live_) {
+    by_arena[block.arena->segment->id].blocks.push_back(
+        {address, block_size(block.order), block.requested, true, nullptr});
+  }
+  for (size_t order = 0; order < free_.size(); ++order) {
+    for (const auto& [key, arena] : free_[order]) {
+      by_arena[key.arena_id].blocks.push_back(
+          {arena->segment->address + key.offset, block_size(static_cast<int>(order)), 0, false, nullptr});
+    }
+  }
+  std::vector<SegmentSnapshot> out;
+  out.reserve(by_arena.size());
+  for (auto& [id, segment] : by_arena) {
+    std::sort(segment.blocks.begin(), segment.blocks.end(),
+              [](const BlockSnapshot& a, const BlockSnapshot& b) { return a.address < b.address; });
+    out.push_back(std::move(segment));
+  }
+  sort_by_address(out);
+  return out;
 }
 
 }  // namespace oclvm

@@ -103,6 +103,7 @@ class BuddyAllocator final : public Allocator {
   uint64_t memory_limit() const override { return memory_limit_; }
   void set_memory_limit(uint64_t bytes) override;
   void check_invariants() const override;
+  std::vector<SegmentSnapshot> segments() const override;
 
   // The smallest block size in effect (options.min_block, or the device's base address alignment
   // when larger) and the ordinary arena size.

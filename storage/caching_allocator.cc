@@ -680,4 +680,20 @@ void CachingAllocator::check_invariants() const {
   }
 }
 
+std::vector<SegmentSnapshot> CachingAllocator::segments() const {
+  std::vector<SegmentSnapshot> out;
+  out.reserve(segments_.size());
+  for (const auto& [id, info] : segments_) {
+    SegmentSnapshot segment{info.segment->address, info.segment->size,
+                            info.pool == StatType::kSmallPool, {}};
+    for (const Block* b = info.first; b != nullptr; b = b->next) {
+      segment.blocks.push_back(
+          {b->address, b->size, b->allocated ? b->requested : 0, b->allocated, nullptr});
+    }
+    out.push_back(std::move(segment));
+  }
+  sort_by_address(out);
+  return out;
+}
+
 }  // namespace oclvm

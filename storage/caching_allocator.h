@@ -156,6 +156,7 @@ class CachingAllocator final : public Allocator {
   // Walks every segment and checks the invariants written next to Block and below; also the
   // tracker's own. Aborts (OCLVM_DCHECK) on a violation. Linear in the number of blocks.
   void check_invariants() const override;
+  std::vector<SegmentSnapshot> segments() const override;
 
   // Read-only introspection for tests and the replay tool.
   const CachingAllocatorOptions& options() const { return options_; }

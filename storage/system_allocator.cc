@@ -172,4 +172,16 @@ void SystemAllocator::check_invariants() const {
   }
 }
 
+std::vector<SegmentSnapshot> SystemAllocator::segments() const {
+  std::vector<SegmentSnapshot> out;
+  out.reserve(live_.size());
+  for (const auto& [address, block] : live_) {
+    const size_t size = block.segment->size;
+    out.push_back({address, size, pool_of_size(size) == StatType::kSmallPool,
+                   {{address, size, block.requested, true, nullptr}}});
+  }
+  sort_by_address(out);
+  return out;
+}
+
 }  // namespace oclvm

@@ -77,6 +77,7 @@ class SystemAllocator final : public Allocator {
   // No cache to give back: only later allocations see the new limit.
   void set_memory_limit(uint64_t bytes) override { memory_limit_ = bytes; }
   void check_invariants() const override;
+  std::vector<SegmentSnapshot> segments() const override;
 
  private:
   // One live allocation. Valid from allocate until deallocate; the handle must match it field for

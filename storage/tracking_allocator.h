@@ -67,6 +67,7 @@ class TrackingAllocator final : public Allocator {
   uint64_t memory_limit() const override { return inner_->memory_limit(); }
   void set_memory_limit(uint64_t bytes) override { inner_->set_memory_limit(bytes); }
   void check_invariants() const override;
+  std::vector<SegmentSnapshot> segments() const override { return inner_->segments(); }
 
   // The stream tag recorded with later allocations (the VM sets it to the stream it runs on).
   void set_stream(int stream) { stream_ = stream; }

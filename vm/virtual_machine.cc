@@ -118,6 +118,21 @@ Stream* VirtualMachine::find_stream(StreamId id) const {
   return stream_table_[static_cast<size_t>(id)].load(std::memory_order_acquire);
 }
 
+void VirtualMachine::set_memory_context_capture(ContextCapture capture) {
+  auto shared = capture ? std::make_shared<const ContextCapture>(std::move(capture)) : nullptr;
+  MutexLock lock(context_mutex_);
+  context_capture_ = std::move(shared);
+}
+
+std::shared_ptr<const MemoryContext> VirtualMachine::capture_memory_context_slow() const {
+  std::shared_ptr<const ContextCapture> capture;
+  {
+    MutexLock lock(context_mutex_);
+    capture = context_capture_;
+  }
+  return capture != nullptr ? (*capture)() : nullptr;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Submission.
 

@@ -41,6 +41,7 @@
 
 #include "oclvm/storage/device_manager.h"
 #include "oclvm/storage/errors.h"
+#include "oclvm/storage/memory_history.h"
 #include "oclvm/storage/options.h"
 #include "oclvm/storage/stats.h"
 #include "oclvm/storage/thread_annotations.h"
@@ -172,7 +173,24 @@ class VirtualMachine {
   void set_trace(std::function<void(const TraceEvent&)> trace) { trace_ = std::move(trace); }
   bool tracing() const { return static_cast<bool>(trace_); }
 
+  // Contexts for the memory history (storage/memory_history.h). A builder asks for one when it
+  // makes an AllocateBlob (at_free false) or a ReleaseTensor (at_free true), on the thread that
+  // builds: null unless `mode` asks for a context there and a capture function is set; otherwise
+  // what the function returns (it runs on that thread, under no lock of the VM's). Thread-safe;
+  // off, the question costs one relaxed load.
+  using ContextCapture = std::function<std::shared_ptr<const MemoryContext>()>;
+  void set_memory_context_capture(ContextCapture capture);
+  void set_memory_context_mode(ContextMode mode) {
+    context_mode_.store(mode, std::memory_order_relaxed);
+  }
+  std::shared_ptr<const MemoryContext> capture_memory_context(bool at_free) const {
+    const ContextMode mode = context_mode_.load(std::memory_order_relaxed);
+    if (mode == ContextMode::kNone || (at_free && mode != ContextMode::kAll)) return nullptr;
+    return capture_memory_context_slow();
+  }
+
  private:
+  std::shared_ptr<const MemoryContext> capture_memory_context_slow() const;
   friend class DeviceWorker;
   friend class HostSection;
   DeviceWorker& worker(Device device) const;
@@ -218,6 +236,9 @@ class VirtualMachine {
   const Options options_;
   const VmOptions vm_options_;
   std::function<void(const TraceEvent&)> trace_;
+  std::atomic<ContextMode> context_mode_{ContextMode::kNone};
+  mutable Mutex context_mutex_;
+  std::shared_ptr<const ContextCapture> context_capture_ OCLVM_GUARDED_BY(context_mutex_);
 
   std::vector<std::unique_ptr<DeviceWorker>> workers_;  // opencl:0..N-1, then cpu; immutable
 

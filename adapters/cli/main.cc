@@ -2,7 +2,7 @@
 //
 //   oclvm run FILE... [--trace]
 //   oclvm replay FILE [--allocator NAME] [--device DEVICE] [--limit BYTES] [--repeat N] [--json]
-//                     [--plot OUT.svg [--compare]]
+//                     [--plot OUT.svg [--compare]] [--snapshot OUT.pickle]
 //   oclvm devices
 //   oclvm help | --help | -h
 //   oclvm version | --version     prints "oclvm MAJOR.MINOR.PATCH"
@@ -68,9 +68,13 @@ constexpr const char* kUsage =
     "                           (default: OCLVM_MEMORY_LIMIT, else none)\n"
     "      --repeat N           replay the whole trace N times (default: 1)\n"
     "      --json               print one JSON object instead of the text report\n"
-    "      --plot OUT.svg       also draw live and reserved bytes over the events (SVG)\n"
+    "      --plot OUT.svg       also draw live and reserved bytes over the events, and the\n"
+    "                           segments held at the reserved peak (SVG)\n"
     "      --compare            with --plot: replay under every allocator, one report and\n"
     "                           one reserved line each, in one picture\n"
+    "      --snapshot OUT.pickle  also write a memory snapshot in PyTorch's format (segments\n"
+    "                           at the end of the trace, every event): for\n"
+    "                           python -m oclvm.viz and PyTorch's memory viewer\n"
     "  devices                  list the OpenCL platform and every device\n"
     "  help, --help, -h         print this text\n"
     "  version, --version       print the version of oclvm\n"
@@ -95,6 +99,7 @@ struct ReplayArguments {
   bool json = false;
   std::string plot;  // --plot: the SVG to write; empty: none
   bool compare = false;
+  std::string snapshot;  // --snapshot: the pickle to write; empty: none
 };
 
 uint64_t parse_repeat(std::string_view text) {
@@ -150,10 +155,15 @@ ReplayArguments parse_replay_arguments(const std::vector<std::string_view>& args
         if (parsed.plot.empty()) throw UsageError("Expected a file name after --plot, but got ''");
       } else if (flag == "--compare" && !has_inline_value) {
         parsed.compare = true;
+      } else if (flag == "--snapshot") {
+        parsed.snapshot = std::string(value());
+        if (parsed.snapshot.empty()) {
+          throw UsageError("Expected a file name after --snapshot, but got ''");
+        }
       } else if (arg.starts_with("-") && arg != "-") {
         throw UsageError(
             "Expected one of --allocator, --device, --limit, --repeat, --json, --plot, --compare, "
-            "but got '" + std::string(arg) + "'");
+            "--snapshot, but got '" + std::string(arg) + "'");
       } else if (!have_file) {
         parsed.file = std::string(arg);
         have_file = true;
@@ -168,6 +178,9 @@ ReplayArguments parse_replay_arguments(const std::vector<std::string_view>& args
   if (parsed.compare && parsed.plot.empty()) {
     throw UsageError("Expected --plot OUT.svg with --compare, but got none");
   }
+  if (parsed.compare && !parsed.snapshot.empty()) {
+    throw UsageError("Expected --snapshot with one allocator, but got --compare (every allocator)");
+  }
   if (parsed.compare && !parsed.allocator.empty()) {
     throw UsageError("Expected either --compare (every allocator) or --allocator " +
                      parsed.allocator + ", but got both");
@@ -178,33 +191,36 @@ ReplayArguments parse_replay_arguments(const std::vector<std::string_view>& args
 // The colours of the reserved lines, one per allocator replayed; the trace's live line is black.
 constexpr const char* kPlotColors[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e"};
 
-// The file `--plot` writes, opened before anything is replayed so that a path that cannot be
-// written fails first, with nothing printed. Throws Error naming the file.
-class PlotFile {
+// A file `--plot` or `--snapshot` writes (`what`: "the plot"), opened before anything is
+// replayed so that a path that cannot be written fails first, with nothing printed. Throws Error
+// naming the file.
+class OutputFile {
  public:
-  explicit PlotFile(const std::string& path) : path_(path), file_(std::fopen(path.c_str(), "wb")) {
+  OutputFile(const std::string& path, const char* what)
+      : path_(path), what_(what), file_(std::fopen(path.c_str(), "wb")) {
     if (file_ == nullptr) {
-      throw Error("Expected to write the plot to '" + path + "', but opening it failed (" +
+      throw Error("Expected to write " + what_ + " to '" + path + "', but opening it failed (" +
                   std::strerror(errno) + ")");
     }
   }
-  ~PlotFile() {
+  ~OutputFile() {
     if (file_ != nullptr) std::fclose(file_);
   }
-  PlotFile(const PlotFile&) = delete;
-  PlotFile& operator=(const PlotFile&) = delete;
+  OutputFile(const OutputFile&) = delete;
+  OutputFile& operator=(const OutputFile&) = delete;
 
-  void write(const std::string& text) {
-    const bool written = std::fwrite(text.data(), 1, text.size(), file_) == text.size();
+  void write(const std::string& bytes) {
+    const bool written = std::fwrite(bytes.data(), 1, bytes.size(), file_) == bytes.size();
     const bool closed = std::fclose(file_) == 0;
     file_ = nullptr;
     if (!written || !closed) {
-      throw Error("Expected to write the plot to '" + path_ + "', but writing it failed");
+      throw Error("Expected to write " + what_ + " to '" + path_ + "', but writing it failed");
     }
   }
 
  private:
   std::string path_;
+  std::string what_;
   std::FILE* file_;
 };
 
@@ -233,11 +249,15 @@ int run_replay(const std::vector<std::string_view>& args) {
     throw UsageError(e.what());
   }
 
-  std::optional<PlotFile> plot_file;
-  if (!parsed.plot.empty()) plot_file.emplace(parsed.plot);
+  std::optional<OutputFile> plot_file;
+  if (!parsed.plot.empty()) plot_file.emplace(parsed.plot, "the plot");
+  std::optional<OutputFile> snapshot_file;
+  if (!parsed.snapshot.empty()) snapshot_file.emplace(parsed.snapshot, "the snapshot");
+  DeviceMemorySnapshot snapshot;
   ReplayOptions replay_options;
   replay_options.repeat = parsed.repeat;
   replay_options.record_series = plot_file.has_value();
+  if (snapshot_file) replay_options.snapshot = &snapshot;
   PlotSpec plot;
   uint64_t ooms = 0;
   for (size_t i = 0; i < allocators.size(); ++i) {
@@ -256,13 +276,17 @@ int run_replay(const std::vector<std::string_view>& args) {
       plot.series.push_back(PlotSeries{"live (the trace)", "#000000", false,
                                        std::move(report.live_series)});
     }
+    const char* color = kPlotColors[i % std::size(kPlotColors)];
     plot.series.push_back(PlotSeries{"reserved: " + report.allocator + " (peak " +
                                          format_bytes(report.reserved_peak_bytes) + ")",
-                                     kPlotColors[i % std::size(kPlotColors)], true,
-                                     std::move(report.reserved_series)});
+                                     color, true, std::move(report.reserved_series)});
+    plot.segment_maps.push_back(SegmentMapSpec{
+        report.allocator + " at event " + std::to_string(report.peak_event), color,
+        std::move(report.peak_segments)});
   }
   std::fflush(stdout);
   if (plot_file) plot_file->write(svg_line_chart(plot));
+  if (snapshot_file) snapshot_file->write(to_pickle(MemorySnapshot{{std::move(snapshot)}}));
   if (ooms > 0) {
     std::fprintf(stderr, "oclvm: %llu allocation(s) ran out of memory during the replay\n",
                  static_cast<unsigned long long>(ooms));

@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "oclvm/storage/errors.h"
+#include "oclvm/storage/options.h"
 
 namespace oclvm::cli {
 namespace {
@@ -67,6 +68,108 @@ std::vector<std::pair<size_t, uint64_t>> reduced(const std::vector<uint64_t>& va
   return points;
 }
 
+// Segment maps: each a title line and one bar, kMapPitch apart.
+constexpr double kMapsHeader = 40, kMapPitch = 58, kMapBar = 22, kMapsFooter = 34;
+constexpr const char* kAllocatedColor = "#4c72b0";
+constexpr const char* kFreeColor = "#d9d9d9";
+
+double segment_maps_height(const std::vector<SegmentMapSpec>& maps) {
+  if (maps.empty()) return 0;
+  return kMapsHeader + kMapPitch * static_cast<double>(maps.size()) + kMapsFooter;
+}
+
+std::string rect(double x, double y, double w, double h, const char* fill) {
+  return "<rect x=\"" + number(x) + "\" y=\"" + number(y) + "\" width=\"" +
+         (w < 0.05 ? std::string("0.1") : number(w)) + "\" height=\"" + number(h) +
+         "\" fill=\"" + fill + "\"/>\n";
+}
+
+// One map's bar: blocks as runs of one state (a run thinner than a quarter unit joins the next,
+// so a fragmented map stays a bounded number of rectangles), then an outline with a tooltip for
+// each segment wide enough to point at.
+std::string segment_bar(const SegmentMapSpec& map, double y, double bytes_per_unit) {
+  std::string svg;
+  double cursor = 0;  // bytes drawn so far
+  double run_start = kLeft;
+  bool run_allocated = false;
+  bool in_run = false;
+  auto flush = [&](double end) {
+    if (in_run) svg += rect(run_start, y, end - run_start, kMapBar,
+                            run_allocated ? kAllocatedColor : kFreeColor);
+    in_run = false;
+  };
+  for (const SegmentSnapshot& segment : map.segments) {
+    for (const BlockSnapshot& block : segment.blocks) {
+      const double x = kLeft + cursor / bytes_per_unit;
+      if (in_run && block.allocated != run_allocated && x - run_start >= 0.25) flush(x);
+      if (!in_run) {
+        run_start = x;
+        in_run = true;
+      }
+      run_allocated = block.allocated;
+      cursor += static_cast<double>(block.size);
+    }
+  }
+  flush(kLeft + cursor / bytes_per_unit);
+  cursor = 0;
+  for (const SegmentSnapshot& segment : map.segments) {
+    const double x = kLeft + cursor / bytes_per_unit;
+    const double w = static_cast<double>(segment.size) / bytes_per_unit;
+    cursor += static_cast<double>(segment.size);
+    if (w < 3) continue;
+    uint64_t allocated = 0;
+    for (const BlockSnapshot& block : segment.blocks) allocated += block.allocated ? block.size : 0;
+    svg += "<rect class=\"segment\" x=\"" + number(x) + "\" y=\"" + number(y) + "\" width=\"" +
+           number(w) + "\" height=\"" + number(kMapBar) +
+           "\" fill=\"none\" stroke=\"#555555\" stroke-width=\"0.6\"><title>segment of " +
+           format_bytes(segment.size) + (segment.small_pool ? " (small pool)" : " (large pool)") +
+           ", " + std::to_string(segment.blocks.size()) + " block(s), " +
+           format_bytes(allocated) + " allocated</title></rect>\n";
+  }
+  return svg;
+}
+
+std::string svg_segment_maps(const std::vector<SegmentMapSpec>& maps, double top) {
+  uint64_t widest = 1;
+  for (const SegmentMapSpec& map : maps) {
+    uint64_t reserved = 0;
+    for (const SegmentSnapshot& segment : map.segments) reserved += segment.size;
+    widest = std::max(widest, reserved);
+  }
+  const double bytes_per_unit = static_cast<double>(widest) / kPlotWidth;
+  std::string svg = "<g class=\"segment-maps\">\n";
+  svg += "<text x=\"" + number(kWidth / 2) + "\" y=\"" + number(top + 24) +
+         "\" text-anchor=\"middle\" font-size=\"14\">Segments held at the reserved peak, side by "
+         "side on one scale (" + format_bytes(widest) + " across)</text>\n";
+  double y = top + kMapsHeader;
+  for (const SegmentMapSpec& map : maps) {
+    uint64_t reserved = 0, allocated = 0;
+    for (const SegmentSnapshot& segment : map.segments) {
+      reserved += segment.size;
+      for (const BlockSnapshot& block : segment.blocks) allocated += block.allocated ? block.size : 0;
+    }
+    const double percent = reserved == 0 ? 0 : 100.0 * static_cast<double>(allocated) /
+                                                   static_cast<double>(reserved);
+    svg += "<g class=\"segment-map\" data-name=\"" + xml_escape(map.name) + "\">\n";
+    svg += "<line x1=\"" + number(kLeft) + "\" y1=\"" + number(y + 10) + "\" x2=\"" +
+           number(kLeft + 20) + "\" y2=\"" + number(y + 10) + "\" stroke=\"" +
+           xml_escape(map.color) + "\" stroke-width=\"3\"/>\n";
+    svg += "<text x=\"" + number(kLeft + 26) + "\" y=\"" + number(y + 14) + "\">" +
+           xml_escape(map.name) + ": " + std::to_string(map.segments.size()) + " segment(s), " +
+           format_bytes(reserved) + " reserved, " + format_bytes(allocated) + " allocated (" +
+           number(percent) + "%)</text>\n";
+    svg += segment_bar(map, y + 22, bytes_per_unit);
+    svg += "</g>\n";
+    y += kMapPitch;
+  }
+  svg += "<g class=\"segment-legend\">\n" + rect(kLeft, y + 4, 14, 12, kAllocatedColor) +
+         "<text x=\"" + number(kLeft + 20) + "\" y=\"" + number(y + 14) +
+         "\">allocated block</text>\n" + rect(kLeft + 150, y + 4, 14, 12, kFreeColor) +
+         "<text x=\"" + number(kLeft + 170) + "\" y=\"" + number(y + 14) +
+         "\">free, cached (reusable)</text>\n</g>\n</g>\n";
+  return svg;
+}
+
 }  // namespace
 
 std::string xml_escape(const std::string& text) {
@@ -104,13 +207,14 @@ std::string svg_line_chart(const PlotSpec& spec) {
   auto x_of = [&](double index) { return kLeft + index / x_span * kPlotWidth; };
   auto y_of = [&](double units) { return kTop + kPlotHeight - units / y_top * kPlotHeight; };
 
+  const double height = kHeight + segment_maps_height(spec.segment_maps);
   std::string svg;
   svg += "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
   svg += "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" + number(kWidth) + "\" height=\"" +
-         number(kHeight) + "\" viewBox=\"0 0 " + number(kWidth) + " " + number(kHeight) +
+         number(height) + "\" viewBox=\"0 0 " + number(kWidth) + " " + number(height) +
          "\" font-family=\"sans-serif\" font-size=\"12\">\n";
   svg += "<title>" + xml_escape(spec.title) + "</title>\n";
-  svg += "<rect x=\"0\" y=\"0\" width=\"" + number(kWidth) + "\" height=\"" + number(kHeight) +
+  svg += "<rect x=\"0\" y=\"0\" width=\"" + number(kWidth) + "\" height=\"" + number(height) +
          "\" fill=\"white\"/>\n";
   svg += "<text x=\"" + number(kWidth / 2) + "\" y=\"24\" text-anchor=\"middle\" font-size=\"15\">" +
          xml_escape(spec.title) + "</text>\n";
@@ -179,7 +283,9 @@ std::string svg_line_chart(const PlotSpec& spec) {
            xml_escape(series.name) + "</text>\n";
     y += 18;
   }
-  svg += "</g>\n</svg>\n";
+  svg += "</g>\n";
+  if (!spec.segment_maps.empty()) svg += svg_segment_maps(spec.segment_maps, kHeight);
+  svg += "</svg>\n";
   return svg;
 }
 

@@ -9,12 +9,20 @@
 // Series longer than kMaxPlotPoints are reduced to that many points by keeping each bucket's
 // largest value, so a peak never disappears from the picture.
 //
+// Below the chart, optional segment maps: for each, one bar of the device memory an allocator
+// held at a moment (its reserved peak), every segment side by side in address order, its blocks
+// coloured allocated or free, on one byte scale shared by all maps, so the allocators' cached and
+// fragmented bytes compare at a glance. Segments too thin to see merge into runs of one state;
+// wide ones carry a tooltip.
+//
 // Thread-safety: pure functions of their arguments.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include "oclvm/storage/allocator.h"
 
 namespace oclvm::cli {
 
@@ -27,11 +35,19 @@ struct PlotSeries {
   std::vector<uint64_t> values;   // bytes after event i
 };
 
+// One allocator's segments at one moment, drawn under the chart.
+struct SegmentMapSpec {
+  std::string name;                       // e.g. "caching at its reserved peak (event 812)"
+  std::string color;                      // its series' colour, for the map's marker
+  std::vector<SegmentSnapshot> segments;  // by address
+};
+
 struct PlotSpec {
   std::string title;
   std::string x_label = "event";
   std::string y_label = "bytes";
   std::vector<PlotSeries> series;  // drawn in order; all share the x axis (the longest one's)
+  std::vector<SegmentMapSpec> segment_maps;  // drawn below the chart, in order
 };
 
 // The chart as an SVG document. Throws InvalidArgument when there is no series or every series is

@@ -22,6 +22,18 @@ uint64_t delta(int64_t after, int64_t before) {
   return static_cast<uint64_t>(after - before);
 }
 
+// Gives `taken` back to `allocator`, telling the device's memory history first while it is on.
+void free_recorded(Allocator& allocator, const Allocation& taken) {
+  MemoryHistory& history = allocator.backend().history();
+  if (history.on()) {
+    const auto address = reinterpret_cast<uintptr_t>(taken.ptr);
+    const size_t bytes = allocator.allocated_size(taken);
+    history.record(MemoryAction::kFreeRequested, address, bytes, 0);
+    history.record(MemoryAction::kFreeCompleted, address, bytes, 0);
+  }
+  allocator.deallocate(taken);
+}
+
 // The slot table of a replay: one Allocation per dense trace slot, empty when nothing is live in
 // it (never allocated yet, freed, a zero-byte allocation, or an allocation that ran out of
 // memory). finish() frees what is live and empties the cache; if the table dies without it (an
@@ -55,7 +67,7 @@ class SlotTable {
       if (!allocation) continue;
       Allocation taken = allocation;
       allocation = Allocation{};
-      allocator_.deallocate(taken);
+      free_recorded(allocator_, taken);
     }
   }
 
@@ -76,13 +88,26 @@ struct Series {
     // A free carries the bytes of its allocation (TraceEvent::bytes).
     live = event.kind == TraceEventKind::kAllocate ? live + event.bytes : live - event.bytes;
     report->live_series.push_back(live);
-    report->reserved_series.push_back(
-        static_cast<uint64_t>(allocator.stats().reserved_bytes.aggregate().current));
+    const auto reserved =
+        static_cast<uint64_t>(allocator.stats().reserved_bytes.aggregate().current);
+    report->reserved_series.push_back(reserved);
+    // Reserved bytes grow only when a segment is made, so new peaks are rare (one per driver
+    // allocation at most) and each copies the segment map once.
+    if (reserved > peak_reserved) {
+      peak_reserved = reserved;
+      report->peak_event = report->reserved_series.size() - 1;
+      report->peak_segments = allocator.segments();
+    }
   }
+  uint64_t peak_reserved = 0;
 };
 
-// One pass over the trace. Returns the allocations that ran out of memory.
-uint64_t replay_pass(const Trace& trace, Allocator& allocator, SlotTable& slots, Series& series) {
+// One pass over the trace, recording block events in the device's memory history while it is on
+// (ReplayOptions::snapshot); `snapshot`, when not null, is taken before the leftovers are freed.
+// Returns the allocations that ran out of memory.
+uint64_t replay_pass(const Trace& trace, Allocator& allocator, SlotTable& slots, Series& series,
+                     DeviceMemorySnapshot* snapshot) {
+  MemoryHistory& history = allocator.backend().history();
   uint64_t ooms = 0;
   for (const TraceEvent& event : trace.events) {
     Allocation& slot = slots[event.slot];
@@ -90,20 +115,56 @@ uint64_t replay_pass(const Trace& trace, Allocator& allocator, SlotTable& slots,
       OCLVM_DCHECK(!slot);
       try {
         slot = allocator.allocate(static_cast<size_t>(event.bytes));
+        if (history.on() && slot) {
+          history.record(MemoryAction::kAlloc, reinterpret_cast<uintptr_t>(slot.ptr),
+                         allocator.allocated_size(slot), 0);
+        }
       } catch (const OutOfMemoryError&) {
         ++ooms;  // the ID counts as never allocated: its free finds an empty slot
+        if (history.on()) {
+          history.record_oom(static_cast<size_t>(event.bytes), 0, device_free_bytes(allocator));
+        }
       }
     } else if (slot) {
       Allocation taken = slot;
       slot = Allocation{};
-      allocator.deallocate(taken);
+      free_recorded(allocator, taken);
     }
     series.record(event, allocator);
+  }
+  if (snapshot != nullptr) {
+    history.record(MemoryAction::kSnapshot, 0, 0, 0);
+    snapshot->device = allocator.device();
+    snapshot->segments = allocator.segments();
+    snapshot->events = history.events();
+    snapshot->dropped_events = history.dropped();
   }
   series.live = 0;  // the trace's leftovers are freed below
   slots.free_all();  // what the trace leaves live, so the next pass starts clean
   return ooms;
 }
+
+// The device's memory history, on for the life of a replay that takes a snapshot.
+class HistoryScope {
+ public:
+  HistoryScope(MemoryHistory& history, bool on) : history_(history), on_(on) {
+    if (!on_) return;
+    HistoryOptions options;
+    options.mode = HistoryMode::kAll;
+    options.context = ContextMode::kNone;
+    options.clear = true;
+    history_.configure(options);
+  }
+  ~HistoryScope() {
+    if (on_) history_.configure(HistoryOptions{});
+  }
+  HistoryScope(const HistoryScope&) = delete;
+  HistoryScope& operator=(const HistoryScope&) = delete;
+
+ private:
+  MemoryHistory& history_;
+  const bool on_;
+};
 
 std::string with_human_size(uint64_t bytes) {
   return std::to_string(bytes) + " (" + format_bytes(bytes) + ")";
@@ -156,6 +217,7 @@ ReplayReport replay(const Trace& trace, Allocator& allocator, const ReplayOption
   uint64_t ooms = 0;
   DeviceStats after_loop;
   {
+    HistoryScope history(allocator.backend().history(), options.snapshot != nullptr);
     SlotTable slots(allocator, trace.num_slots);
     Series series;
     if (options.record_series) {
@@ -165,7 +227,8 @@ ReplayReport replay(const Trace& trace, Allocator& allocator, const ReplayOption
     }
     const auto start = std::chrono::steady_clock::now();
     for (uint64_t pass = 0; pass < options.repeat; ++pass) {
-      ooms += replay_pass(trace, allocator, slots, series);
+      const bool last = pass + 1 == options.repeat;
+      ooms += replay_pass(trace, allocator, slots, series, last ? options.snapshot : nullptr);
     }
     const auto stop = std::chrono::steady_clock::now();
     report.seconds = std::chrono::duration<double>(stop - start).count();

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "adapters/cli/trace.h"
+#include "oclvm/instructions/memory_snapshot.h"
 #include "oclvm/storage/allocator.h"
 
 namespace oclvm::cli {
@@ -35,9 +36,16 @@ struct ReplayOptions {
   // already holds what the trace needs. Throws InvalidArgument when 0.
   uint64_t repeat = 1;
   // Keep the trace's live bytes and the allocator's reserved bytes after every event (of every
-  // pass) in ReplayReport::live_series / reserved_series, for a picture (`--plot`). Each event
-  // then also reads the allocator's statistics, which `seconds` includes.
+  // pass) in ReplayReport::live_series / reserved_series, and the segment map at the reserved
+  // peak (peak_segments), for a picture (`--plot`). Each event then also reads the allocator's
+  // statistics, and each new peak its segments, which `seconds` includes.
   bool record_series = false;
+  // When not null, receives a memory snapshot (instructions/memory_snapshot.h) taken at the end
+  // of the last pass, before the trace's leftovers are freed: the allocator's segments and blocks
+  // then, and the history of every pass (segment_alloc / alloc / free_requested / free_completed
+  // / segment_free / oom, stream 0, no frames). The device's memory history is on during the
+  // replay and off after it.
+  DeviceMemorySnapshot* snapshot = nullptr;
 };
 
 struct ReplayReport {
@@ -62,6 +70,10 @@ struct ReplayReport {
   double events_per_s = 0;           // events / seconds; 0 when seconds is 0
   std::vector<uint64_t> live_series;      // with record_series: bytes the trace holds live
   std::vector<uint64_t> reserved_series;  // with record_series: reserved_bytes, all pools
+  // With record_series: the allocator's segments and blocks right after the event at which its
+  // reserved bytes first reached their peak (peak_event, an index into the series).
+  std::vector<SegmentSnapshot> peak_segments;
+  uint64_t peak_event = 0;
 };
 
 // Replays `trace` through `allocator` (see the semantics above). Throws InvalidArgument for

@@ -104,6 +104,19 @@ namespace {
 // Set while free_detached() deletes a block on this thread.
 thread_local bool t_release_detached = false;
 
+// torch.profiler's memory events (profile_memory=True): every block handed out (+bytes) and
+// given back (-bytes), with the device's totals after it. Inside a host section the device's
+// worker is held, so the totals, which take a statistics instruction, read 0 there.
+void report_to_profiler(void* ptr, int64_t bytes, c10::DeviceIndex index, bool totals) {
+  if (!c10::memoryProfilingEnabled()) return;
+  DeviceStats stats;
+  if (totals) stats = runtime().stats(to_oclvm(index));
+  c10::reportMemoryUsageToProfiler(
+      ptr, bytes, static_cast<size_t>(stats.allocated_bytes.aggregate().current),
+      static_cast<size_t>(stats.reserved_bytes.aggregate().current),
+      c10::Device(c10::DeviceType::PrivateUse1, index));
+}
+
 TensorStorage::Releaser detachable_releaser(vm::VirtualMachine& vm) {
   return [&vm](std::shared_ptr<BlobObject> blob) {
     if (!t_release_detached) {
@@ -178,6 +191,8 @@ TensorStorage* CLDeviceAllocator::new_storage(c10::DeviceIndex index, size_t byt
     blocks_[storage->blob()->storage()->device_address()] = storage;
   }
   TraceRecorder::instance().on_allocate(storage, bytes, index);
+  report_to_profiler(storage->blob()->storage()->allocation().ptr, static_cast<int64_t>(bytes),
+                     index, section == nullptr);
   return storage;
 }
 
@@ -191,7 +206,12 @@ void CLDeviceAllocator::delete_handle(void* context) {
     self.blocks_.erase(address);
   }
   TraceRecorder::instance().on_release(storage);
+  const BlobStorage& blob = *storage->blob()->storage();
+  void* const ptr = blob.allocation().ptr;
+  const auto bytes = static_cast<int64_t>(blob.allocation().size);
+  const c10::DeviceIndex index = storage->blob()->device().index;
   delete storage;  // ~TensorStorage runs ReleaseTensor synchronously (make_vm_releaser)
+  report_to_profiler(ptr, -bytes, index, !t_release_detached);
 }
 
 BlobRef CLDeviceAllocator::find(const void* address) const {

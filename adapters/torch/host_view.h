@@ -60,6 +60,10 @@ std::vector<at::Tensor> host_aliases(c10::ArrayRef<at::Tensor> devices);
 // A host section on the opencl device `index`, once its worker is idle (Runtime::host_section);
 // nullopt when the VM is shut down or this thread may not wait (an instruction callback).
 std::optional<vm::HostSection> host_section(c10::DeviceIndex index);
+// The memory-history context of the code that last opened a host section on this thread,
+// captured just before it opened (Note [Python stacks in the history], memory_history.cc): a
+// thread that holds a device must not wait for the GIL. Null while the history wants none.
+std::shared_ptr<const MemoryContext> section_memory_context();
 
 // A new device tensor on `device` with `host`'s sizes, strides and values. For a dense, gapless
 // host tensor the allocation and the upload are one VM list; anything else goes through to().

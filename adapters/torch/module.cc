@@ -34,6 +34,12 @@
 //   _record_trace_start(str, int), _record_trace_stop() -> int   the allocation trace of
 //                              torch.opencl.memory.record_trace (trace_recorder.h); RuntimeError
 //                              for a file that cannot be written or a second recording
+//   _record_memory_history(mode, context, max_entries, clear, skip)   oclvm's memory history
+//                              on every opencl device (memory_history.h); the arguments are the
+//                              enum values of storage/memory_history.h (torch.opencl.memory
+//                              parses PyTorch's strings); ValueError for one out of range
+//   _memory_snapshot(bool) -> bytes   PyTorch's snapshot dictionary, pickled (with the events
+//                              when true)
 //
 // Thread-safety: as the C++ side; the GIL is released around nothing (no call here blocks long).
 #define PY_SSIZE_T_CLEAN
@@ -47,6 +53,7 @@
 #include <c10/util/Exception.h>
 
 #include <cstring>
+#include <exception>
 #include <string>
 #include <utility>
 
@@ -55,6 +62,7 @@
 #include "adapters/torch/generator.h"
 #include "adapters/torch/host_kernels.h"
 #include "adapters/torch/host_results.h"
+#include "adapters/torch/memory_history.h"
 #include "adapters/torch/trace_recorder.h"
 
 namespace oclvm::torch_adapter {
@@ -89,6 +97,24 @@ PyObject* guarded(Fn&& fn) {
   return nullptr;
 }
 
+// Runs `fn` with the GIL released and returns its result, rethrowing its exception once the GIL
+// is back: for calls that wait for a device, which another thread may hold while it waits for
+// the GIL (Note [Python stacks in the history], memory_history.cc).
+template <typename Fn>
+auto without_gil(Fn&& fn) -> decltype(fn()) {
+  std::exception_ptr error;
+  decltype(fn()) result{};
+  Py_BEGIN_ALLOW_THREADS
+  try {
+    result = fn();
+  } catch (...) {
+    error = std::current_exception();
+  }
+  Py_END_ALLOW_THREADS
+  if (error) std::rethrow_exception(error);
+  return result;
+}
+
 // Parses "(index)" or "(index, bytes)" arguments; false with a Python error set on bad ones.
 bool parse_index(PyObject* arg, c10::DeviceIndex* index) {
   const long value = PyLong_AsLong(arg);
@@ -116,6 +142,48 @@ PyObject* py_record_trace_start(PyObject*, PyObject* args) {
 
 PyObject* py_record_trace_stop(PyObject*, PyObject*) {
   return guarded([&] { return PyLong_FromUnsignedLongLong(TraceRecorder::instance().stop()); });
+}
+
+PyObject* py_record_memory_history(PyObject*, PyObject* args) {
+  int mode = 0;
+  int context = 0;
+  unsigned long long max_entries = 0;
+  int clear = 0;
+  unsigned int skip = 0;
+  if (!PyArg_ParseTuple(args, "iiKpI", &mode, &context, &max_entries, &clear, &skip)) {
+    return nullptr;
+  }
+  if (mode < 0 || mode > static_cast<int>(HistoryMode::kAll) || context < 0 ||
+      context > static_cast<int>(ContextMode::kAll) || max_entries == 0 ||
+      skip >= (1u << kMemoryActionCount)) {
+    PyErr_Format(PyExc_ValueError,
+                 "Expected a history mode in [0, 2], a context mode in [0, 3], max_entries >= 1 "
+                 "and a skip mask below %u, but got %d, %d, %llu, %u",
+                 1u << kMemoryActionCount, mode, context, max_entries, skip);
+    return nullptr;
+  }
+  HistoryOptions options;
+  options.mode = static_cast<HistoryMode>(mode);
+  options.context = static_cast<ContextMode>(context);
+  options.max_entries = static_cast<size_t>(max_entries);
+  options.clear = clear != 0;
+  options.skip = skip;
+  return guarded([&] {
+    without_gil([&] {
+      record_memory_history(options);
+      return 0;
+    });
+    Py_RETURN_NONE;
+  });
+}
+
+PyObject* py_memory_snapshot(PyObject*, PyObject* arg) {
+  const int with_events = PyObject_IsTrue(arg);
+  if (with_events < 0) return nullptr;
+  return guarded([&] {
+    const std::string bytes = without_gil([&] { return memory_snapshot_pickle(with_events != 0); });
+    return PyBytes_FromStringAndSize(bytes.data(), static_cast<Py_ssize_t>(bytes.size()));
+  });
 }
 
 PyObject* py_memory_limit(PyObject*, PyObject* arg) {
@@ -379,6 +447,10 @@ PyMethodDef kMethods[] = {
      "Start writing the device's allocations to an oclvm-trace v1 file."},
     {"_record_trace_stop", py_record_trace_stop, METH_NOARGS,
      "Stop the allocation trace; returns the events written."},
+    {"_record_memory_history", py_record_memory_history, METH_VARARGS,
+     "Start, change or stop the memory history of every opencl device."},
+    {"_memory_snapshot", py_memory_snapshot, METH_O,
+     "PyTorch's memory snapshot dictionary of the opencl devices, pickled."},
     {nullptr, nullptr, 0, nullptr},
 };
 

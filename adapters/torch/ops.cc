@@ -640,9 +640,18 @@ std::vector<at::Tensor> host_aliases(c10::ArrayRef<at::Tensor> devices) {
   return hosts;
 }
 
+namespace {
+thread_local std::shared_ptr<const MemoryContext> t_section_context;
+}  // namespace
+
 std::optional<vm::HostSection> host_section(c10::DeviceIndex index) {
-  return translate_errors([&] { return runtime().host_section(to_oclvm(index)); });
+  return translate_errors([&] {
+    t_section_context = runtime().vm().capture_memory_context(false);
+    return runtime().host_section(to_oclvm(index));
+  });
 }
+
+std::shared_ptr<const MemoryContext> section_memory_context() { return t_section_context; }
 
 at::Tensor device_copy(const at::Tensor& host, const c10::Device& device) {
   // A dense, gapless layout (contiguous or permuted) stores its elements in numel() consecutive

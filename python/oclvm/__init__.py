@@ -14,8 +14,10 @@ the storage methods.
 - memory: memory_stats, memory_allocated, max_memory_allocated, memory_reserved,
   max_memory_reserved, reset_peak_memory_stats, reset_accumulated_memory_stats, empty_cache,
   mem_get_info, memory_summary, set_per_process_memory_fraction, get_per_process_memory_fraction,
-  host_memory_stats. They read the statistics of the device's oclvm allocator through
-  ``torch.accelerator`` (the same c10::DeviceAllocator behind both);
+  host_memory_stats, memory_snapshot. They read the statistics of the device's oclvm allocator through
+  ``torch.accelerator`` (the same c10::DeviceAllocator behind both). ``torch.opencl.memory`` has
+  them too, and the memory history and snapshots (_record_memory_history, _snapshot,
+  _dump_snapshot) and record_trace;
 - random numbers, on each device's default generator (a CPU Mersenne Twister owned by the device:
   random operators run CPU kernels, and its state has the CPU generator's layout): manual_seed,
   manual_seed_all, seed, seed_all, initial_seed, get_rng_state, set_rng_state, get_rng_state_all,
@@ -30,7 +32,17 @@ import os as _os
 import re
 import sys
 
-import torch
+
+def _autoload() -> None:
+    """Entry point of the ``torch.backends`` group: importing the package did the work.
+
+    Defined before ``import torch``: when this package is imported first (``import oclvm``,
+    ``python -m oclvm.viz``), torch's own import loads the entry points and looks this function
+    up on the package while it is still half made; defined later, that failed with "partially
+    initialized module 'oclvm' has no attribute '_autoload'"."""
+
+
+import torch  # noqa: E402
 
 BACKEND = "opencl"
 
@@ -58,7 +70,7 @@ __all__ = [
     "memory_stats", "memory_allocated", "max_memory_allocated", "memory_reserved",
     "max_memory_reserved", "reset_peak_memory_stats", "reset_accumulated_memory_stats",
     "empty_cache", "mem_get_info", "memory_summary", "set_per_process_memory_fraction",
-    "get_per_process_memory_fraction", "host_memory_stats",
+    "get_per_process_memory_fraction", "host_memory_stats", "memory_snapshot",
     "manual_seed", "manual_seed_all", "seed", "seed_all", "initial_seed", "get_rng_state",
     "set_rng_state", "get_rng_state_all", "set_rng_state_all",
     "Stream", "Event", "current_stream", "default_stream", "set_stream", "stream",
@@ -499,14 +511,11 @@ def get_per_process_memory_fraction(device=None) -> float:
 # torch.opencl.memory, as torch.cuda.memory: the memory API above under both names, the summary
 # formatter, record_trace. Imported after the API it re-exports is defined.
 from . import memory  # noqa: E402
+from .memory import memory_snapshot  # noqa: E402,F401
 
 if not hasattr(torch, BACKEND):
     torch._register_device_module(BACKEND, sys.modules[__name__])
     torch.utils.generate_methods_for_privateuse1_backend(for_storage=True)
-
-
-def _autoload() -> None:
-    """Entry point of the ``torch.backends`` group: importing the package did the work."""
 
 
 def _drain_autograd_at_exit() -> None:

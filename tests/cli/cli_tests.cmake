@@ -144,6 +144,19 @@ oclvm_cli_test(usage.compare_without_plot 2
 oclvm_cli_test(usage.compare_with_allocator 2
   ARGS replay ${OCLVM_CLI_DATA}/small.trace --plot x.svg --compare --allocator buddy
   STDERR "Expected either --compare .every allocator. or --allocator buddy, but got both")
+# --snapshot writes PyTorch's snapshot pickle (its contents: replay_test.cc, and read back by
+# Python in tests/torch/test_memory_snapshot.py).
+oclvm_cli_test(replay.snapshot 0
+  ARGS replay ${OCLVM_CLI_DATA}/small.trace --snapshot ${CMAKE_BINARY_DIR}/replay_small.pickle
+  STDOUT "allocator: +caching\n")
+oclvm_cli_test(usage.snapshot_with_compare 2
+  ARGS replay ${OCLVM_CLI_DATA}/small.trace --plot x.svg --compare --snapshot x.pickle
+  STDOUT "^$"
+  STDERR "^oclvm: error: Expected --snapshot with one allocator, but got --compare .every allocator.\n")
+oclvm_cli_test(replay.snapshot_unwritable_exits_1 1
+  ARGS replay ${OCLVM_CLI_DATA}/small.trace --snapshot ${CMAKE_BINARY_DIR}/no_such_dir/x.pickle
+  STDOUT "^$"
+  STDERR "^oclvm: error: Expected to write the snapshot to '[^']*/no_such_dir/x.pickle', but opening it failed .No such file or directory.\n$")
 oclvm_cli_test(replay.plot_unwritable_exits_1 1
   ARGS replay ${OCLVM_CLI_DATA}/small.trace --plot ${CMAKE_BINARY_DIR}/no_such_dir/x.svg
   STDOUT "^$"
@@ -246,7 +259,7 @@ oclvm_cli_test(bad_input.empty_allocator 2
 oclvm_cli_test(bad_input.json_with_a_value 2
   ARGS replay ${OCLVM_CLI_DATA}/small.trace --json=1
   STDOUT "^$"
-  STDERR "^oclvm: error: Expected one of --allocator, --device, --limit, --repeat, --json, --plot, --compare, but got '--json=1'\n")
+  STDERR "^oclvm: error: Expected one of --allocator, --device, --limit, --repeat, --json, --plot, --compare, --snapshot, but got '--json=1'\n")
 oclvm_cli_test(bad_input.repeat_not_a_number 2
   ARGS replay ${OCLVM_CLI_DATA}/small.trace --repeat abc
   STDOUT "^$"

@@ -194,8 +194,77 @@ TEST(PlotTest, AReplayRecordsLiveAndReservedBytesAfterEveryEvent) {
   }
   EXPECT_EQ(*std::max_element(report.reserved_series.begin(), report.reserved_series.end()),
             report.reserved_peak_bytes);
+  // The segment map at the reserved peak: the first event that reached it, and what was held.
+  const auto first_peak = std::find(report.reserved_series.begin(), report.reserved_series.end(),
+                                    report.reserved_peak_bytes);
+  EXPECT_EQ(report.peak_event,
+            static_cast<uint64_t>(first_peak - report.reserved_series.begin()));
+  uint64_t reserved = 0, allocated = 0;
+  for (const SegmentSnapshot& segment : report.peak_segments) {
+    reserved += segment.size;
+    for (const BlockSnapshot& block : segment.blocks) allocated += block.allocated ? block.size : 0;
+  }
+  EXPECT_EQ(reserved, report.reserved_peak_bytes);
+  EXPECT_GE(allocated, report.live_series[report.peak_event]);
   const ReplayReport plain = replay(trace, allocator, {});
   EXPECT_TRUE(plain.live_series.empty()) << "recorded only when asked";
+  EXPECT_TRUE(plain.peak_segments.empty());
+}
+
+// Segments of `count` blocks of `block` bytes, alternating allocated and free.
+SegmentSnapshot striped_segment(uintptr_t address, size_t count, size_t block) {
+  SegmentSnapshot segment{address, count * block, false, {}};
+  for (size_t i = 0; i < count; ++i) {
+    segment.blocks.push_back({address + i * block, block, i % 2 == 0 ? block : 0, i % 2 == 0,
+                              nullptr});
+  }
+  return segment;
+}
+
+TEST(PlotTest, SegmentMapsShareOneScaleAndSummariseWhatWasHeld) {
+  PlotSpec spec;
+  spec.series.push_back(PlotSeries{"live", "#000000", false, {0, 4 << 20}});
+  // A: two 2 MiB segments, half allocated; B: one 8 MiB segment, a quarter allocated.
+  SegmentMapSpec a{"a at event 1", "#1f77b4",
+                   {striped_segment(1 << 30, 2, 1 << 20), striped_segment(2u << 30, 2, 1 << 20)}};
+  SegmentMapSpec b{"b at event 1", "#d62728", {striped_segment(3u << 30, 4, 2 << 20)}};
+  b.segments[0].blocks[2].allocated = false;
+  b.segments[0].blocks[2].requested = 0;
+  spec.segment_maps = {a, b};
+  const std::vector<Element> svg = parse_xml(svg_line_chart(spec));
+  ASSERT_FALSE(svg.empty());
+  EXPECT_GT(std::stod(svg[0].attributes.at("height")), 540.0) << "the maps are below the chart";
+  size_t maps = 0;
+  for (const Element& e : svg) maps += e.name == "g" && e.attributes.count("data-name");
+  EXPECT_EQ(maps, 2u);
+  EXPECT_TRUE(has_text(svg, "a at event 1: 2 segment(s), 4.00 MiB reserved, 2.00 MiB allocated "
+                            "(50.0%)"));
+  EXPECT_TRUE(has_text(svg, "b at event 1: 1 segment(s), 8.00 MiB reserved, 2.00 MiB allocated "
+                            "(25.0%)"));
+  EXPECT_TRUE(has_text(svg, "allocated block"));
+  // One scale: B's 8 MiB spans the drawing width, A's 4 MiB half of it.
+  std::vector<double> outline_widths;
+  for (size_t i = 0; i + 1 < svg.size(); ++i) {
+    const Element& e = svg[i];
+    if (e.name == "rect" && e.attributes.count("class") && e.attributes.at("class") == "segment") {
+      outline_widths.push_back(std::stod(e.attributes.at("width")));
+      EXPECT_EQ(svg[i + 1].name, "title");
+      EXPECT_NE(svg[i + 1].text.find("segment of"), std::string::npos) << "a tooltip";
+    }
+  }
+  ASSERT_EQ(outline_widths.size(), 3u);
+  EXPECT_NEAR(outline_widths[0] + outline_widths[1], 423.0, 0.2);
+  EXPECT_NEAR(outline_widths[2], 846.0, 0.2);
+}
+
+TEST(PlotTest, AFragmentedSegmentMapStaysBoundedInSize) {
+  PlotSpec spec;
+  spec.series.push_back(PlotSeries{"live", "#000000", false, {0, 1}});
+  // 100 000 blocks of 512 bytes, alternating: far thinner than a unit each.
+  spec.segment_maps.push_back(
+      SegmentMapSpec{"fragmented", "#1f77b4", {striped_segment(1 << 30, 100000, 512)}});
+  const std::vector<Element> svg = parse_xml(svg_line_chart(spec));
+  EXPECT_LE(named(svg, "rect").size(), 4000u) << "thin runs merge";
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
 #include <memory>
 #include <string>
 
@@ -99,6 +100,39 @@ TEST_P(ReplayTest, ReportsTheTraceFiguresAndAReservedPeakAboveTheLivePeak) {
     EXPECT_EQ(report.backend_allocs, 4u);
     EXPECT_EQ(report.reserved_peak_bytes, kSmallLivePeak);
   }
+  expect_nothing_held(*allocator);
+}
+
+// A trace that ends with a block live: the snapshot shows it, and the history shows every event.
+TEST_P(ReplayTest, SnapshotHoldsTheHistoryAndTheSegmentsAtTheEnd) {
+  auto allocator = make_allocator();
+  const Trace trace = parse_trace("# oclvm-trace v1\na 1 4096\na 2 8192\nf 1\n", "ends_live");
+  DeviceMemorySnapshot snapshot;
+  ReplayOptions options;
+  options.repeat = 2;
+  options.snapshot = &snapshot;
+  replay(trace, *allocator, options);
+
+  EXPECT_EQ(snapshot.device, allocator->device());
+  std::map<MemoryAction, int> counts;
+  for (const MemoryEvent& event : snapshot.events) ++counts[event.action];
+  // Two passes of two allocs and three frees (the leftover of pass one is freed by the replay).
+  EXPECT_EQ(counts[MemoryAction::kAlloc], 4);
+  EXPECT_EQ(counts[MemoryAction::kFreeRequested], 3);
+  EXPECT_EQ(counts[MemoryAction::kFreeCompleted], 3);
+  EXPECT_EQ(counts[MemoryAction::kSnapshot], 1);
+  EXPECT_GE(counts[MemoryAction::kSegmentAlloc], 1);
+  EXPECT_EQ(snapshot.events.back().action, MemoryAction::kSnapshot);
+  int live = 0;
+  for (const SegmentSnapshot& segment : snapshot.segments) {
+    for (const BlockSnapshot& block : segment.blocks) {
+      if (!block.allocated) continue;
+      ++live;
+      EXPECT_EQ(block.requested, 8192u);
+    }
+  }
+  EXPECT_EQ(live, 1) << "block 2, live when the trace ends";
+  EXPECT_FALSE(allocator->backend().history().on()) << "off after the replay";
   expect_nothing_held(*allocator);
 }
 

@@ -157,6 +157,21 @@ SCRIPTS = {
         for th in threads: th.join()
         print(len(kept))
     """, 0, "8\n"),
+    # The memory history on, with Python stacks, while threads and globals free their tensors
+    # during finalization (the stacks are not captured then: the interpreter is going away).
+    "memory_history_on": ("""
+        import threading, torch, oclvm
+        torch.opencl.memory._record_memory_history(max_entries=1000)
+        kept = [torch.ones(100 + i, device="opencl") * i for i in range(10)]
+        cycle = [torch.zeros(64, device="opencl")]
+        cycle.append(cycle)
+        def work(i):
+            kept.append(torch.full((10,), float(i), device="opencl") + 1)
+        threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+        for th in threads: th.start()
+        for th in threads: th.join()
+        print(len(torch.opencl.memory._snapshot()["device_traces"][0]) > 0)
+    """, 0, "True\n"),
     # Streams, events, a block recorded on a second stream and a lowered memory limit, all alive
     # at exit.
     "streams_events_limit": ("""
