@@ -64,6 +64,8 @@ CachingAllocator::CachingAllocator(MemoryBackend& backend, const CachingAllocato
                                                           SIZE_MAX)) &
                    ~(quantum_ - 1)),
       oversize_from_(options.max_split_bytes != 0 ? options.max_split_bytes : SIZE_MAX),
+      step_from_(options.roundup_power2_divisions > 1 ? quantum_ * options.roundup_power2_divisions
+                                                      : SIZE_MAX),
       live_buckets_(new LiveSet::bucket_type[kInitialLiveBuckets]),
       live_bucket_count_(kInitialLiveBuckets),
       live_(LiveSet::bucket_traits(live_buckets_.get(), live_bucket_count_)) {}
@@ -102,18 +104,13 @@ Allocation CachingAllocator::allocate(size_t bytes) {
   return hand_out(block, bytes);
 }
 
-// The size a request of `bytes` (<= max_request_) is served with: a multiple of the quantum, and
-// with roundup_power2_divisions the next of that many steps between the powers of two around it.
-size_t CachingAllocator::rounded(size_t bytes) const {
-  // max_request_ is a multiple of the quantum, so this cannot overflow.
-  const size_t size = (bytes + quantum_ - 1) & ~(quantum_ - 1);
-  const size_t divisions = options_.roundup_power2_divisions;
-  if (divisions <= 1 || size <= quantum_ * divisions || is_power_of_two(size)) [[likely]] {
-    return size;
-  }
+// roundup_power2_divisions: a quantum multiple `size` over step_from_ becomes the next of that many
+// steps between the powers of two around it (a power of two stays).
+size_t CachingAllocator::step_up(size_t size) const {
+  if (is_power_of_two(size)) return size;
   // size > quantum * divisions (a power of two), so the step is a power of two >= the quantum.
   const size_t floor = std::bit_floor(size);
-  const size_t step = floor / divisions;
+  const size_t step = floor / options_.roundup_power2_divisions;
   const size_t stepped = (size + step - 1) & ~(step - 1);
   return stepped <= max_request_ ? stepped : size;
 }
