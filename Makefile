@@ -16,8 +16,12 @@ all: build
 setup:
 	@bash scripts/setup.sh
 
+# Every build the Makefile configures turns warnings into errors (OCLVM_WERROR, CMakeLists.txt);
+# `make torch` (pip install .) does not: it is the path a user takes.
+WERROR = -DOCLVM_WERROR=ON
+
 configure: setup
-	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo $(WERROR) >/dev/null
 
 build: configure
 	@cmake --build $(BUILD) -j $(JOBS)
@@ -34,7 +38,7 @@ test: build torch
 	python3 scripts/check_docs.py
 	cd $(BUILD) && ctest --output-on-failure -j 2
 	@bash scripts/check_package.sh $(BUILD)
-	@cmake -S adapters/torch -B build-torch -DOCLVM_TORCH_TESTS=ON >/dev/null
+	@cmake -S adapters/torch -B build-torch -DOCLVM_TORCH_TESTS=ON $(WERROR) >/dev/null
 	@cmake --build build-torch -j $(JOBS) --target oclvm_torch_tests
 	cd build-torch && ctest --output-on-failure
 	OCLVM_EXIT_RUNS=4 $(PY) -m pytest -q tests/torch
@@ -85,8 +89,10 @@ exit-soak: build torch
 SAN_CC    ?= clang-15
 SAN_CXX   ?= clang++-15
 SAN_JOBS  ?= 2
+# One ctest entry per suite and run, not per test: a process per test would add minutes under the
+# sanitizers (OCLVM_DISCOVER_TESTS in CMakeLists.txt).
 SAN_CMAKE  = -DCMAKE_BUILD_TYPE=Debug -DOCLVM_BUILD_TESTS=ON -DOCLVM_BUILD_BENCH=OFF \
-             -DCMAKE_CXX_COMPILER=$(SAN_CXX)
+             -DCMAKE_CXX_COMPILER=$(SAN_CXX) $(WERROR) -DOCLVM_DISCOVER_TESTS=OFF
 SAN_FLAGS  = -O1 -g -fno-omit-frame-pointer
 SAN_ENV    = OCLVM_EXIT_RUNS=4
 SAN_COMMON = external_symbolizer_path=/usr/lib/llvm-15/bin/llvm-symbolizer:exitcode=66
@@ -142,7 +148,7 @@ FUZZ_CXX     ?= clang++-15
 
 fuzz: setup
 	@cmake -S . -B build-fuzz -DCMAKE_CXX_COMPILER=$(FUZZ_CXX) -DOCLVM_FUZZ=ON \
-	  -DOCLVM_BUILD_TESTS=OFF -DOCLVM_BUILD_BENCH=OFF >/dev/null
+	  -DOCLVM_BUILD_TESTS=OFF -DOCLVM_BUILD_BENCH=OFF $(WERROR) >/dev/null
 	@cmake --build build-fuzz -j $(JOBS) --target script_fuzzer trace_fuzzer
 	@bash fuzz/run.sh build-fuzz $(FUZZ_SECONDS) $(FUZZ_MAX_LEN)
 

@@ -122,7 +122,7 @@ void BM_CachingMix(benchmark::State& state) {
     const DeviceStats stats = allocator.stats();
     state.counters["segments_created"] = static_cast<double>(stats.num_device_alloc);
     state.counters["reserved_peak_MiB"] =
-        static_cast<double>(stats.reserved_bytes[static_cast<size_t>(StatType::kAggregate)].peak) /
+        static_cast<double>(stats.reserved_bytes.aggregate().peak) /
         (1 << 20);
   } catch (const std::exception& e) {
     state.SkipWithError(e.what());

@@ -342,9 +342,8 @@ class Producer {
   }
 
   static void check_stats(const DeviceStats& s) {
-    const auto all = static_cast<size_t>(StatType::kAggregate);
-    if (s.allocated_bytes[all].current < 0 || s.reserved_bytes[all].current < 0 ||
-        s.allocated_bytes[all].current > s.reserved_bytes[all].current) {
+    if (s.allocated_bytes.aggregate().current < 0 || s.reserved_bytes.aggregate().current < 0 ||
+        s.allocated_bytes.aggregate().current > s.reserved_bytes.aggregate().current) {
       throw std::runtime_error("inconsistent statistics: " + s.to_string());
     }
   }
@@ -453,13 +452,12 @@ int main(int argc, char** argv) {
         builder.query_stats(all[i], &after_flush[i]);
       }
       vm.run(builder.take());
-      const auto agg = static_cast<size_t>(StatType::kAggregate);
       for (size_t i = 0; i < all.size() && !failure.failed(); ++i) {
-        if (before_flush[i].allocated_bytes[agg].current != 0 ||
-            before_flush[i].allocation[agg].current != 0) {
+        if (before_flush[i].allocated_bytes.aggregate().current != 0 ||
+            before_flush[i].allocation.aggregate().current != 0) {
           failure.set(all[i].str() + " still has allocations at the end: " +
                       before_flush[i].to_string());
-        } else if (after_flush[i].reserved_bytes[agg].current != 0) {
+        } else if (after_flush[i].reserved_bytes.aggregate().current != 0) {
           failure.set(all[i].str() + " still reserves memory after empty_cache: " +
                       after_flush[i].to_string());
         }

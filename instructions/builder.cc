@@ -7,10 +7,10 @@
 // another thread at the same moment.
 #include "oclvm/instructions/builder.h"
 
-#include <cstdio>
 #include <utility>
 
 #include "oclvm/storage/errors.h"
+#include "oclvm/storage/hex.h"
 #include "oclvm/vm/dependence.h"
 
 namespace oclvm {
@@ -185,10 +185,8 @@ void InstructionsBuilder::fill(std::shared_ptr<BlobObject> blob, size_t offset, 
                           std::to_string(pattern_size) + " bytes");
   }
   if (pattern_size < 8 && (pattern >> (8 * pattern_size)) != 0) {
-    char text[2 + 16 + 1];
-    std::snprintf(text, sizeof(text), "0x%llx", static_cast<unsigned long long>(pattern));
     throw InvalidArgument("Expected a " + std::to_string(pattern_size) +
-                          "-byte fill pattern, but got " + text + ", which is wider");
+                          "-byte fill pattern, but got " + hex(pattern) + ", which is wider");
   }
   if (offset % pattern_size != 0 || bytes % pattern_size != 0) {
     throw InvalidArgument("Expected a fill offset and size that are multiples of the " +

@@ -6,21 +6,14 @@
 #include "oclvm/instructions/instructions.h"
 
 #include <algorithm>
-#include <cinttypes>
-#include <cstdio>
 #include <vector>
 
 #include "oclvm/storage/errors.h"
+#include "oclvm/storage/hex.h"
 #include "oclvm/vm/virtual_machine.h"
 
 namespace oclvm {
 namespace {
-
-std::string hex(uintptr_t value) {
-  char text[2 + 16 + 1];
-  std::snprintf(text, sizeof(text), "0x%" PRIxPTR, value);
-  return text;
-}
 
 std::string range_text(size_t offset, size_t bytes) {
   return "[" + std::to_string(offset) + ", " + std::to_string(offset) + " + " +

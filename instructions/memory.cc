@@ -44,7 +44,7 @@ uint64_t Used(Device place) {
   builder.query_stats(place, &stats);
   vm.run(builder.take());
   return static_cast<uint64_t>(
-      stats.allocated_bytes[static_cast<size_t>(StatType::kAggregate)].current);
+      stats.allocated_bytes.aggregate().current);
 }
 
 }  // namespace oclvm::memory

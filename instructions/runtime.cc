@@ -72,8 +72,8 @@ std::string live_allocations(vm::VirtualMachine& vm, const std::vector<Device>& 
   std::string live;
   for (Device device : devices) {
     const DeviceStats stats = vm.stats_after_shutdown(device);
-    const Stat& blocks = stats.allocation[static_cast<size_t>(StatType::kAggregate)];
-    const Stat& bytes = stats.allocated_bytes[static_cast<size_t>(StatType::kAggregate)];
+    const Stat& blocks = stats.allocation.aggregate();
+    const Stat& bytes = stats.allocated_bytes.aggregate();
     if (blocks.current > 0) {
       live += " " + device.str() + " (" + std::to_string(blocks.current) + " blobs, " +
               format_bytes(static_cast<uint64_t>(bytes.current)) + ")";

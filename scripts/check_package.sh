@@ -76,7 +76,7 @@ configure_build_test package tests/package \
 configure_build_test quickstart examples/quickstart
 say "quickstart output:"
 "$out/quickstart/quickstart" || fail "quickstart exited with $?"
-configure_build_test eager_tensor examples/eager_tensor
+configure_build_test eager_tensor examples/eager_tensor -DOCLVM_WERROR=ON
 say "eager_tensor_demo on two devices:"
 POCL_DEVICES="basic basic" "$out/eager_tensor/eager_tensor_demo" | tee "$out/demo.out" ||
   fail "eager_tensor_demo exited with ${PIPESTATUS[0]}"
@@ -87,7 +87,8 @@ grep -q "^using opencl:0 and opencl:1$" "$out/demo.out" ||
 if command -v clang++-15 >/dev/null; then
   configure_build_test package.clang tests/package -DCMAKE_CXX_COMPILER=clang++-15 \
     -DOCLVM_EXPECTED_VERSION="$version" -DOCLVM_EXPECTED_PREFIX="$prefix"
-  configure_build_test eager_tensor.clang examples/eager_tensor -DCMAKE_CXX_COMPILER=clang++-15
+  configure_build_test eager_tensor.clang examples/eager_tensor -DCMAKE_CXX_COMPILER=clang++-15 \
+    -DOCLVM_WERROR=ON
 else
   say "clang++-15 not found: the clang builds are skipped"
 fi

@@ -20,8 +20,8 @@ uint64_t device_free_bytes(const Allocator& allocator) {
   const uint64_t limit = allocator.memory_limit() != 0
                              ? allocator.memory_limit()
                              : allocator.backend().properties().global_mem_bytes;
-  const auto reserved = static_cast<uint64_t>(
-      allocator.stats().reserved_bytes[static_cast<size_t>(StatType::kAggregate)].current);
+  const auto reserved =
+      static_cast<uint64_t>(allocator.stats().reserved_bytes.aggregate().current);
   return reserved >= limit ? 0 : limit - reserved;
 }
 

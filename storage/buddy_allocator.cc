@@ -12,13 +12,12 @@
 namespace oclvm {
 namespace {
 
-constexpr size_t kAll = static_cast<size_t>(StatType::kAggregate);
 constexpr size_t kMinBlockFloor = 512;  // the contract's alignment (storage/allocator.h)
 
 bool is_power_of_two(uint64_t value) { return value != 0 && (value & (value - 1)) == 0; }
 
 uint64_t reserved_bytes(const DeviceStatsTracker& tracker) {
-  return static_cast<uint64_t>(tracker.stats().reserved_bytes[kAll].current);
+  return static_cast<uint64_t>(tracker.stats().reserved_bytes.aggregate().current);
 }
 
 }  // namespace
@@ -339,7 +338,8 @@ void BuddyAllocator::check_invariants() const {
   int64_t segment[kNumStatTypes] = {}, reserved[kNumStatTypes] = {};
   int64_t split[kNumStatTypes] = {}, split_bytes[kNumStatTypes] = {};
   auto pools_of = [](size_t bytes) {
-    return std::array<size_t, 2>{kAll, static_cast<size_t>(pool_of_size(bytes))};
+    return std::array<size_t, 2>{stat_index(StatType::kAggregate),
+                                 stat_index(pool_of_size(bytes))};
   };
 
   for (int k = 0; k < 64; ++k) {

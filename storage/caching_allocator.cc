@@ -6,11 +6,10 @@
 
 #include <algorithm>
 #include <bit>
-#include <cinttypes>
-#include <cstdio>
 #include <iterator>
 
 #include "oclvm/storage/errors.h"
+#include "oclvm/storage/hex.h"
 #include "oclvm/storage/log.h"
 #include "oclvm/storage/options.h"
 
@@ -21,14 +20,6 @@ constexpr size_t kBlocksPerChunk = 256;
 constexpr size_t kInitialLiveBuckets = 1024;
 
 bool is_power_of_two(size_t x) { return x != 0 && (x & (x - 1)) == 0; }
-
-size_t index_of(StatType pool) { return static_cast<size_t>(pool); }
-
-std::string hex_address(uintptr_t address) {
-  char text[32];
-  std::snprintf(text, sizeof(text), "0x%" PRIxPTR, address);
-  return text;
-}
 
 size_t quantum_for(const CachingAllocatorOptions& options, const MemoryBackend& backend) {
   if (!is_power_of_two(options.round_bytes)) {
@@ -73,6 +64,8 @@ CachingAllocator::CachingAllocator(MemoryBackend& backend, const CachingAllocato
                                                           SIZE_MAX)) &
                    ~(quantum_ - 1)),
       oversize_from_(options.max_split_bytes != 0 ? options.max_split_bytes : SIZE_MAX),
+      step_from_(options.roundup_power2_divisions > 1 ? quantum_ * options.roundup_power2_divisions
+                                                      : SIZE_MAX),
       live_buckets_(new LiveSet::bucket_type[kInitialLiveBuckets]),
       live_bucket_count_(kInitialLiveBuckets),
       live_(LiveSet::bucket_traits(live_buckets_.get(), live_bucket_count_)) {}
@@ -111,18 +104,13 @@ Allocation CachingAllocator::allocate(size_t bytes) {
   return hand_out(block, bytes);
 }
 
-// The size a request of `bytes` (<= max_request_) is served with: a multiple of the quantum, and
-// with roundup_power2_divisions the next of that many steps between the powers of two around it.
-size_t CachingAllocator::rounded(size_t bytes) const {
-  // max_request_ is a multiple of the quantum, so this cannot overflow.
-  const size_t size = (bytes + quantum_ - 1) & ~(quantum_ - 1);
-  const size_t divisions = options_.roundup_power2_divisions;
-  if (divisions <= 1 || size <= quantum_ * divisions || is_power_of_two(size)) [[likely]] {
-    return size;
-  }
+// roundup_power2_divisions: a quantum multiple `size` over step_from_ becomes the next of that many
+// steps between the powers of two around it (a power of two stays).
+size_t CachingAllocator::step_up(size_t size) const {
+  if (is_power_of_two(size)) return size;
   // size > quantum * divisions (a power of two), so the step is a power of two >= the quantum.
   const size_t floor = std::bit_floor(size);
-  const size_t step = floor / divisions;
+  const size_t step = floor / options_.roundup_power2_divisions;
   const size_t stepped = (size + step - 1) & ~(step - 1);
   return stepped <= max_request_ ? stepped : size;
 }
@@ -287,7 +275,7 @@ CachingAllocator::Block* CachingAllocator::find_live(const Allocation& allocatio
     }
   }
   throw InvalidArgument("Expected a live allocation of the caching allocator on " +
-                        backend_.device().str() + ", but got address " + hex_address(address) +
+                        backend_.device().str() + ", but got address " + hex(address) +
                         " (id " + std::to_string(allocation.id) +
                         "), which it does not hold: a double free, another allocator's handle or "
                         "a forged one");
@@ -301,7 +289,7 @@ CachingAllocator::Block* CachingAllocator::find_live(const Allocation& allocatio
 // as it sits in the index.
 void CachingAllocator::note_entering(const Block* block, FreeDelta& delta) {
   if (block->whole()) {
-    whole_free_bytes_[index_of(block->pool)] += block->size;
+    whole_free_bytes_[stat_index(block->pool)] += block->size;
   } else {
     delta.count += 1;
     delta.bytes += static_cast<int64_t>(block->size);
@@ -310,7 +298,7 @@ void CachingAllocator::note_entering(const Block* block, FreeDelta& delta) {
 
 void CachingAllocator::note_leaving(const Block* block, FreeDelta& delta) {
   if (block->whole()) {
-    whole_free_bytes_[index_of(block->pool)] -= block->size;
+    whole_free_bytes_[stat_index(block->pool)] -= block->size;
   } else {
     delta.count -= 1;
     delta.bytes -= static_cast<int64_t>(block->size);
@@ -385,8 +373,8 @@ size_t CachingAllocator::segment_size_for(StatType pool, size_t size) const {
 }
 
 uint64_t CachingAllocator::whole_free_bytes() const {
-  return whole_free_bytes_[index_of(StatType::kSmallPool)] +
-         whole_free_bytes_[index_of(StatType::kLargePool)];
+  return whole_free_bytes_[stat_index(StatType::kSmallPool)] +
+         whole_free_bytes_[stat_index(StatType::kLargePool)];
 }
 
 // Nothing in the pool fits: create a segment (Note [Out-of-memory ladder]) and carve the block
@@ -396,7 +384,7 @@ CachingAllocator::Block* CachingAllocator::grow_and_take(StatType pool, size_t s
   const size_t segment_bytes = segment_size_for(pool, size);
   const uint64_t limit = memory_limit_;
   const auto reserved = static_cast<uint64_t>(
-      tracker_.stats().reserved_bytes[index_of(StatType::kAggregate)].current);
+      tracker_.stats().reserved_bytes.aggregate().current);
 
   // Under a limit, decide before touching anything whether even an empty cache could make room.
   if (limit != 0 && reserved - whole_free_bytes() + segment_bytes > limit) {
@@ -412,14 +400,14 @@ CachingAllocator::Block* CachingAllocator::grow_and_take(StatType pool, size_t s
   }
   bool retried = false;
   const auto reserved_now = static_cast<uint64_t>(
-      tracker_.stats().reserved_bytes[index_of(StatType::kAggregate)].current);
+      tracker_.stats().reserved_bytes.aggregate().current);
   if (limit != 0 && reserved_now + segment_bytes > limit) {
     empty_cache();
     tracker_.on_alloc_retry();
     retried = true;
     // The check above guaranteed that an empty cache makes room.
     OCLVM_DCHECK(static_cast<uint64_t>(
-                     tracker_.stats().reserved_bytes[index_of(StatType::kAggregate)].current) +
+                     tracker_.stats().reserved_bytes.aggregate().current) +
                      segment_bytes <=
                  limit);
   }
@@ -454,9 +442,8 @@ void CachingAllocator::throw_out_of_memory(size_t requested, size_t segment_byte
                                            const std::string& driver_message) {
   tracker_.on_oom();
   const DeviceStats& s = tracker_.stats();
-  constexpr size_t kAll = static_cast<size_t>(StatType::kAggregate);
-  const auto allocated = static_cast<uint64_t>(s.allocated_bytes[kAll].current);
-  const auto reserved = static_cast<uint64_t>(s.reserved_bytes[kAll].current);
+  const auto allocated = static_cast<uint64_t>(s.allocated_bytes.aggregate().current);
+  const auto reserved = static_cast<uint64_t>(s.reserved_bytes.aggregate().current);
   const std::string limit = memory_limit_ != 0
                                 ? "limit " + format_bytes(memory_limit_)
                                 : std::string("no limit");
@@ -507,7 +494,7 @@ void CachingAllocator::empty_cache() {
 void CachingAllocator::collect_garbage(uint64_t threshold, size_t incoming) {
   auto reserved = [&] {
     return static_cast<uint64_t>(
-        tracker_.stats().reserved_bytes[index_of(StatType::kAggregate)].current);
+        tracker_.stats().reserved_bytes.aggregate().current);
   };
   if (reserved() + incoming <= threshold || whole_free_bytes() == 0) return;
   std::vector<Block*> whole_free;  // segments_ is ordered by id: the oldest come first
@@ -523,7 +510,7 @@ void CachingAllocator::collect_garbage(uint64_t threshold, size_t incoming) {
 
 // Gives back every wholly free segment of `pool`. O(free blocks of the pool).
 void CachingAllocator::release_free_segments(StatType pool) {
-  if (whole_free_bytes_[index_of(pool)] == 0) return;
+  if (whole_free_bytes_[stat_index(pool)] == 0) return;
   FreeSet& free = free_set(pool);
   for (auto it = free.begin(); it != free.end();) {
     Block* block = &*it;
@@ -555,7 +542,7 @@ void CachingAllocator::set_memory_limit(uint64_t bytes) {
 
 void CachingAllocator::note_reserved_over_limit() {
   const auto reserved = static_cast<uint64_t>(
-      tracker_.stats().reserved_bytes[index_of(StatType::kAggregate)].current);
+      tracker_.stats().reserved_bytes.aggregate().current);
   reserved_over_limit_ = memory_limit_ != 0 && reserved > memory_limit_ ? reserved : 0;
 }
 
@@ -588,7 +575,8 @@ void CachingAllocator::grow_live_buckets() {
 
 size_t CachingAllocator::cached_bytes() const {
   const DeviceStats& s = tracker_.stats();
-  return static_cast<size_t>(s.reserved_bytes[0].current - s.allocated_bytes[0].current);
+  return static_cast<size_t>(s.reserved_bytes.aggregate().current -
+                             s.allocated_bytes.aggregate().current);
 }
 
 size_t CachingAllocator::largest_free_block() const {
@@ -613,7 +601,7 @@ void CachingAllocator::check_invariants() const {
     OCLVM_DCHECK(segment != nullptr && segment->id == id && segment->owner == this);
     OCLVM_DCHECK(segment->backend == &backend_);
     OCLVM_DCHECK(segment->size % quantum_ == 0);
-    Totals& t = totals[index_of(info.pool)];
+    Totals& t = totals[stat_index(info.pool)];
     ++t.segments;
     t.reserved += static_cast<int64_t>(segment->size);
     if (oversize(segment->size)) ++t.oversize_segments;
@@ -660,7 +648,7 @@ void CachingAllocator::check_invariants() const {
   OCLVM_DCHECK(live_.size() == live_blocks);
   const DeviceStats& s = tracker_.stats();
   for (StatType pool : {StatType::kSmallPool, StatType::kLargePool}) {
-    const size_t p = index_of(pool);
+    const size_t p = stat_index(pool);
     const Totals& t = totals[p];
     OCLVM_DCHECK(free_set(pool).size() == static_cast<size_t>(t.free_blocks));
     const Block* before = nullptr;  // the index is strictly ordered by (size, segment id, offset)
@@ -682,9 +670,9 @@ void CachingAllocator::check_invariants() const {
     OCLVM_DCHECK(s.oversize_allocations[p].current == t.oversize_allocations);
     OCLVM_DCHECK(s.oversize_segments[p].current == t.oversize_segments);
   }
-  OCLVM_DCHECK(segments_.size() == static_cast<size_t>(s.segment[0].current));
+  OCLVM_DCHECK(segments_.size() == static_cast<size_t>(s.segment.aggregate().current));
   if (memory_limit_ != 0) {
-    OCLVM_DCHECK(static_cast<uint64_t>(s.reserved_bytes[0].current) <=
+    OCLVM_DCHECK(static_cast<uint64_t>(s.reserved_bytes.aggregate().current) <=
                  std::max(memory_limit_, reserved_over_limit_));
   }
 }

@@ -253,7 +253,16 @@ class CachingAllocator final : public Allocator {
   };
 
   // --- fast path ---------------------------------------------------------------------------------
-  size_t rounded(size_t bytes) const;
+  // The size a request of `bytes` (<= max_request_) is served with: a multiple of the quantum,
+  // then with roundup_power2_divisions stepped up (step_up). Inline, one comparison past the
+  // quantum rounding: every allocate takes it, and an out-of-line call cost the hit path 10 of its
+  // ~770 instructions (callgrind, allocator_bench).
+  size_t rounded(size_t bytes) const {
+    // max_request_ is a multiple of the quantum, so this cannot overflow.
+    const size_t size = (bytes + quantum_ - 1) & ~(quantum_ - 1);
+    return size <= step_from_ ? size : step_up(size);
+  }
+  size_t step_up(size_t size) const;
   // Note [Oversize blocks]. One comparison: the hit path asks it three times.
   bool oversize(size_t size) const { return size >= oversize_from_; }
   Block* take_best_fit(StatType pool, size_t size);
@@ -308,6 +317,8 @@ class CachingAllocator final : public Allocator {
   const size_t quantum_;      // max(options_.round_bytes, device base address alignment)
   const size_t max_request_;  // largest request: max_alloc_bytes rounded down to the quantum
   const size_t oversize_from_;  // options_.max_split_bytes, or SIZE_MAX without a limit
+  // quantum_ * roundup_power2_divisions: sizes above it are stepped up; SIZE_MAX when it is off.
+  const size_t step_from_;
 
   // --- mutable state -----------------------------------------------------------------------------
   // Invariants, per pool P and in aggregate (check_invariants):

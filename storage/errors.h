@@ -12,9 +12,16 @@
 //                       device (for OpenCL: "clEnqueueWriteBuffer failed with CL_INVALID_VALUE (-30)
 //                       on opencl:0").
 //
-// Thread-safety: exception objects are immutable after construction.
+// ErrorInfo tells these types apart, in one place, for code that carries an error over into
+// another form: an instruction's name put before its message (vm/device_worker.cc), a script's
+// `expect error` kind (adapters/script/executor.cc), torch's matching c10 error
+// (adapters/torch/device.h).
+//
+// Thread-safety: exception objects are immutable after construction; the functions are pure.
 #pragma once
 
+#include <cstdint>
+#include <exception>
 #include <stdexcept>
 #include <string>
 
@@ -44,6 +51,28 @@ class BackendError : public Error {
  private:
   int code_;
 };
+
+// What an exception is and says.
+struct ErrorInfo {
+  enum class Type : uint8_t {
+    kOutOfMemory,      // OutOfMemoryError
+    kInvalidArgument,  // InvalidArgument
+    kBackend,          // BackendError
+    kOther,            // another Error
+    kForeign,          // a std::exception that is not an oclvm Error
+    kUnknown,          // not a std::exception
+  };
+  Type type = Type::kUnknown;
+  std::string message;   // what(); for kUnknown, "an exception that is not a std::exception"
+  int backend_code = 0;  // BackendError::code(), for kBackend
+};
+
+// Rethrows `error` (not null) and catches it to say what it is.
+ErrorInfo error_info(const std::exception_ptr& error);
+
+// An exception of the type `error` describes, carrying `message` (and the backend code): the same
+// oclvm type, or Error for kOther, kForeign and kUnknown.
+std::exception_ptr make_error(const ErrorInfo& error, const std::string& message);
 
 }  // namespace oclvm
 

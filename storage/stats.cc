@@ -10,13 +10,10 @@
 namespace oclvm {
 namespace {
 
-template <typename Fn>
-void for_each_array(DeviceStats& s, Fn&& fn) {
-  for (StatArray* a : {&s.allocation, &s.segment, &s.active, &s.inactive_split, &s.allocated_bytes,
-                       &s.reserved_bytes, &s.active_bytes, &s.inactive_split_bytes,
-                       &s.requested_bytes, &s.oversize_allocations, &s.oversize_segments}) {
-    fn(*a);
-  }
+// fn(array) for every StatArray of `stats` (a DeviceStats, const or not), by the field table.
+template <typename Stats, typename Fn>
+void for_each_array(Stats& stats, Fn&& fn) {
+  for (const StatArrayField& field : kStatArrayFields) fn(stats.*field.member);
 }
 
 }  // namespace
@@ -72,21 +69,22 @@ void DeviceStatsTracker::reset_accumulated() {
 }
 
 void DeviceStatsTracker::check_invariants() const {
-  DeviceStats copy = stats_;
-  for_each_array(copy, [](StatArray& a) {
+  for_each_array(stats_, [](const StatArray& a) {
     for (const Stat& s : a) {
       OCLVM_DCHECK(s.current >= 0);
       OCLVM_DCHECK(s.current <= s.peak);
     }
-    const Stat& all = a[0];
-    OCLVM_DCHECK(all.current == a[1].current + a[2].current);
-    OCLVM_DCHECK(all.allocated == a[1].allocated + a[2].allocated);
-    OCLVM_DCHECK(all.freed == a[1].freed + a[2].freed);
+    const Stat& all = a.aggregate();
+    const Stat& small = a[StatType::kSmallPool];
+    const Stat& large = a[StatType::kLargePool];
+    OCLVM_DCHECK(all.current == small.current + large.current);
+    OCLVM_DCHECK(all.allocated == small.allocated + large.allocated);
+    OCLVM_DCHECK(all.freed == small.freed + large.freed);
   });
-  constexpr size_t kAll = static_cast<size_t>(StatType::kAggregate);
-  OCLVM_DCHECK(stats_.reserved_bytes[kAll].current >= stats_.allocated_bytes[kAll].current);
-  OCLVM_DCHECK(stats_.allocated_bytes[kAll].current >= stats_.requested_bytes[kAll].current);
-  OCLVM_DCHECK(stats_.allocation[kAll].current == stats_.active[kAll].current);
+  const DeviceStats& s = stats_;
+  OCLVM_DCHECK(s.reserved_bytes.aggregate().current >= s.allocated_bytes.aggregate().current);
+  OCLVM_DCHECK(s.allocated_bytes.aggregate().current >= s.requested_bytes.aggregate().current);
+  OCLVM_DCHECK(s.allocation.aggregate().current == s.active.aggregate().current);
 }
 
 // No padding, so equal bytes are equal fields; and the field tables of stats.h name every field.
@@ -96,23 +94,17 @@ static_assert(sizeof(DeviceStats) == std::size(kStatArrayFields) * sizeof(StatAr
 
 std::string DeviceStats::to_string() const {
   std::ostringstream out;
-  auto row = [&](const char* name, const StatArray& a) {
-    const Stat& s = a[0];
-    out << name << ": current " << s.current << ", peak " << s.peak << ", allocated "
+  for (const StatArrayField& field : kStatArrayFields) {
+    const Stat& s = (this->*field.member).aggregate();
+    out << field.name << ": current " << s.current << ", peak " << s.peak << ", allocated "
         << s.allocated << ", freed " << s.freed << "\n";
-  };
-  row("allocation", allocation);
-  row("segment", segment);
-  row("active", active);
-  row("inactive_split", inactive_split);
-  row("allocated_bytes", allocated_bytes);
-  row("reserved_bytes", reserved_bytes);
-  row("active_bytes", active_bytes);
-  row("inactive_split_bytes", inactive_split_bytes);
-  row("requested_bytes", requested_bytes);
-  out << "num_alloc_retries " << num_alloc_retries << ", num_ooms " << num_ooms
-      << ", num_device_alloc " << num_device_alloc << ", num_device_free " << num_device_free
-      << "\n";
+  }
+  const char* separator = "";
+  for (const StatCounterField& field : kStatCounterFields) {
+    out << separator << field.name << " " << this->*field.member;
+    separator = ", ";
+  }
+  out << "\n";
   return out.str();
 }
 

@@ -33,6 +33,10 @@ enum class StatType : uint8_t { kAggregate = 0, kSmallPool = 1, kLargePool = 2 }
 inline constexpr size_t kNumStatTypes = 3;
 inline constexpr size_t kSmallSize = 1 << 20;  // 1 MiB, PyTorch's small/large boundary.
 
+// The position of `type` in anything indexed by StatType: a StatArray, an allocator's own per-pool
+// tallies. The one place that turns a StatType into a number.
+constexpr size_t stat_index(StatType type) { return static_cast<size_t>(type); }
+
 inline StatType pool_of_size(size_t bytes) {
   return bytes <= kSmallSize ? StatType::kSmallPool : StatType::kLargePool;
 }
@@ -52,7 +56,15 @@ struct Stat {
   void reset_peak() { peak = current; }
 };
 
-using StatArray = std::array<Stat, kNumStatTypes>;
+// One statistic per StatType. Index it by StatType (array[pool]) or take aggregate(), the whole
+// device; an index by number (array[0]) and iteration are std::array's.
+struct StatArray : std::array<Stat, kNumStatTypes> {
+  using std::array<Stat, kNumStatTypes>::operator[];
+  constexpr Stat& operator[](StatType type) { return (*this)[stat_index(type)]; }
+  constexpr const Stat& operator[](StatType type) const { return (*this)[stat_index(type)]; }
+  constexpr Stat& aggregate() { return (*this)[StatType::kAggregate]; }
+  constexpr const Stat& aggregate() const { return (*this)[StatType::kAggregate]; }
+};
 
 struct DeviceStats {
   StatArray allocation;            // count of live user blocks
@@ -75,7 +87,8 @@ struct DeviceStats {
   StatArray oversize_segments{};     // segments of at least max_split_size (caching allocator)
   int64_t max_split_size = 0;        // 0: blocks of every size may be split
 
-  // Multi-line "name: current peak allocated freed" text for people and test failure messages.
+  // Multi-line text for people and test failure messages: a "name: current, peak, allocated,
+  // freed" line of each StatArray's aggregate, then the counters on one line.
   std::string to_string() const;
 };
 
@@ -145,8 +158,8 @@ class DeviceStatsTracker {
  private:
   // Inline: every allocate and free makes ten of these.
   static void add(StatArray& array, StatType pool, int64_t delta) {
-    array[static_cast<size_t>(StatType::kAggregate)].add(delta);
-    array[static_cast<size_t>(pool)].add(delta);
+    array.aggregate().add(delta);
+    array[pool].add(delta);
   }
 
   DeviceStats stats_;

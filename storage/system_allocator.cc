@@ -1,20 +1,12 @@
 // storage/system_allocator.cc — one segment per allocation; the shared out-of-memory message.
 #include "oclvm/storage/system_allocator.h"
 
-#include <cstdio>
-
 #include "oclvm/storage/errors.h"
+#include "oclvm/storage/hex.h"
 #include "oclvm/storage/options.h"
 
 namespace oclvm {
 namespace {
-
-std::string hex_address(const void* ptr) {
-  char buffer[2 + 2 * sizeof(void*) + 1];
-  std::snprintf(buffer, sizeof buffer, "0x%jx",
-                static_cast<uintmax_t>(reinterpret_cast<uintptr_t>(ptr)));
-  return buffer;
-}
 
 // The segment size for a request of `bytes` (> 0): rounded up to kRounding. Throws InvalidArgument
 // when the device cannot hold it in one segment.
@@ -41,9 +33,8 @@ size_t segment_size_for(size_t bytes, const MemoryBackend& backend) {
 std::string out_of_memory_message(const Device& device, size_t requested, size_t segment_bytes,
                                   uint64_t memory_limit, const DeviceStats& stats,
                                   std::string_view cause) {
-  constexpr size_t kAll = static_cast<size_t>(StatType::kAggregate);
-  const auto allocated = static_cast<uint64_t>(stats.allocated_bytes[kAll].current);
-  const auto reserved = static_cast<uint64_t>(stats.reserved_bytes[kAll].current);
+  const auto allocated = static_cast<uint64_t>(stats.allocated_bytes.aggregate().current);
+  const auto reserved = static_cast<uint64_t>(stats.reserved_bytes.aggregate().current);
   return "Out of memory on " + device.str() + ": expected room for a new " +
          format_bytes(segment_bytes) + " segment to allocate " + format_bytes(requested) + " (" +
          std::to_string(requested) + " bytes requested), but got " + std::string(cause) +
@@ -56,7 +47,8 @@ std::string out_of_memory_message(const Device& device, size_t requested, size_t
 std::string invalid_handle_message(const Allocator& allocator, const Allocation& allocation,
                                    std::string_view why) {
   return "Expected an allocation that is live in the " + allocator.name() + " allocator of " +
-         allocator.device().str() + ", but got ptr " + hex_address(allocation.ptr) + " (size " +
+         allocator.device().str() + ", but got ptr " +
+         hex(reinterpret_cast<uintptr_t>(allocation.ptr)) + " (size " +
          std::to_string(allocation.size) + ", id " + std::to_string(allocation.id) + ", offset " +
          std::to_string(allocation.offset) + "): " + std::string(why);
 }
@@ -73,8 +65,7 @@ Allocation SystemAllocator::allocate(size_t bytes) {
   const size_t segment_bytes = segment_size_for(bytes, backend_);
   const StatType pool = pool_of_size(segment_bytes);
   const DeviceStats& stats = tracker_.stats();
-  constexpr size_t kAll = static_cast<size_t>(StatType::kAggregate);
-  const auto reserved = static_cast<uint64_t>(stats.reserved_bytes[kAll].current);
+  const auto reserved = static_cast<uint64_t>(stats.reserved_bytes.aggregate().current);
   if (memory_limit_ != 0 &&
       (segment_bytes > memory_limit_ || reserved > memory_limit_ - segment_bytes)) {
     tracker_.on_oom();
@@ -161,7 +152,8 @@ void SystemAllocator::check_invariants() const {
     OCLVM_DCHECK(block.segment->size % kRounding == 0);
     OCLVM_DCHECK(block.requested > 0 && block.requested <= block.segment->size);
     OCLVM_DCHECK(block.id > 0 && block.id < next_id_);
-    for (size_t pool : {size_t{0}, static_cast<size_t>(pool_of_size(block.segment->size))}) {
+    const size_t own_pool = stat_index(pool_of_size(block.segment->size));
+    for (size_t pool : {stat_index(StatType::kAggregate), own_pool}) {
       count[pool] += 1;
       bytes[pool] += static_cast<int64_t>(block.segment->size);
       requested[pool] += static_cast<int64_t>(block.requested);

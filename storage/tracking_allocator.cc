@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "oclvm/storage/errors.h"
+#include "oclvm/storage/hex.h"
 #include "oclvm/storage/options.h"
 #include "oclvm/storage/system_allocator.h"
 
@@ -61,12 +62,10 @@ std::string TrackingAllocator::leak_report() const {
   uint64_t allocated = 0;
   for (const auto& [id, record] : records_) {
     const double age_ms = std::chrono::duration<double, std::milli>(now - record.when).count();
-    char address[2 + 2 * sizeof(void*) + 1];
-    std::snprintf(address, sizeof address, "0x%jx",
-                  static_cast<uintmax_t>(reinterpret_cast<uintptr_t>(record.ptr)));
     char age[32];
     std::snprintf(age, sizeof age, "%.1f ms", age_ms);
-    report += "  #" + std::to_string(id) + " at " + address + ": " +
+    report += "  #" + std::to_string(id) + " at " +
+              hex(reinterpret_cast<uintptr_t>(record.ptr)) + ": " +
               format_bytes(record.requested) + " requested, " + format_bytes(record.allocated) +
               " allocated, stream " + std::to_string(record.stream) + ", age " + age + "\n";
     requested += record.requested;
@@ -80,7 +79,6 @@ std::string TrackingAllocator::leak_report() const {
 
 void TrackingAllocator::check_invariants() const {
   inner_->check_invariants();
-  constexpr size_t kAll = static_cast<size_t>(StatType::kAggregate);
   const DeviceStats stats = inner_->stats();
   int64_t requested = 0;
   uint64_t previous_id = 0;
@@ -91,8 +89,8 @@ void TrackingAllocator::check_invariants() const {
     requested += static_cast<int64_t>(record.requested);
     previous_id = id;
   }
-  OCLVM_DCHECK(stats.allocation[kAll].current == static_cast<int64_t>(records_.size()));
-  OCLVM_DCHECK(stats.requested_bytes[kAll].current == requested);
+  OCLVM_DCHECK(stats.allocation.aggregate().current == static_cast<int64_t>(records_.size()));
+  OCLVM_DCHECK(stats.requested_bytes.aggregate().current == requested);
 }
 
 }  // namespace oclvm

@@ -123,25 +123,15 @@ void DeviceWorker::run() {
 
 namespace {
 
-// The same exception type, its message prefixed with the instruction and its stream.
+// The same exception type (Error for one oclvm did not throw), its message prefixed with the
+// instruction and its stream.
 std::exception_ptr name_error(const Instruction& instruction, std::exception_ptr error) {
   std::string prefix = instruction.name();
   const std::string operands = instruction.describe();
   if (!operands.empty()) prefix += " (" + operands + ")";
   prefix += " on " + instruction.stream().name() + ": ";
-  try {
-    std::rethrow_exception(error);
-  } catch (const OutOfMemoryError& e) {
-    return std::make_exception_ptr(OutOfMemoryError(prefix + e.what()));
-  } catch (const InvalidArgument& e) {
-    return std::make_exception_ptr(InvalidArgument(prefix + e.what()));
-  } catch (const BackendError& e) {
-    return std::make_exception_ptr(BackendError(prefix + e.what(), e.code()));
-  } catch (const std::exception& e) {
-    return std::make_exception_ptr(Error(prefix + e.what()));
-  } catch (...) {
-    return std::make_exception_ptr(Error(prefix + "an unknown exception"));
-  }
+  const ErrorInfo info = error_info(error);
+  return make_error(info, prefix + info.message);
 }
 
 }  // namespace

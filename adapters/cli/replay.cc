@@ -16,7 +16,6 @@ namespace oclvm::cli {
 
 namespace {
 
-constexpr size_t kAggregate = static_cast<size_t>(StatType::kAggregate);
 
 uint64_t delta(int64_t after, int64_t before) {
   OCLVM_DCHECK(after >= before);
@@ -90,7 +89,7 @@ struct Series {
     live = event.kind == TraceEventKind::kAllocate ? live + event.bytes : live - event.bytes;
     report->live_series.push_back(live);
     const auto reserved =
-        static_cast<uint64_t>(allocator.stats().reserved_bytes[kAggregate].current);
+        static_cast<uint64_t>(allocator.stats().reserved_bytes.aggregate().current);
     report->reserved_series.push_back(reserved);
     // Reserved bytes grow only when a segment is made, so new peaks are rare (one per driver
     // allocation at most) and each copies the segment map once.
@@ -239,8 +238,8 @@ ReplayReport replay(const Trace& trace, Allocator& allocator, const ReplayOption
   const DeviceStats after = allocator.stats();
 
   report.events = trace.stats.events * options.repeat;
-  report.reserved_peak_bytes = static_cast<uint64_t>(after_loop.reserved_bytes[kAggregate].peak);
-  report.allocated_peak_bytes = static_cast<uint64_t>(after_loop.allocated_bytes[kAggregate].peak);
+  report.reserved_peak_bytes = static_cast<uint64_t>(after_loop.reserved_bytes.aggregate().peak);
+  report.allocated_peak_bytes = static_cast<uint64_t>(after_loop.allocated_bytes.aggregate().peak);
   report.ratio = report.live_peak_bytes == 0 ? 0.0
                                              : static_cast<double>(report.reserved_peak_bytes) /
                                                    static_cast<double>(report.live_peak_bytes);

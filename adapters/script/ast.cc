@@ -43,7 +43,7 @@ bool compare(int64_t seen, Comparison comparison, int64_t expected) {
 
 int64_t StatKey::read(const DeviceStats& stats) const {
   if (scalar != nullptr) return stats.*scalar;
-  return ((stats.*array)[static_cast<size_t>(pool)]).*field;
+  return (stats.*array)[pool].*field;
 }
 
 namespace {

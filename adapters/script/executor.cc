@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cinttypes>
 #include <cstdio>
 #include <cstring>
 #include <exception>
@@ -17,6 +16,7 @@
 #include "oclvm/instructions/builder.h"
 #include "oclvm/storage/device_manager.h"
 #include "oclvm/storage/errors.h"
+#include "oclvm/storage/hex.h"
 #include "oclvm/storage/options.h"
 #include "oclvm/storage/thread_annotations.h"
 #include "oclvm/vm/virtual_machine.h"
@@ -36,29 +36,20 @@ struct Outcome {
   std::string message;
 };
 
-Outcome outcome_of(const std::exception_ptr& error) {
-  Outcome outcome;
-  if (!error) return outcome;
-  outcome.failed = true;
-  try {
-    std::rethrow_exception(error);
-  } catch (const OutOfMemoryError& e) {
-    outcome.kind = ErrorKind::kOutOfMemory;
-    outcome.message = e.what();
-  } catch (const InvalidArgument& e) {
-    outcome.kind = ErrorKind::kInvalidArgument;
-    outcome.message = e.what();
-  } catch (const BackendError& e) {
-    outcome.kind = ErrorKind::kBackend;
-    outcome.message = e.what();
-  } catch (const std::exception& e) {
-    outcome.kind = ErrorKind::kAny;
-    outcome.message = e.what();
-  } catch (...) {
-    outcome.kind = ErrorKind::kAny;
-    outcome.message = "an exception that is not a std::exception";
+// The kind an `expect error` names; kAny for the errors it has no name for.
+ErrorKind kind_of(ErrorInfo::Type type) {
+  switch (type) {
+    case ErrorInfo::Type::kOutOfMemory: return ErrorKind::kOutOfMemory;
+    case ErrorInfo::Type::kInvalidArgument: return ErrorKind::kInvalidArgument;
+    case ErrorInfo::Type::kBackend: return ErrorKind::kBackend;
+    default: return ErrorKind::kAny;
   }
-  return outcome;
+}
+
+Outcome outcome_of(const std::exception_ptr& error) {
+  if (!error) return Outcome{};
+  ErrorInfo info = error_info(error);
+  return Outcome{true, kind_of(info.type), std::move(info.message)};
 }
 
 std::string hex_bytes(const uint8_t* data, size_t size) {
@@ -75,12 +66,6 @@ std::string hex_bytes(const uint8_t* data, size_t size) {
 // The byte at `index` of a little-endian `size`-byte pattern repeated from offset 0 of the range.
 uint8_t pattern_byte(uint64_t pattern, unsigned size, uint64_t index) {
   return static_cast<uint8_t>(pattern >> (8 * (index % size)));
-}
-
-std::string pattern_text(uint64_t pattern, unsigned size) {
-  char buffer[24];
-  std::snprintf(buffer, sizeof buffer, "0x%0*" PRIx64, static_cast<int>(2 * size), pattern);
-  return buffer;
 }
 
 Options vm_options_of(const ScriptOptions& script) {
@@ -477,7 +462,8 @@ class Executor {
   void step(const op::ExpectFill& expect) {
     std::optional<std::vector<uint8_t>> seen = read_place(expect.place, expect.bytes);
     if (!seen) return;
-    std::string wanted = "filled with " + pattern_text(expect.pattern, expect.pattern_size);
+    const int digits = static_cast<int>(2 * expect.pattern_size);
+    std::string wanted = "filled with " + hex(expect.pattern, digits);
     compare_bytes(expect.place, *seen, wanted,
                   [&](size_t i) { return pattern_byte(expect.pattern, expect.pattern_size, i); });
   }

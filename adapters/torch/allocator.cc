@@ -18,18 +18,40 @@
 
 #include <algorithm>
 #include <iterator>
+#include <string_view>
 #include <utility>
 
 #include "adapters/torch/streams.h"
 #include "adapters/torch/trace_recorder.h"
+#include "oclvm/storage/stats.h"
 #include "oclvm/vm/dependence.h"
 #include "oclvm/vm/virtual_machine.h"
 
 namespace oclvm::torch_adapter {
 namespace {
 
-using C10Stats = c10::CachingDeviceAllocator::DeviceStats;
-using C10StatArray = c10::CachingAllocator::StatArray;
+// The row of `table` named `name`; nullptr when it has none.
+template <typename Row, size_t N>
+constexpr const Row* find_field(const Row (&table)[N], std::string_view name) {
+  for (const Row& row : table) {
+    if (name == row.name) return &row;
+  }
+  return nullptr;
+}
+
+constexpr bool every_statistic_has_a_c10_field() {
+  for (const StatArrayField& field : kStatArrayFields) {
+    if (!find_field(kC10StatArrayFields, field.name) && !find_field(kC10StatFields, field.name)) {
+      return false;
+    }
+  }
+  for (const StatCounterField& field : kStatCounterFields) {
+    if (!find_field(kC10CounterFields, field.name)) return false;
+  }
+  return true;
+}
+static_assert(every_statistic_has_a_c10_field(),
+              "a statistic of storage/stats.h has no row in allocator.h's kC10*Fields: add it");
 
 void copy_stat(const Stat& from, c10::CachingAllocator::Stat& to) {
   to.current = from.current;
@@ -38,8 +60,13 @@ void copy_stat(const Stat& from, c10::CachingAllocator::Stat& to) {
   to.freed = from.freed;
 }
 
-void copy_array(const StatArray& from, C10StatArray& to) {
-  for (size_t i = 0; i < kNumStatTypes; ++i) copy_stat(from[i], to[i]);
+// Into the c10 field named `name`: every pool, or the aggregate where c10 keeps one Stat.
+void copy_array(const StatArray& from, std::string_view name, C10DeviceStats& to) {
+  if (const auto* field = find_field(kC10StatArrayFields, name)) {
+    for (size_t i = 0; i < kNumStatTypes; ++i) copy_stat(from[i], (to.*field->member)[i]);
+  } else {
+    copy_stat(from.aggregate(), to.*find_field(kC10StatFields, name)->member);
+  }
 }
 
 }  // namespace
@@ -84,10 +111,9 @@ void report_to_profiler(void* ptr, int64_t bytes, c10::DeviceIndex index, bool t
   if (!c10::memoryProfilingEnabled()) return;
   DeviceStats stats;
   if (totals) stats = runtime().stats(to_oclvm(index));
-  const auto aggregate = static_cast<size_t>(StatType::kAggregate);
   c10::reportMemoryUsageToProfiler(
-      ptr, bytes, static_cast<size_t>(stats.allocated_bytes[aggregate].current),
-      static_cast<size_t>(stats.reserved_bytes[aggregate].current),
+      ptr, bytes, static_cast<size_t>(stats.allocated_bytes.aggregate().current),
+      static_cast<size_t>(stats.reserved_bytes.aggregate().current),
       c10::Device(c10::DeviceType::PrivateUse1, index));
 }
 
@@ -237,27 +263,16 @@ void CLDeviceAllocator::emptyCache(c10::MempoolId_t /*mempool_id: no private poo
   });
 }
 
-C10Stats CLDeviceAllocator::getDeviceStats(c10::DeviceIndex device) {
+C10DeviceStats CLDeviceAllocator::getDeviceStats(c10::DeviceIndex device) {
   const c10::DeviceIndex index = checked_index(device);
   const DeviceStats stats = translate_errors([&] { return runtime().stats(to_oclvm(index)); });
-  C10Stats out;
-  copy_array(stats.allocation, out.allocation);
-  copy_array(stats.segment, out.segment);
-  copy_array(stats.active, out.active);
-  copy_array(stats.inactive_split, out.inactive_split);
-  copy_array(stats.allocated_bytes, out.allocated_bytes);
-  copy_array(stats.reserved_bytes, out.reserved_bytes);
-  copy_array(stats.active_bytes, out.active_bytes);
-  copy_array(stats.inactive_split_bytes, out.inactive_split_bytes);
-  copy_array(stats.requested_bytes, out.requested_bytes);
-  out.num_alloc_retries = stats.num_alloc_retries;
-  out.num_ooms = stats.num_ooms;
-  out.num_sync_all_streams = stats.num_sync_all_streams;
-  out.num_device_alloc = stats.num_device_alloc;
-  out.num_device_free = stats.num_device_free;
-  copy_stat(stats.oversize_allocations[0], out.oversize_allocations);
-  copy_stat(stats.oversize_segments[0], out.oversize_segments);
-  out.max_split_size = stats.max_split_size;
+  C10DeviceStats out;
+  for (const StatArrayField& field : kStatArrayFields) {
+    copy_array(stats.*field.member, field.name, out);
+  }
+  for (const StatCounterField& field : kStatCounterFields) {
+    out.*find_field(kC10CounterFields, field.name)->member = stats.*field.member;
+  }
   return out;  // no private pools: reserved_bytes_by_private_pools stays empty
 }
 
@@ -277,7 +292,7 @@ std::pair<size_t, size_t> CLDeviceAllocator::getMemoryInfo(c10::DeviceIndex devi
   const uint64_t limit = memory_limit(index);
   const uint64_t total = limit != 0 ? limit : global_memory_bytes(index);
   const auto reserved = static_cast<uint64_t>(
-      stats.reserved_bytes[static_cast<size_t>(StatType::kAggregate)].current);
+      stats.reserved_bytes.aggregate().current);
   const uint64_t free = reserved < total ? total - reserved : 0;
   return {static_cast<size_t>(free), static_cast<size_t>(total)};
 }

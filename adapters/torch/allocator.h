@@ -46,6 +46,43 @@
 
 namespace oclvm::torch_adapter {
 
+// c10's DeviceStats field by field, under PyTorch's memory_stats names, which storage/stats.h's
+// kStatArrayFields and kStatCounterFields use too: getDeviceStats copies each oclvm statistic into
+// the c10 field of its name (and fails to compile while one has none), and the tests compare
+// snapshots through these rows.
+using C10DeviceStats = c10::CachingDeviceAllocator::DeviceStats;
+template <typename Member>
+struct C10StatField {
+  const char* name;
+  Member C10DeviceStats::*member;
+};
+inline constexpr C10StatField<c10::CachingAllocator::StatArray> kC10StatArrayFields[] = {
+    {"allocation", &C10DeviceStats::allocation},
+    {"segment", &C10DeviceStats::segment},
+    {"active", &C10DeviceStats::active},
+    {"inactive_split", &C10DeviceStats::inactive_split},
+    {"allocated_bytes", &C10DeviceStats::allocated_bytes},
+    {"reserved_bytes", &C10DeviceStats::reserved_bytes},
+    {"active_bytes", &C10DeviceStats::active_bytes},
+    {"inactive_split_bytes", &C10DeviceStats::inactive_split_bytes},
+    {"requested_bytes", &C10DeviceStats::requested_bytes},
+};
+// One Stat per device in c10, not per pool: oclvm's aggregate goes there.
+inline constexpr C10StatField<c10::CachingAllocator::Stat> kC10StatFields[] = {
+    {"oversize_allocations", &C10DeviceStats::oversize_allocations},
+    {"oversize_segments", &C10DeviceStats::oversize_segments},
+};
+// num_oom_rejections has no oclvm counterpart (nothing rejects a request before it is tried): 0.
+inline constexpr C10StatField<int64_t> kC10CounterFields[] = {
+    {"num_alloc_retries", &C10DeviceStats::num_alloc_retries},
+    {"num_ooms", &C10DeviceStats::num_ooms},
+    {"num_sync_all_streams", &C10DeviceStats::num_sync_all_streams},
+    {"num_device_alloc", &C10DeviceStats::num_device_alloc},
+    {"num_device_free", &C10DeviceStats::num_device_free},
+    {"num_oom_rejections", &C10DeviceStats::num_oom_rejections},
+    {"max_split_size", &C10DeviceStats::max_split_size},
+};
+
 // The device allocator's limit on reserved bytes (0: none), read and set through the Runtime
 // (Allocator::set_memory_limit says what lowering it does); both check the index.
 uint64_t memory_limit(c10::DeviceIndex index);

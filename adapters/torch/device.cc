@@ -135,6 +135,17 @@ uint64_t max_allocation_bytes(c10::DeviceIndex index) {
   return per_device[static_cast<size_t>(index)];
 }
 
+void throw_c10_error(const ErrorInfo& error) {
+  switch (error.type) {
+    case ErrorInfo::Type::kOutOfMemory:
+      C10_THROW_ERROR(OutOfMemoryError, error.message);
+    case ErrorInfo::Type::kInvalidArgument:
+      C10_THROW_ERROR(ValueError, error.message);
+    default:
+      C10_THROW_ERROR(Error, error.message);
+  }
+}
+
 namespace {
 
 // Per device: bit 0 zero_copy, bit 1 host_addressable. One decision per device, made on first use.

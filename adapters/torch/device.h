@@ -66,18 +66,18 @@ bool zero_copy(c10::DeviceIndex index);
 // (Note [Host sections] in host_view.h), with no map at all.
 bool host_addressable(c10::DeviceIndex index);
 
-// Runs `fn`, turning oclvm exceptions into the matching c10 errors (OutOfMemoryError ->
-// c10::OutOfMemoryError, InvalidArgument -> c10::ValueError, others -> c10::Error).
+// Throws the c10 error matching an oclvm one (OutOfMemoryError -> c10::OutOfMemoryError,
+// InvalidArgument -> c10::ValueError, others -> c10::Error) with its message.
+[[noreturn]] void throw_c10_error(const ErrorInfo& error);
+
+// Runs `fn`, turning oclvm exceptions into the matching c10 errors (throw_c10_error); any other
+// exception passes through unchanged.
 template <typename Fn>
 auto translate_errors(Fn&& fn) -> decltype(fn()) {
   try {
     return fn();
-  } catch (const OutOfMemoryError& e) {
-    C10_THROW_ERROR(OutOfMemoryError, e.what());
-  } catch (const InvalidArgument& e) {
-    C10_THROW_ERROR(ValueError, e.what());
-  } catch (const Error& e) {
-    C10_THROW_ERROR(Error, e.what());
+  } catch (const Error&) {
+    throw_c10_error(error_info(std::current_exception()));
   }
 }
 

@@ -24,13 +24,12 @@ using oclvm::DType;
 
 void print_memory(oclvm::Runtime& runtime, Device device, const char* when) {
   const oclvm::DeviceStats stats = runtime.stats(device);
-  const auto all = static_cast<size_t>(oclvm::StatType::kAggregate);
   auto bytes = [](int64_t n) { return oclvm::format_bytes(static_cast<uint64_t>(n)); };
   std::printf("  %-9s %-28s allocated %10s in %lld blobs, reserved %10s, peak %s\n",
-              device.str().c_str(), when, bytes(stats.allocated_bytes[all].current).c_str(),
-              static_cast<long long>(stats.allocation[all].current),
-              bytes(stats.reserved_bytes[all].current).c_str(),
-              bytes(stats.allocated_bytes[all].peak).c_str());
+              device.str().c_str(), when, bytes(stats.allocated_bytes.aggregate().current).c_str(),
+              static_cast<long long>(stats.allocation.aggregate().current),
+              bytes(stats.reserved_bytes.aggregate().current).c_str(),
+              bytes(stats.allocated_bytes.aggregate().peak).c_str());
 }
 
 int demo() {

@@ -17,22 +17,21 @@
 namespace eager {
 namespace {
 
-constexpr size_t kAll = static_cast<size_t>(oclvm::StatType::kAggregate);
 
 class TensorTest : public ::testing::Test {
  protected:
   void TearDown() override {
     for (Device device : runtime_.devices()) {
       const oclvm::DeviceStats stats = runtime_.stats(device);
-      EXPECT_EQ(stats.allocation[kAll].current, 0) << device.str();
-      EXPECT_EQ(stats.allocated_bytes[kAll].current, 0) << device.str();
+      EXPECT_EQ(stats.allocation.aggregate().current, 0) << device.str();
+      EXPECT_EQ(stats.allocated_bytes.aggregate().current, 0) << device.str();
     }
     EXPECT_EQ(oclvm::BlobStorage::destructor_releases(), 0u);
     EXPECT_EQ(oclvm::TensorStorage::failed_releases(), 0u);
   }
 
   int64_t live_bytes(Device device) {
-    return runtime_.stats(device).allocated_bytes[kAll].current;
+    return runtime_.stats(device).allocated_bytes.aggregate().current;
   }
 
   oclvm::Runtime runtime_{oclvm::Options{}};
@@ -53,7 +52,7 @@ TEST_F(TensorTest, ViewsShareTheStorageAndSeeEachOthersWrites) {
   EXPECT_TRUE(column.shares_storage_with(a));
   EXPECT_TRUE(t.shares_storage_with(a));
   EXPECT_EQ(row.storage().get(), a.storage().get());
-  EXPECT_EQ(runtime_.stats(first_).allocation[kAll].current, 1) << "views allocate nothing";
+  EXPECT_EQ(runtime_.stats(first_).allocation.aggregate().current, 1) << "views allocate nothing";
 
   EXPECT_EQ(row.shape(), Shape({4}));
   EXPECT_EQ(row.storage_offset(), 4);

@@ -21,12 +21,11 @@ int main() try {
   list.copy_device_to_host(storage->blob(), 0, host.data(), 4096);
   runtime.run(list.take());  // returns when both have completed; throws the first error
 
-  const auto all = static_cast<size_t>(oclvm::StatType::kAggregate);
   std::printf("host[1023] = %.1f, allocated %lld bytes\n", host[1023],
-              static_cast<long long>(runtime.stats(device).allocated_bytes[all].current));
+              static_cast<long long>(runtime.stats(device).allocated_bytes.aggregate().current));
   storage.reset();
   std::printf("after release: %lld bytes\n",
-              static_cast<long long>(runtime.stats(device).allocated_bytes[all].current));
+              static_cast<long long>(runtime.stats(device).allocated_bytes.aggregate().current));
   return host[1023] == 2.5f ? 0 : 1;
 } catch (const oclvm::Error& e) {  // InvalidArgument, OutOfMemoryError, BackendError
   std::fprintf(stderr, "quickstart: %s\n", e.what());

@@ -29,7 +29,6 @@
 namespace oclvm::cli {
 namespace {
 
-constexpr size_t kAggregate = static_cast<size_t>(StatType::kAggregate);
 
 // Live peak 1 MiB + 4 KiB + 3 MiB; every size a multiple of 512 so no allocator needs to round.
 constexpr const char* kSmallTrace =
@@ -66,11 +65,11 @@ class ReplayTest : public ::testing::TestWithParam<const char*> {
   // Nothing is held: no user bytes, and (the replay empties the cache) no reserved bytes either.
   static void expect_nothing_held(const Allocator& allocator) {
     const DeviceStats stats = allocator.stats();
-    EXPECT_EQ(stats.allocated_bytes[kAggregate].current, 0);
-    EXPECT_EQ(stats.requested_bytes[kAggregate].current, 0);
-    EXPECT_EQ(stats.allocation[kAggregate].current, 0);
-    EXPECT_EQ(stats.reserved_bytes[kAggregate].current, 0);
-    EXPECT_EQ(stats.segment[kAggregate].current, 0);
+    EXPECT_EQ(stats.allocated_bytes.aggregate().current, 0);
+    EXPECT_EQ(stats.requested_bytes.aggregate().current, 0);
+    EXPECT_EQ(stats.allocation.aggregate().current, 0);
+    EXPECT_EQ(stats.reserved_bytes.aggregate().current, 0);
+    EXPECT_EQ(stats.segment.aggregate().current, 0);
     allocator.check_invariants();
   }
 

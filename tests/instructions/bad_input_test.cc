@@ -30,7 +30,6 @@
 namespace oclvm {
 namespace {
 
-constexpr size_t kAll = static_cast<size_t>(StatType::kAggregate);
 constexpr Device kOpenCL0{DeviceType::kOpenCL, 0};
 constexpr Device kCpu{DeviceType::kCpu, 0};
 constexpr Device kMissingOpenCL{DeviceType::kOpenCL, 99};
@@ -62,11 +61,11 @@ class BadInputTest : public testing::LeakCheckedTest {
   }
   void TearDown() override {
     for (Device device : DeviceManager::instance().devices()) {
-      EXPECT_EQ(stats(device).allocated_bytes[kAll].current, 0) << device.str();
+      EXPECT_EQ(stats(device).allocated_bytes.aggregate().current, 0) << device.str();
       InstructionsBuilder builder(*vm_);
       builder.empty_cache(device);
       vm_->run(builder.take());
-      EXPECT_EQ(stats(device).reserved_bytes[kAll].current, 0) << device.str();
+      EXPECT_EQ(stats(device).reserved_bytes.aggregate().current, 0) << device.str();
     }
     vm_.reset();
     EXPECT_EQ(BlobStorage::destructor_releases(), destructor_releases_);

@@ -24,7 +24,6 @@
 namespace oclvm {
 namespace {
 
-constexpr size_t kAll = static_cast<size_t>(StatType::kAggregate);
 constexpr Device kOpenCL0{DeviceType::kOpenCL, 0};
 constexpr Device kCpu{DeviceType::kCpu, 0};
 
@@ -56,11 +55,11 @@ class BuilderTest : public testing::LeakCheckedTest {
   }
   void TearDown() override {
     for (Device device : DeviceManager::instance().devices()) {
-      EXPECT_EQ(stats(device).allocated_bytes[kAll].current, 0) << device.str();
+      EXPECT_EQ(stats(device).allocated_bytes.aggregate().current, 0) << device.str();
       InstructionsBuilder builder(*vm_);
       builder.empty_cache(device);
       vm_->run(builder.take());
-      EXPECT_EQ(stats(device).reserved_bytes[kAll].current, 0) << device.str();
+      EXPECT_EQ(stats(device).reserved_bytes.aggregate().current, 0) << device.str();
     }
     vm_.reset();
     LeakCheckedTest::TearDown();
@@ -124,7 +123,7 @@ TEST_F(BuilderTest, BuildsTheInstructionsInOrderAndStartsOverOnTake) {
                                       "ReleaseTensor", "ReleaseTensor"}));
   vm().run(std::move(list));
   EXPECT_EQ(host, std::vector<uint8_t>(64, 0));
-  EXPECT_EQ(out.allocated_bytes[kAll].current, 1024);
+  EXPECT_EQ(out.allocated_bytes.aggregate().current, 1024);
 }
 
 TEST_F(BuilderTest, OperandsSayWhatIsReadAndWritten) {
@@ -278,8 +277,8 @@ TEST_F(BuilderTest, BadSizesAreRejectedAndChangeNothing) {
   EXPECT_EQ(builder.size(), 1u);
   vm().run(builder.take());
   const DeviceStats s = stats(kOpenCL0);
-  EXPECT_EQ(s.allocation[kAll].allocated, 1);
-  EXPECT_EQ(s.allocated_bytes[kAll].current, 4096);
+  EXPECT_EQ(s.allocation.aggregate().allocated, 1);
+  EXPECT_EQ(s.allocated_bytes.aggregate().current, 4096);
   EXPECT_EQ(s.num_ooms, 0);
   builder.release(blob);
   vm().run(builder.take());

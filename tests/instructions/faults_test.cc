@@ -21,7 +21,6 @@
 namespace oclvm {
 namespace {
 
-constexpr size_t kAll = static_cast<size_t>(StatType::kAggregate);
 
 class FaultedVmTest : public testing::LeakCheckedTest, public ::testing::WithParamInterface<const char*> {
  protected:
@@ -101,7 +100,8 @@ TEST_P(FaultedVmTest, FailuresAreTypedAtTheirSyncPointAndNothingLeaks) {
     if (keep && blob->storage() != nullptr) live.push_back(blob);
     // Exact statistics: one live allocation per live blob (the kept ones); none other survived
     // its list, failed or not.
-    ASSERT_EQ(stats().allocation[kAll].current, static_cast<int64_t>(live.size())) << "step " << step;
+    ASSERT_EQ(stats().allocation.aggregate().current, static_cast<int64_t>(live.size()))
+        << "step " << step;
   }
   EXPECT_GT(failed_lists, 10u) << "the rules injected too little to test anything";
   EXPECT_GT(checked, 10u) << "too few lists ran through to check contents";
@@ -114,8 +114,8 @@ TEST_P(FaultedVmTest, FailuresAreTypedAtTheirSyncPointAndNothingLeaks) {
   builder.empty_cache(device());
   vm_->run(builder.take());
   const DeviceStats end = stats();
-  EXPECT_EQ(end.allocated_bytes[kAll].current, 0);
-  EXPECT_EQ(end.reserved_bytes[kAll].current, 0);
+  EXPECT_EQ(end.allocated_bytes.aggregate().current, 0);
+  EXPECT_EQ(end.reserved_bytes.aggregate().current, 0);
   EXPECT_EQ(backend().live_segments(), segments_before);
 }
 

@@ -228,7 +228,7 @@ DeviceStats stats_of(vm::VirtualMachine& vm, Device device) {
 }
 
 int64_t allocated_bytes(const DeviceStats& stats) {
-  return stats.allocated_bytes[static_cast<size_t>(StatType::kAggregate)].current;
+  return stats.allocated_bytes.aggregate().current;
 }
 
 TEST_P(HostSectionTest, RunsAnAllocationAtOnceAheadOfTheListsItHoldsBack) {

@@ -29,7 +29,6 @@
 namespace oclvm {
 namespace {
 
-constexpr size_t kAll = static_cast<size_t>(StatType::kAggregate);
 constexpr Device kOpenCL0{DeviceType::kOpenCL, 0};
 constexpr Device kOpenCL1{DeviceType::kOpenCL, 1};
 constexpr Device kCpu{DeviceType::kCpu, 0};
@@ -69,16 +68,16 @@ class VmTest : public testing::LeakCheckedTest {
     if (!vm_->is_shut_down()) {
       for (Device device : DeviceManager::instance().devices()) {
         const DeviceStats before = stats(device);
-        EXPECT_EQ(before.allocated_bytes[kAll].current, 0) << device.str() << "\n"
+        EXPECT_EQ(before.allocated_bytes.aggregate().current, 0) << device.str() << "\n"
                                                            << before.to_string();
-        EXPECT_EQ(before.allocation[kAll].current, 0) << device.str();
+        EXPECT_EQ(before.allocation.aggregate().current, 0) << device.str();
         InstructionsBuilder builder(*vm_);
         builder.empty_cache(device);
         vm_->run(builder.take());
         const DeviceStats after = stats(device);
-        EXPECT_EQ(after.reserved_bytes[kAll].current, 0) << device.str() << "\n"
+        EXPECT_EQ(after.reserved_bytes.aggregate().current, 0) << device.str() << "\n"
                                                          << after.to_string();
-        EXPECT_EQ(after.segment[kAll].current, 0) << device.str();
+        EXPECT_EQ(after.segment.aggregate().current, 0) << device.str();
       }
     }
     vm_.reset();
@@ -159,21 +158,21 @@ TEST_P(OnDevice, AllocateAndReleaseMoveStatisticsExactly) {
   EXPECT_EQ(blob->device(), device());
   EXPECT_NE(blob->storage()->device_address(), 0u);
   DeviceStats s = stats(device());
-  EXPECT_EQ(s.allocation[kAll].current, 1);
-  EXPECT_EQ(s.allocated_bytes[kAll].current, 1024);  // rounded to the 512-byte quantum
-  EXPECT_EQ(s.requested_bytes[kAll].current, 1000);
-  EXPECT_EQ(s.segment[kAll].current, 1);
-  EXPECT_EQ(s.reserved_bytes[kAll].current, kSmallSegment);
+  EXPECT_EQ(s.allocation.aggregate().current, 1);
+  EXPECT_EQ(s.allocated_bytes.aggregate().current, 1024);  // rounded to the 512-byte quantum
+  EXPECT_EQ(s.requested_bytes.aggregate().current, 1000);
+  EXPECT_EQ(s.segment.aggregate().current, 1);
+  EXPECT_EQ(s.reserved_bytes.aggregate().current, kSmallSegment);
   EXPECT_EQ(s.num_device_alloc, 1);
 
   std::weak_ptr<BlobStorage> storage = blob->storage();
   release(blob);
   EXPECT_TRUE(blob->storage()->released());
   s = stats(device());
-  EXPECT_EQ(s.allocation[kAll].current, 0);
-  EXPECT_EQ(s.allocated_bytes[kAll].current, 0);
-  EXPECT_EQ(s.allocated_bytes[kAll].freed, 1024);
-  EXPECT_EQ(s.reserved_bytes[kAll].current, kSmallSegment);  // cached
+  EXPECT_EQ(s.allocation.aggregate().current, 0);
+  EXPECT_EQ(s.allocated_bytes.aggregate().current, 0);
+  EXPECT_EQ(s.allocated_bytes.aggregate().freed, 1024);
+  EXPECT_EQ(s.reserved_bytes.aggregate().current, kSmallSegment);  // cached
   blob.reset();
   EXPECT_TRUE(storage.expired());
 
@@ -181,7 +180,7 @@ TEST_P(OnDevice, AllocateAndReleaseMoveStatisticsExactly) {
   builder.empty_cache(device());
   vm().run(builder.take());
   s = stats(device());
-  EXPECT_EQ(s.reserved_bytes[kAll].current, 0);
+  EXPECT_EQ(s.reserved_bytes.aggregate().current, 0);
   EXPECT_EQ(s.num_device_free, 1);
 }
 
@@ -191,7 +190,7 @@ TEST_P(OnDevice, ManyBlobsInOneList) {
   std::vector<std::shared_ptr<BlobObject>> blobs;
   for (size_t i = 1; i <= 8; ++i) blobs.push_back(builder.allocate_blob(stream, i * 512));
   vm().run(builder.take());
-  EXPECT_EQ(stats(device()).allocated_bytes[kAll].current, 512 * 36);
+  EXPECT_EQ(stats(device()).allocated_bytes.aggregate().current, 512 * 36);
   // Distinct, non-overlapping device ranges.
   for (size_t i = 0; i < blobs.size(); ++i) {
     for (size_t j = i + 1; j < blobs.size(); ++j) {
@@ -202,7 +201,7 @@ TEST_P(OnDevice, ManyBlobsInOneList) {
   }
   for (auto& blob : blobs) builder.release(blob);
   vm().run(builder.take());
-  EXPECT_EQ(stats(device()).allocated_bytes[kAll].current, 0);
+  EXPECT_EQ(stats(device()).allocated_bytes.aggregate().current, 0);
 }
 
 TEST_P(OnDevice, TypedBlobWithNoElementsAllocatesNothing) {
@@ -214,8 +213,8 @@ TEST_P(OnDevice, TypedBlobWithNoElementsAllocatesNothing) {
   EXPECT_EQ(blob->storage()->size(), 0u);
   EXPECT_EQ(blob->storage()->device_address(), 0u);
   const DeviceStats s = stats(device());
-  EXPECT_EQ(s.allocation[kAll].allocated, 0);
-  EXPECT_EQ(s.segment[kAll].current, 0);
+  EXPECT_EQ(s.allocation.aggregate().allocated, 0);
+  EXPECT_EQ(s.segment.aggregate().current, 0);
   // Zero-byte copies and fills of it are no-ops; its release is an ordinary one.
   builder.copy_host_to_device(nullptr, blob, 0, 0);
   builder.fill(blob, 0, 0, 7, 1);
@@ -229,7 +228,7 @@ TEST_P(OnDevice, TypedBlobAllocatesNumelTimesElementSize) {
   auto blob = builder.allocate_blob(builder.stream(device()), {3, 5}, DType::kF64);
   vm().run(builder.take());
   EXPECT_EQ(blob->storage()->size(), 120u);
-  EXPECT_EQ(stats(device()).requested_bytes[kAll].current, 120);
+  EXPECT_EQ(stats(device()).requested_bytes.aggregate().current, 120);
   release(blob);
 }
 
@@ -632,26 +631,26 @@ TEST_P(OnDevice, QueryResetAndEmptyCacheStatisticsAreExact) {
   auto b = allocate(device(), 8192);
   release(b);
   DeviceStats s = stats(device());
-  EXPECT_EQ(s.allocated_bytes[kAll].current, 4096);
-  EXPECT_EQ(s.allocated_bytes[kAll].peak, 12288);
-  EXPECT_EQ(s.allocated_bytes[kAll].allocated, 12288);
-  EXPECT_EQ(s.allocated_bytes[kAll].freed, 8192);
-  EXPECT_EQ(s.allocation[kAll].allocated, 2);
+  EXPECT_EQ(s.allocated_bytes.aggregate().current, 4096);
+  EXPECT_EQ(s.allocated_bytes.aggregate().peak, 12288);
+  EXPECT_EQ(s.allocated_bytes.aggregate().allocated, 12288);
+  EXPECT_EQ(s.allocated_bytes.aggregate().freed, 8192);
+  EXPECT_EQ(s.allocation.aggregate().allocated, 2);
   EXPECT_EQ(s.num_device_alloc, 1);
 
   InstructionsBuilder builder(vm());
   builder.reset_stats(device(), ResetKind::kPeak);
   vm().run(builder.take());
   s = stats(device());
-  EXPECT_EQ(s.allocated_bytes[kAll].peak, 4096);
-  EXPECT_EQ(s.allocated_bytes[kAll].allocated, 12288);  // untouched by a peak reset
+  EXPECT_EQ(s.allocated_bytes.aggregate().peak, 4096);
+  EXPECT_EQ(s.allocated_bytes.aggregate().allocated, 12288);  // untouched by a peak reset
 
   builder.reset_stats(device(), ResetKind::kAccumulated);
   vm().run(builder.take());
   s = stats(device());
-  EXPECT_EQ(s.allocated_bytes[kAll].current, 4096);
-  EXPECT_EQ(s.allocated_bytes[kAll].allocated, 0);
-  EXPECT_EQ(s.allocated_bytes[kAll].freed, 0);
+  EXPECT_EQ(s.allocated_bytes.aggregate().current, 4096);
+  EXPECT_EQ(s.allocated_bytes.aggregate().allocated, 0);
+  EXPECT_EQ(s.allocated_bytes.aggregate().freed, 0);
   EXPECT_EQ(s.num_device_alloc, 0);
 
   release(a);
@@ -659,20 +658,20 @@ TEST_P(OnDevice, QueryResetAndEmptyCacheStatisticsAreExact) {
   DeviceStats in_list;
   builder.query_stats(device(), &in_list);  // ordered after the empty_cache in the same list
   vm().run(builder.take());
-  EXPECT_EQ(in_list.reserved_bytes[kAll].current, 0);
-  EXPECT_EQ(in_list.segment[kAll].current, 0);
+  EXPECT_EQ(in_list.reserved_bytes.aggregate().current, 0);
+  EXPECT_EQ(in_list.segment.aggregate().current, 0);
   EXPECT_EQ(in_list.num_device_free, 1);
-  EXPECT_EQ(in_list.allocated_bytes[kAll].freed, 4096);
+  EXPECT_EQ(in_list.allocated_bytes.aggregate().freed, 4096);
 }
 
 TEST_F(VmTest, StatisticsAreKeptPerDevice) {
   auto on_cl = allocate(kOpenCL0, 4096);
   auto on_cpu = allocate(kCpu, 1024);
-  EXPECT_EQ(stats(kOpenCL0).allocated_bytes[kAll].current, 4096);
-  EXPECT_EQ(stats(kCpu).allocated_bytes[kAll].current, 1024);
+  EXPECT_EQ(stats(kOpenCL0).allocated_bytes.aggregate().current, 4096);
+  EXPECT_EQ(stats(kCpu).allocated_bytes.aggregate().current, 1024);
   release(on_cl);
-  EXPECT_EQ(stats(kOpenCL0).allocated_bytes[kAll].current, 0);
-  EXPECT_EQ(stats(kCpu).allocated_bytes[kAll].current, 1024);
+  EXPECT_EQ(stats(kOpenCL0).allocated_bytes.aggregate().current, 0);
+  EXPECT_EQ(stats(kCpu).allocated_bytes.aggregate().current, 1024);
   release(on_cpu);
 }
 
@@ -776,8 +775,8 @@ TEST_F(LimitedVmTest, OutOfMemorySurfacesAtItsRunAndTheVmKeepsWorking) {
 
   const DeviceStats after = stats(kOpenCL0);
   EXPECT_EQ(after.num_ooms, 1);
-  EXPECT_EQ(after.allocated_bytes[kAll].current, before.allocated_bytes[kAll].current);
-  EXPECT_EQ(after.reserved_bytes[kAll].current, before.reserved_bytes[kAll].current);
+  EXPECT_EQ(after.allocated_bytes.aggregate().current, before.allocated_bytes.aggregate().current);
+  EXPECT_EQ(after.reserved_bytes.aggregate().current, before.reserved_bytes.aggregate().current);
 
   // The VM goes on: more work on the same device succeeds.
   auto more = allocate(kOpenCL0, 1 << 20);
@@ -814,7 +813,7 @@ TEST_F(LimitedVmTest, TensorStorageWhoseAllocationFailsHoldsNothing) {
   EXPECT_THROW(make_tensor_storage(vm(), kOpenCL0, {8 << 20}, DType::kF32), OutOfMemoryError);
   const DeviceStats s = stats(kOpenCL0);
   EXPECT_EQ(s.num_ooms, 1);
-  EXPECT_EQ(s.allocated_bytes[kAll].current, 0);
+  EXPECT_EQ(s.allocated_bytes.aggregate().current, 0);
 }
 
 TEST_F(VmTest, UseOfAReleasedBlobFailsAtTheSyncPointAndChangesNothing) {
@@ -858,7 +857,7 @@ TEST_F(VmTest, DoubleReleaseFailsAtTheSyncPointAndChangesNothing) {
   builder.release(other);
   builder.release(other);
   EXPECT_THROW(vm().run(builder.take()), InvalidArgument);
-  EXPECT_EQ(stats(kCpu).allocated_bytes[kAll].current, 0);
+  EXPECT_EQ(stats(kCpu).allocated_bytes.aggregate().current, 0);
 }
 
 TEST_F(VmTest, AllocatingTheSameBlobTwiceFails) {
@@ -888,7 +887,7 @@ TEST_F(VmTest, ReleasingABlobThroughAnotherVmFailsAndLeavesItAlone) {
     EXPECT_CONTAINS(message, "another VM");
   }
   EXPECT_FALSE(blob->storage()->released());
-  EXPECT_EQ(stats(kOpenCL0).allocated_bytes[kAll].current, 4096);
+  EXPECT_EQ(stats(kOpenCL0).allocated_bytes.aggregate().current, 4096);
   release(blob);
 }
 
@@ -901,7 +900,7 @@ TEST_F(VmTest, AListBuiltForAnotherVmIsRefusedWholeAndRunsNothing) {
   EXPECT_CONTAINS(message, "Expected instructions built for this VM");
   EXPECT_CONTAINS(message, "AllocateBlob on opencl:0/compute");
   EXPECT_EQ(blob->storage(), nullptr) << "nothing of the list ran";
-  EXPECT_EQ(stats(kOpenCL0).allocation[kAll].allocated, 0);
+  EXPECT_EQ(stats(kOpenCL0).allocation.aggregate().allocated, 0);
 }
 
 TEST_F(VmTest, NonReleaseWorkAfterShutdownIsAnError) {
@@ -918,9 +917,9 @@ TEST_F(VmTest, NonReleaseWorkAfterShutdownIsAnError) {
 TEST_F(VmTest, StatisticsCanBeReadAfterShutdown) {
   auto tensor = make_tensor_storage(vm(), kOpenCL0, {256}, DType::kU8);
   vm().shutdown();
-  EXPECT_EQ(stats(kOpenCL0).allocation[kAll].current, 1);  // a QueryStats on this thread
+  EXPECT_EQ(stats(kOpenCL0).allocation.aggregate().current, 1);  // a QueryStats on this thread
   tensor.reset();
-  EXPECT_EQ(stats(kOpenCL0).allocation[kAll].current, 0);
+  EXPECT_EQ(stats(kOpenCL0).allocation.aggregate().current, 0);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -934,14 +933,14 @@ TEST_F(VmTest, DroppingTheLastTensorStorageRunsReleaseTensor) {
   ASSERT_FALSE(storage.expired());
   const Dims& shape = tensor->blob()->shape();
   EXPECT_EQ(std::vector<int64_t>(shape.begin(), shape.end()), (std::vector<int64_t>{16, 16}));
-  EXPECT_EQ(stats(kOpenCL0).allocated_bytes[kAll].current, 1024);
+  EXPECT_EQ(stats(kOpenCL0).allocated_bytes.aggregate().current, 1024);
 
   std::shared_ptr<TensorStorage> view = tensor;  // a view shares the storage
   tensor.reset();
-  EXPECT_EQ(stats(kOpenCL0).allocated_bytes[kAll].current, 1024);
+  EXPECT_EQ(stats(kOpenCL0).allocated_bytes.aggregate().current, 1024);
   EXPECT_FALSE(blob.expired());
   view.reset();  // the releaser runs a ReleaseTensor synchronously
-  EXPECT_EQ(stats(kOpenCL0).allocated_bytes[kAll].current, 0);
+  EXPECT_EQ(stats(kOpenCL0).allocated_bytes.aggregate().current, 0);
   EXPECT_TRUE(blob.expired());
   EXPECT_TRUE(storage.expired());
 }
@@ -958,7 +957,7 @@ TEST_F(VmTest, TensorStorageUsedByInstructionsIsReleasedAfterThem) {
   std::weak_ptr<BlobStorage> storage = tensor->blob()->storage();
   tensor.reset();
   EXPECT_TRUE(storage.expired());
-  EXPECT_EQ(stats(kCpu).allocated_bytes[kAll].current, 0);
+  EXPECT_EQ(stats(kCpu).allocated_bytes.aggregate().current, 0);
 }
 
 TEST_F(VmTest, TensorStorageDroppedAfterShutdownIsReleasedOnTheCallersThread) {

@@ -63,7 +63,7 @@ void expect_consistent(const DeviceMemorySnapshot& snapshot, const DeviceStats& 
     }
     EXPECT_EQ(at, segment.address + segment.size);
   }
-  EXPECT_EQ(allocated, stats.allocated_bytes[kAll].current);
+  EXPECT_EQ(allocated, stats.allocated_bytes.aggregate().current);
 }
 
 class MemoryHistoryTest : public ::testing::TestWithParam<std::string> {

@@ -36,8 +36,8 @@ class RuntimeTest : public ::testing::Test {
   void TearDown() override {
     for (Device device : runtime_.devices()) {
       const DeviceStats stats = runtime_.stats(device);
-      EXPECT_EQ(stats.allocation[kAll].current, 0) << device.str();
-      EXPECT_EQ(stats.allocated_bytes[kAll].current, 0) << device.str();
+      EXPECT_EQ(stats.allocation.aggregate().current, 0) << device.str();
+      EXPECT_EQ(stats.allocated_bytes.aggregate().current, 0) << device.str();
     }
     EXPECT_EQ(BlobStorage::destructor_releases(), destructor_releases_);
   }
@@ -97,10 +97,10 @@ TEST(RuntimeOptionsTest, TheAllocatorAndLimitComeFromOptions) {
   {
     auto storage = runtime.create_storage(kOpenCL0, 4096);
     const DeviceStats stats = runtime.stats(kOpenCL0);
-    EXPECT_EQ(stats.reserved_bytes[kAll].current, stats.allocated_bytes[kAll].current);
+    EXPECT_EQ(stats.reserved_bytes.aggregate().current, stats.allocated_bytes.aggregate().current);
     EXPECT_THROW(runtime.create_storage(kOpenCL0, 2 * kMiB), OutOfMemoryError);
   }
-  EXPECT_EQ(runtime.stats(kOpenCL0).allocation[kAll].current, 0);
+  EXPECT_EQ(runtime.stats(kOpenCL0).allocation.aggregate().current, 0);
 }
 
 TEST(RuntimeOptionsTest, ARuntimeTakesOverDevicesDiscoveredEarlier) {
@@ -113,9 +113,9 @@ TEST(RuntimeOptionsTest, ARuntimeTakesOverDevicesDiscoveredEarlier) {
   EXPECT_EQ(runtime.options().allocator, "system") << "the devices' options";
   {
     auto storage = runtime.create_storage(kOpenCL0, 4096);
-    EXPECT_EQ(runtime.stats(kOpenCL0).allocation[kAll].current, 1);
+    EXPECT_EQ(runtime.stats(kOpenCL0).allocation.aggregate().current, 1);
   }
-  EXPECT_EQ(runtime.stats(kOpenCL0).allocation[kAll].current, 0);
+  EXPECT_EQ(runtime.stats(kOpenCL0).allocation.aggregate().current, 0);
   EXPECT_THROW(Runtime(std::unique_ptr<DeviceManager>()), InvalidArgument);
 }
 
@@ -124,16 +124,16 @@ TEST_F(RuntimeTest, StoragesAreReleasedByTheirLastOwner) {
   ASSERT_NE(storage, nullptr);
   EXPECT_EQ(storage->blob()->device(), kOpenCL0);
   EXPECT_EQ(storage->blob()->nbytes(), 1024);
-  EXPECT_EQ(runtime_.stats(kOpenCL0).allocated_bytes[kAll].current, 1024);
+  EXPECT_EQ(runtime_.stats(kOpenCL0).allocated_bytes.aggregate().current, 1024);
   std::shared_ptr<TensorStorage> view = storage;  // what a tensor view holds
   storage.reset();
-  EXPECT_EQ(runtime_.stats(kOpenCL0).allocation[kAll].current, 1);
+  EXPECT_EQ(runtime_.stats(kOpenCL0).allocation.aggregate().current, 1);
   view.reset();  // the releaser runs a ReleaseTensor before this returns
-  EXPECT_EQ(runtime_.stats(kOpenCL0).allocation[kAll].current, 0);
+  EXPECT_EQ(runtime_.stats(kOpenCL0).allocation.aggregate().current, 0);
 
   auto empty = runtime_.create_storage(kCpu, 0);
   EXPECT_EQ(empty->blob()->numel(), 0);
-  EXPECT_EQ(runtime_.stats(kCpu).allocation[kAll].current, 0) << "0 bytes: no device memory";
+  EXPECT_EQ(runtime_.stats(kCpu).allocation.aggregate().current, 0) << "0 bytes: no device memory";
 }
 
 TEST_F(RuntimeTest, AHostSectionReadsAndWritesAStorageInPlace) {
@@ -213,7 +213,7 @@ TEST_F(RuntimeTest, OutOfMemoryUnderALimitIsTypedAndLeavesNothing) {
   }
   const DeviceStats stats = runtime_.stats(kOpenCL0);
   EXPECT_EQ(stats.num_ooms, 1);
-  EXPECT_EQ(stats.allocation[kAll].current, 0);
+  EXPECT_EQ(stats.allocation.aggregate().current, 0);
   runtime_.set_memory_limit(kOpenCL0, 0);
   EXPECT_EQ(runtime_.memory_limit(kOpenCL0), 0u);
   auto storage = runtime_.create_storage(kOpenCL0, 8 * kMiB);  // fits without the limit
@@ -222,15 +222,16 @@ TEST_F(RuntimeTest, OutOfMemoryUnderALimitIsTypedAndLeavesNothing) {
 TEST_F(RuntimeTest, StatisticsResetAndEmptyCache) {
   { auto storage = runtime_.create_storage(kOpenCL0, 3 * kMiB); }
   DeviceStats stats = runtime_.stats(kOpenCL0);
-  EXPECT_GT(stats.reserved_bytes[kAll].current, 0) << "the caching allocator keeps the segment";
-  EXPECT_EQ(stats.allocated_bytes[kAll].peak, static_cast<int64_t>(3 * kMiB));
+  EXPECT_GT(stats.reserved_bytes.aggregate().current, 0)
+      << "the caching allocator keeps the segment";
+  EXPECT_EQ(stats.allocated_bytes.aggregate().peak, static_cast<int64_t>(3 * kMiB));
   runtime_.reset_peak_stats(kOpenCL0);
-  EXPECT_EQ(runtime_.stats(kOpenCL0).allocated_bytes[kAll].peak, 0);
+  EXPECT_EQ(runtime_.stats(kOpenCL0).allocated_bytes.aggregate().peak, 0);
   runtime_.reset_accumulated_stats(kOpenCL0);
   EXPECT_EQ(runtime_.stats(kOpenCL0).num_device_alloc, 0);
   runtime_.empty_cache(kOpenCL0);
   stats = runtime_.stats(kOpenCL0);
-  EXPECT_EQ(stats.reserved_bytes[kAll].current, 0);
+  EXPECT_EQ(stats.reserved_bytes.aggregate().current, 0);
   EXPECT_EQ(stats.num_device_free, 1);
 }
 
@@ -238,8 +239,8 @@ TEST_F(RuntimeTest, TwoRuntimesAreIndependentAndRefuseEachOthersLists) {
   Runtime other{Options{}};
   auto mine = runtime_.create_storage(kOpenCL0, 1024);
   auto theirs = other.create_storage(kOpenCL0, 2048);
-  EXPECT_EQ(runtime_.stats(kOpenCL0).allocated_bytes[kAll].current, 1024);
-  EXPECT_EQ(other.stats(kOpenCL0).allocated_bytes[kAll].current, 2048);
+  EXPECT_EQ(runtime_.stats(kOpenCL0).allocated_bytes.aggregate().current, 1024);
+  EXPECT_EQ(other.stats(kOpenCL0).allocated_bytes.aggregate().current, 2048);
 
   InstructionsBuilder builder = other.builder();
   builder.fill(theirs->blob(), 0, 16, 1);
@@ -302,7 +303,7 @@ TEST_F(RuntimeTest, AfterShutdownOnlyReleasesAndStatisticsRun) {
   runtime_.shutdown();
   runtime_.shutdown();  // idempotent
   EXPECT_TRUE(runtime_.is_shut_down());
-  EXPECT_EQ(runtime_.stats(kOpenCL0).allocation[kAll].current, 1);
+  EXPECT_EQ(runtime_.stats(kOpenCL0).allocation.aggregate().current, 1);
   InstructionsBuilder builder = runtime_.builder();
   builder.fill(storage->blob(), 0, 512, 0);
   try {
@@ -313,7 +314,7 @@ TEST_F(RuntimeTest, AfterShutdownOnlyReleasesAndStatisticsRun) {
   }
   EXPECT_THROW(runtime_.create_storage(kOpenCL0, 512), Error);
   storage.reset();  // released on this thread
-  EXPECT_EQ(runtime_.stats(kOpenCL0).allocation[kAll].current, 0);
+  EXPECT_EQ(runtime_.stats(kOpenCL0).allocation.aggregate().current, 0);
 }
 
 TEST(RuntimeLifetimeTest, StoragesOutliveTheirRuntimeAndAreReleasedLater) {
@@ -451,9 +452,10 @@ TEST(RuntimeFaultTest, CreateStorageGivesTheMemoryBackWhenAFinishFails) {
   EXPECT_THROW(runtime.create_storage(kOpenCL0, 4096), BackendError);
   EXPECT_EQ(BlobStorage::destructor_releases(), fallbacks) << "not freed by the blob's destructor";
   runtime.vm().devices().backend(kOpenCL0).faults().configure(FaultOptions{});
-  EXPECT_EQ(runtime.stats(kOpenCL0).allocation[kAll].current, 1) << "given back through the VM";
+  EXPECT_EQ(runtime.stats(kOpenCL0).allocation.aggregate().current, 1)
+      << "given back through the VM";
   first.reset();
-  EXPECT_EQ(runtime.stats(kOpenCL0).allocation[kAll].current, 0);
+  EXPECT_EQ(runtime.stats(kOpenCL0).allocation.aggregate().current, 0);
 }
 
 // Many threads on one Runtime: storages made and dropped, lists run, statistics read (the

@@ -364,10 +364,10 @@ TEST(ScriptParse, RequiredDevicesWidenTheDeviceRange) {
 
 TEST(ScriptParse, FindStat) {
   DeviceStats stats;
-  stats.allocated_bytes[0].current = 11;
-  stats.reserved_bytes[0].peak = 22;
-  stats.allocation[0].allocated = 33;
-  stats.requested_bytes[2].freed = 44;
+  stats.allocated_bytes.aggregate().current = 11;
+  stats.reserved_bytes.aggregate().peak = 22;
+  stats.allocation.aggregate().allocated = 33;
+  stats.requested_bytes[StatType::kLargePool].freed = 44;
   stats.num_ooms = 55;
   stats.num_device_alloc = 66;
   EXPECT_EQ(find_stat("allocated")->read(stats), 11);

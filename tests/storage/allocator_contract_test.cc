@@ -102,10 +102,10 @@ TEST_P(AllocatorContractTest, OddSizesAreAlignedDisjointResolvableAndHoldTheirDa
   const DeviceStats s = allocator->stats();
   int64_t requested = 0;
   for (size_t n : sizes) requested += static_cast<int64_t>(n);
-  EXPECT_EQ(s.allocation[kAll].current, static_cast<int64_t>(sizes.size()));
-  EXPECT_EQ(s.requested_bytes[kAll].current, requested);
-  EXPECT_GE(s.allocated_bytes[kAll].current, requested);
-  EXPECT_GE(s.reserved_bytes[kAll].current, s.allocated_bytes[kAll].current);
+  EXPECT_EQ(s.allocation.aggregate().current, static_cast<int64_t>(sizes.size()));
+  EXPECT_EQ(s.requested_bytes.aggregate().current, requested);
+  EXPECT_GE(s.allocated_bytes.aggregate().current, requested);
+  EXPECT_GE(s.reserved_bytes.aggregate().current, s.allocated_bytes.aggregate().current);
 
   // Free every other block, allocate again, and check that the survivors kept their data.
   for (size_t i = 0; i < blocks.size(); i += 2) allocator->deallocate(blocks[i]);
@@ -169,13 +169,13 @@ TEST_P(AllocatorContractTest, LoweringTheLimitFreesTheCacheAndRefusesNewSegments
   write_pattern(backend(), live, 7);
   Allocation cached = allocator->allocate(2 * kMiB);
   allocator->deallocate(cached);
-  const int64_t reserved_with_cache = allocator->stats().reserved_bytes[kAll].current;
+  const int64_t reserved_with_cache = allocator->stats().reserved_bytes.aggregate().current;
 
   allocator->set_memory_limit(1);
   allocator->check_invariants();
   EXPECT_EQ(allocator->memory_limit(), 1u);
   const DeviceStats lowered = allocator->stats();
-  EXPECT_LE(lowered.reserved_bytes[kAll].current, reserved_with_cache);
+  EXPECT_LE(lowered.reserved_bytes.aggregate().current, reserved_with_cache);
   // Larger than everything reserved: only a new segment could hold it.
   EXPECT_THROW(allocator->allocate(static_cast<size_t>(reserved_with_cache) + 1), OutOfMemoryError);
   EXPECT_EQ(allocator->stats().num_ooms, lowered.num_ooms + 1);
@@ -184,7 +184,7 @@ TEST_P(AllocatorContractTest, LoweringTheLimitFreesTheCacheAndRefusesNewSegments
 
   allocator->deallocate(live);
   allocator->set_memory_limit(1);  // nothing live: every byte reserved is cache and goes back
-  EXPECT_EQ(allocator->stats().reserved_bytes[kAll].current, 0);
+  EXPECT_EQ(allocator->stats().reserved_bytes.aggregate().current, 0);
   EXPECT_THROW(allocator->allocate(1), OutOfMemoryError);
 
   allocator->set_memory_limit(0);
@@ -240,11 +240,11 @@ TEST_P(AllocatorContractTest, TwoDevicesHaveDisjointRangesAndIndependentStatisti
   EXPECT_THROW(a1->deallocate(on_first[0]), InvalidArgument);
   EXPECT_TRUE(same_stats(second_stats, a1->stats()));
 
-  EXPECT_EQ(a0->stats().requested_bytes[kAll].current, 1 + 1000 + 70000 + (3 << 20));
-  EXPECT_EQ(a1->stats().requested_bytes[kAll].current, 2 + 1001 + 70001 + (3 << 20) + 1);
+  EXPECT_EQ(a0->stats().requested_bytes.aggregate().current, 1 + 1000 + 70000 + (3 << 20));
+  EXPECT_EQ(a1->stats().requested_bytes.aggregate().current, 2 + 1001 + 70001 + (3 << 20) + 1);
   for (const Allocation& a : on_second) a1->deallocate(a);
   // Freeing on the second device leaves the first alone.
-  EXPECT_EQ(a0->stats().allocation[kAll].current, 4);
+  EXPECT_EQ(a0->stats().allocation.aggregate().current, 4);
   for (const Allocation& a : on_first) a0->deallocate(a);
   testing::expect_nothing_live(*a0);
   testing::expect_nothing_live(*a1);

@@ -87,9 +87,9 @@ TEST_P(BuddyAllocatorTest, ExactSplitAndBuddyMergeSequence) {
   auto expect_split = [&](int64_t count, int64_t bytes, const char* step) {
     allocator.check_invariants();
     const DeviceStats s = allocator.stats();
-    EXPECT_EQ(s.inactive_split[kAll].current, count) << step;
-    EXPECT_EQ(s.inactive_split_bytes[kAll].current, bytes) << step;
-    EXPECT_EQ(s.reserved_bytes[kAll].current, 4096) << step;
+    EXPECT_EQ(s.inactive_split.aggregate().current, count) << step;
+    EXPECT_EQ(s.inactive_split_bytes.aggregate().current, bytes) << step;
+    EXPECT_EQ(s.reserved_bytes.aggregate().current, 4096) << step;
   };
 
   Allocation a = allocator.allocate(1);
@@ -112,7 +112,7 @@ TEST_P(BuddyAllocatorTest, ExactSplitAndBuddyMergeSequence) {
     EXPECT_EQ(x->segment, a.segment);
     EXPECT_EQ(allocator.allocated_size(*x), 512u);
   }
-  EXPECT_EQ(allocator.stats().segment[kAll].current, 1);
+  EXPECT_EQ(allocator.stats().segment.aggregate().current, 1);
 
   allocator.deallocate(b);  // buddy a is live: no merge
   EXPECT_EQ(free_offsets(allocator), (Blocks{{512, 512}, {2048, 2048}}));
@@ -126,10 +126,10 @@ TEST_P(BuddyAllocatorTest, ExactSplitAndBuddyMergeSequence) {
   allocator.deallocate(d);  // d+c, then +[0,1024), then +[2048,4096): the whole arena
   EXPECT_EQ(free_offsets(allocator), (Blocks{{0, 4096}}));
   expect_split(0, 0, "free d");
-  EXPECT_EQ(allocator.stats().segment[kAll].current, 1);  // cached, not given back
+  EXPECT_EQ(allocator.stats().segment.aggregate().current, 1);  // cached, not given back
 
   allocator.empty_cache();
-  EXPECT_EQ(allocator.stats().reserved_bytes[kAll].current, 0);
+  EXPECT_EQ(allocator.stats().reserved_bytes.aggregate().current, 0);
   EXPECT_TRUE(allocator.free_blocks().empty());
   testing::expect_nothing_live(allocator);
 }
@@ -149,7 +149,7 @@ TEST_P(BuddyAllocatorTest, EveryFreeOrderMergesBackToTheWholeArena) {
       allocator.check_invariants();
     }
     ASSERT_EQ(free_offsets(allocator), (Blocks{{0, 4096}}));
-    EXPECT_EQ(allocator.stats().inactive_split[kAll].current, 0);
+    EXPECT_EQ(allocator.stats().inactive_split.aggregate().current, 0);
     EXPECT_EQ(allocator.stats().num_device_alloc, 1);  // the one arena is reused every time
     ++permutations;
   } while (std::next_permutation(order.begin(), order.end()));
@@ -200,17 +200,19 @@ TEST_P(BuddyAllocatorTest, MixedSizesRoundToPowersOfTwoAndOpenNewArenas) {
   EXPECT_EQ(allocator.allocated_size(c), 2048u);
   EXPECT_EQ(allocator.allocated_size(d), 1024u);
   const DeviceStats s = allocator.stats();
-  expect_stat(s.allocated_bytes[kAll], 512 + 2048 + 2048 + 1024, 5632, 5632, 0, "allocated_bytes");
-  expect_stat(s.requested_bytes[kAll], 512 + 2000 + 1025 + 700, 4237, 4237, 0, "requested_bytes");
-  expect_stat(s.reserved_bytes[kAll], 8192, 8192, 8192, 0, "reserved_bytes");
+  expect_stat(s.allocated_bytes.aggregate(), 512 + 2048 + 2048 + 1024, 5632, 5632, 0,
+              "allocated_bytes");
+  expect_stat(s.requested_bytes.aggregate(), 512 + 2000 + 1025 + 700, 4237, 4237, 0,
+              "requested_bytes");
+  expect_stat(s.reserved_bytes.aggregate(), 8192, 8192, 8192, 0, "reserved_bytes");
   expect_stat(s.segment[kSmall], 2, 2, 2, 0, "small segment");
   // Arena 1: [512, 1024) free; arena 2: [2048, 4096) free.
-  EXPECT_EQ(s.inactive_split[kAll].current, 2);
-  EXPECT_EQ(s.inactive_split_bytes[kAll].current, 512 + 2048);
+  EXPECT_EQ(s.inactive_split.aggregate().current, 2);
+  EXPECT_EQ(s.inactive_split_bytes.aggregate().current, 512 + 2048);
   for (const Allocation& x : {a, b, c, d}) allocator.deallocate(x);
   allocator.check_invariants();
   EXPECT_EQ(allocator.free_blocks().size(), 2u);  // two whole cached arenas
-  EXPECT_EQ(allocator.stats().inactive_split[kAll].current, 0);
+  EXPECT_EQ(allocator.stats().inactive_split.aggregate().current, 0);
   testing::expect_nothing_live(allocator);
 }
 
@@ -220,8 +222,8 @@ TEST_P(BuddyAllocatorTest, LargeRequestGetsItsOwnArenaThatIsReusedAfterwards) {
   EXPECT_EQ(allocator.allocated_size(big), 8192u);
   EXPECT_EQ(big.segment->size, 8192u);
   EXPECT_EQ(big.offset, 0u);
-  EXPECT_EQ(allocator.stats().reserved_bytes[kAll].current, 8192);
-  EXPECT_EQ(allocator.stats().inactive_split[kAll].current, 0);
+  EXPECT_EQ(allocator.stats().reserved_bytes.aggregate().current, 8192);
+  EXPECT_EQ(allocator.stats().inactive_split.aggregate().current, 0);
   allocator.deallocate(big);
   EXPECT_EQ(free_offsets(allocator), (Blocks{{0, 8192}}));
 
@@ -247,11 +249,11 @@ TEST_P(BuddyAllocatorTest, StatisticsWithDefaultArenasAreExact) {
   expect_stat(s.reserved_bytes[kSmall], 0, 0, 0, 0, "small reserved");
   expect_stat(s.allocated_bytes[kSmall], 512, 512, 512, 0, "small allocated");
   expect_stat(s.requested_bytes[kSmall], 1, 1, 1, 0, "small requested");
-  expect_stat(s.allocation[kAll], 1, 1, 1, 0, "allocation");
+  expect_stat(s.allocation.aggregate(), 1, 1, 1, 0, "allocation");
   expect_stat(s.inactive_split[kSmall], 12, 12, 12, 0, "small inactive_split");  // 512 B .. 1 MiB
   expect_stat(s.inactive_split[kLarge], 3, 3, 3, 0, "large inactive_split");     // 2, 4, 8 MiB
-  expect_stat(s.inactive_split_bytes[kAll], 16 * kMiB - 512, 16 * kMiB - 512, 16 * kMiB - 512, 0,
-              "inactive_split_bytes");
+  expect_stat(s.inactive_split_bytes.aggregate(), 16 * kMiB - 512, 16 * kMiB - 512,
+              16 * kMiB - 512, 0, "inactive_split_bytes");
   EXPECT_EQ(s.num_device_alloc, 1);
 
   Allocation b = allocator.allocate(3 * kMiB);  // 4 MiB block: the free 4 MiB half, no split
@@ -260,7 +262,8 @@ TEST_P(BuddyAllocatorTest, StatisticsWithDefaultArenasAreExact) {
   EXPECT_EQ(allocator.allocated_size(b), 4 * kMiB);
   EXPECT_EQ(b.offset, 4 * kMiB);
   expect_stat(s.allocated_bytes[kLarge], 4 * kMiB, 4 * kMiB, 4 * kMiB, 0, "large allocated");
-  expect_stat(s.requested_bytes[kAll], 1 + 3 * kMiB, 1 + 3 * kMiB, 1 + 3 * kMiB, 0, "requested");
+  expect_stat(s.requested_bytes.aggregate(), 1 + 3 * kMiB, 1 + 3 * kMiB, 1 + 3 * kMiB, 0,
+              "requested");
   expect_stat(s.inactive_split[kLarge], 2, 3, 3, 1, "large inactive_split");
   EXPECT_EQ(s.num_device_alloc, 1);
 
@@ -269,23 +272,24 @@ TEST_P(BuddyAllocatorTest, StatisticsWithDefaultArenasAreExact) {
   s = allocator.stats();
   // a merged up to the free 2 MiB block: [0, 4 MiB) is one free block.
   EXPECT_EQ(free_offsets(allocator), (Blocks{{0, 4 * kMiB}, {8 * kMiB, 8 * kMiB}}));
-  EXPECT_EQ(s.inactive_split[kAll].current, 2);
+  EXPECT_EQ(s.inactive_split.aggregate().current, 2);
   expect_stat(s.allocated_bytes[kSmall], 0, 512, 512, 512, "small allocated after free");
 
   allocator.reset_peak_stats();
   allocator.reset_accumulated_stats();
   s = allocator.stats();
-  expect_stat(s.allocated_bytes[kAll], 4 * kMiB, 4 * kMiB, 0, 0, "allocated after resets");
-  expect_stat(s.inactive_split[kAll], 2, 2, 0, 0, "inactive_split after resets");
+  expect_stat(s.allocated_bytes.aggregate(), 4 * kMiB, 4 * kMiB, 0, 0, "allocated after resets");
+  expect_stat(s.inactive_split.aggregate(), 2, 2, 0, 0, "inactive_split after resets");
   EXPECT_EQ(s.num_device_alloc, 0);
 
   allocator.deallocate(b);
   s = allocator.stats();
-  expect_stat(s.inactive_split[kAll], 0, 2, 0, 2, "inactive_split at the end");
-  expect_stat(s.reserved_bytes[kAll], 16 * kMiB, 16 * kMiB, 0, 0, "reserved: cached arena");
+  expect_stat(s.inactive_split.aggregate(), 0, 2, 0, 2, "inactive_split at the end");
+  expect_stat(s.reserved_bytes.aggregate(), 16 * kMiB, 16 * kMiB, 0, 0, "reserved: cached arena");
   allocator.empty_cache();
   s = allocator.stats();
-  expect_stat(s.reserved_bytes[kAll], 0, 16 * kMiB, 0, 16 * kMiB, "reserved after empty_cache");
+  expect_stat(s.reserved_bytes.aggregate(), 0, 16 * kMiB, 0, 16 * kMiB,
+              "reserved after empty_cache");
   EXPECT_EQ(s.num_device_free, 1);
   testing::expect_nothing_live(allocator);
 }
@@ -297,8 +301,8 @@ TEST_P(BuddyAllocatorTest, EmptyCacheKeepsArenasThatHoldLiveBlocks) {
   allocator.deallocate(a);
   allocator.empty_cache();
   allocator.check_invariants();
-  EXPECT_EQ(allocator.stats().reserved_bytes[kAll].current, 4096);
-  EXPECT_EQ(allocator.stats().segment[kAll].current, 1);
+  EXPECT_EQ(allocator.stats().reserved_bytes.aggregate().current, 4096);
+  EXPECT_EQ(allocator.stats().segment.aggregate().current, 1);
   EXPECT_EQ(allocator.stats().num_device_free, 1);
   allocator.deallocate(b);
   testing::expect_nothing_live(allocator);
@@ -401,8 +405,8 @@ TEST_P(BuddyAllocatorTest, LimitLadderFreesCachedArenasOnlyWhenThatHelps) {
   EXPECT_EQ(s.num_ooms, 1);
   EXPECT_EQ(s.num_device_free, 2);
   EXPECT_EQ(s.num_device_alloc, 3);
-  EXPECT_EQ(s.reserved_bytes[kAll].current, 8192);
-  EXPECT_EQ(s.segment[kAll].current, 1);
+  EXPECT_EQ(s.reserved_bytes.aggregate().current, 8192);
+  EXPECT_EQ(s.segment.aggregate().current, 1);
   allocator.deallocate(big);
   testing::expect_nothing_live(allocator);
 }
@@ -417,7 +421,7 @@ TEST_P(BuddyAllocatorTest, ArenaShrinksToWhatIsLeftUnderTheLimit) {
   EXPECT_EQ(b.segment->size, 2048u);
   EXPECT_EQ(c.segment, b.segment);
   EXPECT_EQ(c.offset, 512u);
-  EXPECT_EQ(allocator.stats().reserved_bytes[kAll].current, 6144);
+  EXPECT_EQ(allocator.stats().reserved_bytes.aggregate().current, 6144);
   EXPECT_THROW(allocator.allocate(2048), OutOfMemoryError);
   for (const Allocation& x : {a, b, c}) allocator.deallocate(x);
   testing::expect_nothing_live(allocator);
@@ -532,7 +536,7 @@ TEST_F(BuddyAllocatorRefusalTest, RefusalEmptiesTheCacheAndRetriesOnce) {
     DeviceStats s = allocator.stats();
     EXPECT_EQ(s.num_ooms, 1);
     EXPECT_EQ(s.num_alloc_retries, 1);  // flushed and retried, even though the retry failed
-    EXPECT_EQ(s.reserved_bytes[kAll].current, 4096);  // the cache was given back on the way
+    EXPECT_EQ(s.reserved_bytes.aggregate().current, 4096);  // the cache was given back on the way
     EXPECT_EQ(device.live_segments(), 1u);
 
     allocator.deallocate(b);  // 4 KiB cached; 8 KiB refused until it goes back, then fits
@@ -541,7 +545,7 @@ TEST_F(BuddyAllocatorRefusalTest, RefusalEmptiesTheCacheAndRetriesOnce) {
     s = allocator.stats();
     EXPECT_EQ(s.num_alloc_retries, 2);
     EXPECT_EQ(s.num_ooms, 1);
-    EXPECT_EQ(s.reserved_bytes[kAll].current, 8192);
+    EXPECT_EQ(s.reserved_bytes.aggregate().current, 8192);
     EXPECT_EQ(device.live_bytes(), 8192u);
     allocator.deallocate(big);
     testing::expect_nothing_live(allocator);

@@ -109,9 +109,9 @@ TEST_F(CachingAllocatorTest, EverySizeIsRoundedAndEveryBlockAligned) {
     allocator.check_invariants();
   }
   const DeviceStats s = allocator.stats();
-  EXPECT_EQ(s.requested_bytes[kAll].current, requested);
-  EXPECT_EQ(s.allocated_bytes[kAll].current, allocated);
-  EXPECT_EQ(s.allocation[kAll].current, static_cast<int64_t>(sizes.size()));
+  EXPECT_EQ(s.requested_bytes.aggregate().current, requested);
+  EXPECT_EQ(s.allocated_bytes.aggregate().current, allocated);
+  EXPECT_EQ(s.allocation.aggregate().current, static_cast<int64_t>(sizes.size()));
   for (const Allocation& a : live) {
     allocator.deallocate(a);
     allocator.check_invariants();
@@ -223,8 +223,8 @@ TEST_F(CachingAllocatorTest, SplitAndCoalesceKeepInactiveSplitExact) {
   allocator.check_invariants();
   s = allocator.stats();
   EXPECT_EQ(s.inactive_split[kSmall].current, 0);
-  EXPECT_EQ(s.inactive_split[kAll].current, 0);
-  EXPECT_EQ(s.inactive_split_bytes[kAll].current, 0);
+  EXPECT_EQ(s.inactive_split.aggregate().current, 0);
+  EXPECT_EQ(s.inactive_split_bytes.aggregate().current, 0);
   EXPECT_EQ(s.inactive_split[kSmall].peak, 2);
   EXPECT_EQ(s.inactive_split_bytes[kSmall].peak, static_cast<int64_t>(2 * kMiB - 256 * kKiB));
   // +1 (first split), +1 (B freed), +1 (D freed); -1 (D allocated), -2 (C merged everything).
@@ -232,7 +232,7 @@ TEST_F(CachingAllocatorTest, SplitAndCoalesceKeepInactiveSplitExact) {
   EXPECT_EQ(allocator.free_block_count(), 1u);
   EXPECT_EQ(allocator.largest_free_block(), 2 * kMiB);
   EXPECT_EQ(allocator.segment_count(), 1u);
-  EXPECT_EQ(s.reserved_bytes[kAll].current, static_cast<int64_t>(2 * kMiB));
+  EXPECT_EQ(s.reserved_bytes.aggregate().current, static_cast<int64_t>(2 * kMiB));
   testing::expect_nothing_live(allocator);
 }
 
@@ -285,7 +285,7 @@ TEST_F(CachingAllocatorTest, SmallAndLargePoolsAreKeptApart) {
   DeviceStats s = allocator.stats();
   expect_stat(s.segment[kSmall], 1, 1, 1, 0);
   expect_stat(s.segment[kLarge], 1, 1, 1, 0);
-  expect_stat(s.segment[kAll], 2, 2, 2, 0);
+  expect_stat(s.segment.aggregate(), 2, 2, 2, 0);
   EXPECT_EQ(s.reserved_bytes[kSmall].current, static_cast<int64_t>(2 * kMiB));
   EXPECT_EQ(s.reserved_bytes[kLarge].current, static_cast<int64_t>(2 * kMiB));
   EXPECT_EQ(s.allocated_bytes[kSmall].current, static_cast<int64_t>(kMiB));
@@ -367,9 +367,9 @@ TEST_F(CachingAllocatorTest, ThousandsOfLiveBlocksCoalesceBackIntoOneSegment) {
   for (size_t k = 0; k < kBlocks; ++k) live.push_back(allocator.allocate(512));
   allocator.check_invariants();
   DeviceStats s = allocator.stats();
-  EXPECT_EQ(s.segment[kAll].current, 1);
+  EXPECT_EQ(s.segment.aggregate().current, 1);
   EXPECT_EQ(s.allocation[kSmall].current, static_cast<int64_t>(kBlocks));
-  EXPECT_EQ(s.inactive_split[kAll].current, 0);  // the segment is used up to its last byte
+  EXPECT_EQ(s.inactive_split.aggregate().current, 0);  // the segment is used up to its last byte
   EXPECT_EQ(allocator.free_block_count(), 0u);
   std::mt19937 rng(42);
   std::shuffle(live.begin(), live.end(), rng);
@@ -381,7 +381,7 @@ TEST_F(CachingAllocatorTest, ThousandsOfLiveBlocksCoalesceBackIntoOneSegment) {
   s = allocator.stats();
   EXPECT_EQ(allocator.free_block_count(), 1u);
   EXPECT_EQ(allocator.largest_free_block(), 2 * kMiB);
-  EXPECT_EQ(s.inactive_split[kAll].current, 0);
+  EXPECT_EQ(s.inactive_split.aggregate().current, 0);
   EXPECT_EQ(s.num_device_alloc, 1);
   testing::expect_nothing_live(allocator);
 }
@@ -394,14 +394,14 @@ TEST_F(CachingAllocatorTest, StatisticsAreExactAfterEveryStep) {
   Allocation a = allocator.allocate(1000);  // 1024 B, new 2 MiB small segment
   allocator.check_invariants();
   DeviceStats s = allocator.stats();
-  expect_stat(s.allocation[kAll], 1, 1, 1, 0);
+  expect_stat(s.allocation.aggregate(), 1, 1, 1, 0);
   expect_stat(s.allocation[kSmall], 1, 1, 1, 0);
-  expect_stat(s.active[kAll], 1, 1, 1, 0);
-  expect_stat(s.allocated_bytes[kAll], 1024, 1024, 1024, 0);
-  expect_stat(s.active_bytes[kAll], 1024, 1024, 1024, 0);
-  expect_stat(s.requested_bytes[kAll], 1000, 1000, 1000, 0);
-  expect_stat(s.reserved_bytes[kAll], i64(2 * kMiB), i64(2 * kMiB), i64(2 * kMiB), 0);
-  expect_stat(s.segment[kAll], 1, 1, 1, 0);
+  expect_stat(s.active.aggregate(), 1, 1, 1, 0);
+  expect_stat(s.allocated_bytes.aggregate(), 1024, 1024, 1024, 0);
+  expect_stat(s.active_bytes.aggregate(), 1024, 1024, 1024, 0);
+  expect_stat(s.requested_bytes.aggregate(), 1000, 1000, 1000, 0);
+  expect_stat(s.reserved_bytes.aggregate(), i64(2 * kMiB), i64(2 * kMiB), i64(2 * kMiB), 0);
+  expect_stat(s.segment.aggregate(), 1, 1, 1, 0);
   EXPECT_EQ(s.num_device_alloc, 1);
   EXPECT_EQ(s.num_device_free, 0);
 
@@ -409,11 +409,11 @@ TEST_F(CachingAllocatorTest, StatisticsAreExactAfterEveryStep) {
   Allocation b = allocator.allocate(3 * kMiB);  // large, 3 MiB segment, no split
   allocator.check_invariants();
   s = allocator.stats();
-  expect_stat(s.allocation[kAll], 2, 2, 2, 0);
+  expect_stat(s.allocation.aggregate(), 2, 2, 2, 0);
   expect_stat(s.allocation[kLarge], 1, 1, 1, 0);
-  expect_stat(s.allocated_bytes[kAll], both, both, both, 0);
+  expect_stat(s.allocated_bytes.aggregate(), both, both, both, 0);
   expect_stat(s.allocated_bytes[kLarge], i64(3 * kMiB), i64(3 * kMiB), i64(3 * kMiB), 0);
-  expect_stat(s.reserved_bytes[kAll], i64(5 * kMiB), i64(5 * kMiB), i64(5 * kMiB), 0);
+  expect_stat(s.reserved_bytes.aggregate(), i64(5 * kMiB), i64(5 * kMiB), i64(5 * kMiB), 0);
   expect_stat(s.reserved_bytes[kLarge], i64(3 * kMiB), i64(3 * kMiB), i64(3 * kMiB), 0);
   expect_stat(s.segment[kLarge], 1, 1, 1, 0);
   expect_stat(s.inactive_split[kLarge], 0, 0, 0, 0);
@@ -422,27 +422,28 @@ TEST_F(CachingAllocatorTest, StatisticsAreExactAfterEveryStep) {
   allocator.deallocate(b);
   allocator.check_invariants();
   s = allocator.stats();
-  expect_stat(s.allocation[kAll], 1, 2, 2, 1);
+  expect_stat(s.allocation.aggregate(), 1, 2, 2, 1);
   expect_stat(s.allocation[kLarge], 0, 1, 1, 1);
-  expect_stat(s.allocated_bytes[kAll], 1024, both, both, i64(3 * kMiB));
-  expect_stat(s.requested_bytes[kAll], 1000, both_requested, both_requested, i64(3 * kMiB));
-  expect_stat(s.reserved_bytes[kAll], i64(5 * kMiB), i64(5 * kMiB), i64(5 * kMiB), 0);  // cached
+  expect_stat(s.allocated_bytes.aggregate(), 1024, both, both, i64(3 * kMiB));
+  expect_stat(s.requested_bytes.aggregate(), 1000, both_requested, both_requested, i64(3 * kMiB));
+  // Cached:
+  expect_stat(s.reserved_bytes.aggregate(), i64(5 * kMiB), i64(5 * kMiB), i64(5 * kMiB), 0);
   EXPECT_EQ(allocator.cached_bytes(), 5 * kMiB - 1024);
 
   allocator.deallocate(a);
   allocator.check_invariants();
   s = allocator.stats();
-  expect_stat(s.allocation[kAll], 0, 2, 2, 2);
-  expect_stat(s.allocated_bytes[kAll], 0, both, both, both);
-  expect_stat(s.requested_bytes[kAll], 0, both_requested, both_requested, both_requested);
-  expect_stat(s.segment[kAll], 2, 2, 2, 0);
+  expect_stat(s.allocation.aggregate(), 0, 2, 2, 2);
+  expect_stat(s.allocated_bytes.aggregate(), 0, both, both, both);
+  expect_stat(s.requested_bytes.aggregate(), 0, both_requested, both_requested, both_requested);
+  expect_stat(s.segment.aggregate(), 2, 2, 2, 0);
 
   allocator.empty_cache();
   allocator.check_invariants();
   s = allocator.stats();
-  expect_stat(s.reserved_bytes[kAll], 0, i64(5 * kMiB), i64(5 * kMiB), i64(5 * kMiB));
+  expect_stat(s.reserved_bytes.aggregate(), 0, i64(5 * kMiB), i64(5 * kMiB), i64(5 * kMiB));
   expect_stat(s.reserved_bytes[kSmall], 0, i64(2 * kMiB), i64(2 * kMiB), i64(2 * kMiB));
-  expect_stat(s.segment[kAll], 0, 2, 2, 2);
+  expect_stat(s.segment.aggregate(), 0, 2, 2, 2);
   EXPECT_EQ(s.num_device_alloc, 2);
   EXPECT_EQ(s.num_device_free, 2);
   EXPECT_EQ(s.num_ooms, 0);
@@ -459,16 +460,16 @@ TEST_F(CachingAllocatorTest, ResetPeakAndResetAccumulated) {
 
   allocator.reset_peak_stats();
   DeviceStats s = allocator.stats();
-  expect_stat(s.allocated_bytes[kAll], 4096, 4096, i64(3 * kMiB + 4096), i64(3 * kMiB));
+  expect_stat(s.allocated_bytes.aggregate(), 4096, 4096, i64(3 * kMiB + 4096), i64(3 * kMiB));
   expect_stat(s.allocation[kLarge], 0, 0, 1, 1);
-  EXPECT_EQ(s.reserved_bytes[kAll].peak, s.reserved_bytes[kAll].current);
+  EXPECT_EQ(s.reserved_bytes.aggregate().peak, s.reserved_bytes.aggregate().current);
   EXPECT_EQ(s.num_device_alloc, 2);
 
   allocator.reset_accumulated_stats();
   s = allocator.stats();
-  expect_stat(s.allocated_bytes[kAll], 4096, 4096, 0, 0);
-  expect_stat(s.reserved_bytes[kAll], i64(5 * kMiB), i64(5 * kMiB), 0, 0);
-  expect_stat(s.allocation[kAll], 1, 1, 0, 0);
+  expect_stat(s.allocated_bytes.aggregate(), 4096, 4096, 0, 0);
+  expect_stat(s.reserved_bytes.aggregate(), i64(5 * kMiB), i64(5 * kMiB), 0, 0);
+  expect_stat(s.allocation.aggregate(), 1, 1, 0, 0);
   EXPECT_EQ(s.num_device_alloc, 0);
   EXPECT_EQ(s.num_device_free, 0);
   allocator.check_invariants();
@@ -477,8 +478,8 @@ TEST_F(CachingAllocatorTest, ResetPeakAndResetAccumulated) {
   allocator.deallocate(b);
   allocator.empty_cache();
   s = allocator.stats();
-  expect_stat(s.allocated_bytes[kAll], 0, 4096, 0, 4096);
-  expect_stat(s.segment[kAll], 0, 2, 0, 2);
+  expect_stat(s.allocated_bytes.aggregate(), 0, 4096, 0, 4096);
+  expect_stat(s.segment.aggregate(), 0, 2, 0, 2);
   EXPECT_EQ(s.num_device_free, 2);
   testing::expect_nothing_live(allocator);
 }
@@ -502,7 +503,7 @@ TEST_F(CachingAllocatorTest, EmptyCacheReleasesOnlyWhollyFreeSegments) {
   allocator.empty_cache();
   allocator.check_invariants();
   EXPECT_EQ(allocator.segment_count(), 1u);
-  EXPECT_EQ(allocator.stats().reserved_bytes[kAll].current, static_cast<int64_t>(2 * kMiB));
+  EXPECT_EQ(allocator.stats().reserved_bytes.aggregate().current, static_cast<int64_t>(2 * kMiB));
   EXPECT_EQ(device().live_segments(), live_at_start + 1);
   Allocation again = allocator.allocate(4096);  // still works from the pinned segment
   EXPECT_EQ(again.segment, keep.segment);
@@ -512,8 +513,8 @@ TEST_F(CachingAllocatorTest, EmptyCacheReleasesOnlyWhollyFreeSegments) {
   allocator.empty_cache();
   allocator.check_invariants();
   const DeviceStats s = allocator.stats();
-  EXPECT_EQ(s.reserved_bytes[kAll].current, 0);
-  EXPECT_EQ(s.segment[kAll].current, 0);
+  EXPECT_EQ(s.reserved_bytes.aggregate().current, 0);
+  EXPECT_EQ(s.segment.aggregate().current, 0);
   EXPECT_EQ(s.num_device_free, s.num_device_alloc);
   EXPECT_EQ(allocator.cached_bytes(), 0u);
   EXPECT_EQ(device().live_segments(), live_at_start);
@@ -625,8 +626,8 @@ TEST_F(CachingAllocatorTest, LimitRetryReleasesCachedSegmentsAndSucceeds) {
   EXPECT_EQ(s.num_device_free, 1);
   EXPECT_EQ(s.num_device_alloc, 3);
   EXPECT_EQ(s.segment[kSmall].current, 0);
-  EXPECT_EQ(s.reserved_bytes[kAll].current, static_cast<int64_t>(8 * kMiB));
-  EXPECT_EQ(s.reserved_bytes[kAll].peak, static_cast<int64_t>(8 * kMiB));
+  EXPECT_EQ(s.reserved_bytes.aggregate().current, static_cast<int64_t>(8 * kMiB));
+  EXPECT_EQ(s.reserved_bytes.aggregate().peak, static_cast<int64_t>(8 * kMiB));
   allocator.deallocate(more);
   allocator.deallocate(big);
   testing::expect_nothing_live(allocator);
@@ -663,7 +664,7 @@ TEST_F(CachingAllocatorTest, DriverRefusalEmptiesTheCacheAndRetriesOnce) {
   EXPECT_EQ(s.num_alloc_retries, 1);
   EXPECT_EQ(s.num_ooms, 1);
   EXPECT_EQ(s.num_device_free, 1);
-  EXPECT_EQ(s.segment[kAll].current, 1);
+  EXPECT_EQ(s.segment.aggregate().current, 1);
 
   // Refused twice: the cache is given back, the retry fails too, OutOfMemoryError.
   allocator.deallocate(allocator.allocate(100));
@@ -673,7 +674,7 @@ TEST_F(CachingAllocatorTest, DriverRefusalEmptiesTheCacheAndRetriesOnce) {
   s = allocator.stats();
   EXPECT_EQ(s.num_alloc_retries, 2);
   EXPECT_EQ(s.num_ooms, 2);
-  EXPECT_EQ(s.segment[kAll].current, 1);  // only the live 4 MiB one
+  EXPECT_EQ(s.segment.aggregate().current, 1);  // only the live 4 MiB one
   EXPECT_EQ(backend.refusals_left(), 0);
 
   allocator.deallocate(a);
@@ -865,12 +866,13 @@ void run_random_ops(MemoryBackend& backend, const CachingAllocatorOptions& optio
     }
     allocator.check_invariants();
     const DeviceStats s = allocator.stats();
-    ASSERT_EQ(s.allocated_bytes[kAll].current, allocated) << "step " << step;
-    ASSERT_EQ(s.requested_bytes[kAll].current, requested) << "step " << step;
-    ASSERT_EQ(s.allocation[kAll].current, static_cast<int64_t>(live.size())) << "step " << step;
+    ASSERT_EQ(s.allocated_bytes.aggregate().current, allocated) << "step " << step;
+    ASSERT_EQ(s.requested_bytes.aggregate().current, requested) << "step " << step;
+    ASSERT_EQ(s.allocation.aggregate().current, static_cast<int64_t>(live.size()))
+        << "step " << step;
     ASSERT_EQ(s.num_ooms, ooms) << "step " << step;
     if (options.memory_limit != 0) {
-      ASSERT_LE(s.reserved_bytes[kAll].current, static_cast<int64_t>(options.memory_limit));
+      ASSERT_LE(s.reserved_bytes.aggregate().current, static_cast<int64_t>(options.memory_limit));
     }
     if (step % 500 == 0) {  // live blocks never overlap
       std::vector<std::pair<uintptr_t, size_t>> ranges;
@@ -915,9 +917,9 @@ TEST_F(CachingAllocatorTest, RoundupPower2DivisionsRoundsToEqualSteps) {
   Allocation a = allocator.allocate(1100 * kKiB);
   Allocation p = plain.allocate(1100 * kKiB);
   allocator.check_invariants();
-  EXPECT_EQ(allocator.stats().allocated_bytes[kAll].current, i64(1280 * kKiB));
-  EXPECT_EQ(allocator.stats().requested_bytes[kAll].current, i64(1100 * kKiB));
-  EXPECT_EQ(plain.stats().allocated_bytes[kAll].current, i64(1100 * kKiB));
+  EXPECT_EQ(allocator.stats().allocated_bytes.aggregate().current, i64(1280 * kKiB));
+  EXPECT_EQ(allocator.stats().requested_bytes.aggregate().current, i64(1100 * kKiB));
+  EXPECT_EQ(plain.stats().allocated_bytes.aggregate().current, i64(1100 * kKiB));
   // So a request a little larger gets the same block size (the default gives every size its own).
   allocator.deallocate(a);
   plain.deallocate(p);
@@ -926,14 +928,14 @@ TEST_F(CachingAllocatorTest, RoundupPower2DivisionsRoundsToEqualSteps) {
   allocator.check_invariants();
   EXPECT_EQ(b.ptr, a.ptr);
   EXPECT_EQ(allocator.stats().num_device_alloc, 1);
-  EXPECT_EQ(allocator.stats().allocated_bytes[kAll].current, i64(1280 * kKiB));
-  EXPECT_EQ(plain.stats().allocated_bytes[kAll].current, i64(1200 * kKiB));
+  EXPECT_EQ(allocator.stats().allocated_bytes.aggregate().current, i64(1280 * kKiB));
+  EXPECT_EQ(plain.stats().allocated_bytes.aggregate().current, i64(1200 * kKiB));
   allocator.deallocate(b);
   plain.deallocate(q);
   // Powers of two and sizes up to quantum * divisions keep the plain rounding.
   for (size_t n : {size_t{1000}, size_t{2048}, size_t{2 * kMiB}, size_t{64 * kMiB}}) {
     Allocation c = allocator.allocate(n);
-    EXPECT_EQ(allocator.stats().allocated_bytes[kAll].current, i64(round_up(n, 512))) << n;
+    EXPECT_EQ(allocator.stats().allocated_bytes.aggregate().current, i64(round_up(n, 512))) << n;
     allocator.deallocate(c);
   }
   allocator.check_invariants();
@@ -1025,10 +1027,10 @@ TEST_F(CachingAllocatorTest, GarbageCollectionThresholdGivesBackTheOldestFreeSeg
     const DeviceStats s = allocator.stats();
     if (threshold == 0.0) {
       EXPECT_EQ(s.num_device_free, 0);
-      EXPECT_EQ(s.reserved_bytes[kAll].current, i64(14 * kMiB));
+      EXPECT_EQ(s.reserved_bytes.aggregate().current, i64(14 * kMiB));
     } else {
       EXPECT_EQ(s.num_device_free, 3);
-      EXPECT_EQ(s.reserved_bytes[kAll].current, i64(8 * kMiB));
+      EXPECT_EQ(s.reserved_bytes.aggregate().current, i64(8 * kMiB));
       // The free segment kept is the newest of the four.
       Allocation again = allocator.allocate(1 * kMiB);
       EXPECT_EQ(again.segment, newest_free);

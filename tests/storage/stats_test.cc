@@ -17,20 +17,19 @@ namespace {
 
 using namespace oclvm::testing;
 
-// Every array of DeviceStats, for checks that must hold for all of them.
+// Every array of DeviceStats (by the field table of stats.h), for checks that must hold for all.
 std::vector<const StatArray*> all_arrays(const DeviceStats& s) {
-  return {&s.allocation,      &s.segment,        &s.active,
-          &s.inactive_split,  &s.allocated_bytes, &s.reserved_bytes,
-          &s.active_bytes,    &s.inactive_split_bytes, &s.requested_bytes,
-          &s.oversize_allocations, &s.oversize_segments};
+  std::vector<const StatArray*> arrays;
+  for (const StatArrayField& field : kStatArrayFields) arrays.push_back(&(s.*field.member));
+  return arrays;
 }
 
 // The per-array equation AGGREGATE == SMALL + LARGE for current, allocated and freed.
 void expect_aggregate_is_sum(const DeviceStats& s) {
   for (const StatArray* a : all_arrays(s)) {
-    EXPECT_EQ((*a)[kAll].current, (*a)[kSmall].current + (*a)[kLarge].current);
-    EXPECT_EQ((*a)[kAll].allocated, (*a)[kSmall].allocated + (*a)[kLarge].allocated);
-    EXPECT_EQ((*a)[kAll].freed, (*a)[kSmall].freed + (*a)[kLarge].freed);
+    EXPECT_EQ(a->aggregate().current, (*a)[kSmall].current + (*a)[kLarge].current);
+    EXPECT_EQ(a->aggregate().allocated, (*a)[kSmall].allocated + (*a)[kLarge].allocated);
+    EXPECT_EQ(a->aggregate().freed, (*a)[kSmall].freed + (*a)[kLarge].freed);
   }
 }
 
@@ -90,18 +89,18 @@ TEST(DeviceStatsTrackerTest, AllocateAndFreeUpdateTheirPoolAndTheAggregate) {
   const DeviceStats& s = tracker.stats();
   expect_stat(s.allocation[kSmall], 1, 1, 1, 0);
   expect_stat(s.allocation[kLarge], 1, 1, 1, 0);
-  expect_stat(s.allocation[kAll], 2, 2, 2, 0);
-  expect_stat(s.active[kAll], 2, 2, 2, 0);
+  expect_stat(s.allocation.aggregate(), 2, 2, 2, 0);
+  expect_stat(s.active.aggregate(), 2, 2, 2, 0);
   expect_stat(s.allocated_bytes[kSmall], 512, 512, 512, 0);
   expect_stat(s.allocated_bytes[kLarge], 4 << 20, 4 << 20, 4 << 20, 0);
-  expect_stat(s.allocated_bytes[kAll], 512 + (4 << 20), 512 + (4 << 20), 512 + (4 << 20), 0);
-  expect_stat(s.active_bytes[kAll], 512 + (4 << 20), 512 + (4 << 20), 512 + (4 << 20), 0);
+  expect_stat(s.allocated_bytes.aggregate(), 512 + (4 << 20), 512 + (4 << 20), 512 + (4 << 20), 0);
+  expect_stat(s.active_bytes.aggregate(), 512 + (4 << 20), 512 + (4 << 20), 512 + (4 << 20), 0);
   expect_stat(s.requested_bytes[kSmall], 100, 100, 100, 0);
-  expect_stat(s.requested_bytes[kAll], 100 + (4 << 20) - 7, 100 + (4 << 20) - 7,
+  expect_stat(s.requested_bytes.aggregate(), 100 + (4 << 20) - 7, 100 + (4 << 20) - 7,
               100 + (4 << 20) - 7, 0);
-  expect_stat(s.segment[kAll], 2, 2, 2, 0);
+  expect_stat(s.segment.aggregate(), 2, 2, 2, 0);
   expect_stat(s.reserved_bytes[kSmall], 2 << 20, 2 << 20, 2 << 20, 0);
-  expect_stat(s.reserved_bytes[kAll], 6 << 20, 6 << 20, 6 << 20, 0);
+  expect_stat(s.reserved_bytes.aggregate(), 6 << 20, 6 << 20, 6 << 20, 0);
   EXPECT_EQ(s.num_device_alloc, 2);
   EXPECT_EQ(s.num_device_free, 0);
   expect_aggregate_is_sum(s);
@@ -109,19 +108,19 @@ TEST(DeviceStatsTrackerTest, AllocateAndFreeUpdateTheirPoolAndTheAggregate) {
   tracker.on_free(StatType::kSmallPool, 512, 100);
   tracker.check_invariants();
   expect_stat(s.allocation[kSmall], 0, 1, 1, 1);
-  expect_stat(s.allocation[kAll], 1, 2, 2, 1);
+  expect_stat(s.allocation.aggregate(), 1, 2, 2, 1);
   expect_stat(s.allocated_bytes[kSmall], 0, 512, 512, 512);
   expect_stat(s.requested_bytes[kSmall], 0, 100, 100, 100);
-  expect_stat(s.active_bytes[kAll], 4 << 20, 512 + (4 << 20), 512 + (4 << 20), 512);
+  expect_stat(s.active_bytes.aggregate(), 4 << 20, 512 + (4 << 20), 512 + (4 << 20), 512);
   expect_aggregate_is_sum(s);
 
   tracker.on_free(StatType::kLargePool, 4 << 20, (4 << 20) - 7);
   tracker.on_segment_release(StatType::kLargePool, 4 << 20);
   tracker.on_segment_release(StatType::kSmallPool, 2 << 20);
   tracker.check_invariants();
-  expect_stat(s.allocation[kAll], 0, 2, 2, 2);
-  expect_stat(s.segment[kAll], 0, 2, 2, 2);
-  expect_stat(s.reserved_bytes[kAll], 0, 6 << 20, 6 << 20, 6 << 20);
+  expect_stat(s.allocation.aggregate(), 0, 2, 2, 2);
+  expect_stat(s.segment.aggregate(), 0, 2, 2, 2);
+  expect_stat(s.reserved_bytes.aggregate(), 0, 6 << 20, 6 << 20, 6 << 20);
   expect_stat(s.reserved_bytes[kLarge], 0, 4 << 20, 4 << 20, 4 << 20);
   EXPECT_EQ(s.num_device_alloc, 2);
   EXPECT_EQ(s.num_device_free, 2);
@@ -135,10 +134,10 @@ TEST(DeviceStatsTrackerTest, InactiveSplitMovesBothWays) {
   tracker.check_invariants();
   const DeviceStats& s = tracker.stats();
   expect_stat(s.inactive_split[kLarge], 2, 2, 2, 0);
-  expect_stat(s.inactive_split_bytes[kAll], 3 << 20, 3 << 20, 3 << 20, 0);
+  expect_stat(s.inactive_split_bytes.aggregate(), 3 << 20, 3 << 20, 3 << 20, 0);
   tracker.on_inactive_split(StatType::kLargePool, -1, -(1 << 20));
   tracker.on_inactive_split(StatType::kLargePool, 0, 0);  // no change at all
-  expect_stat(s.inactive_split[kAll], 1, 2, 2, 1);
+  expect_stat(s.inactive_split.aggregate(), 1, 2, 2, 1);
   expect_stat(s.inactive_split_bytes[kLarge], 2 << 20, 3 << 20, 3 << 20, 1 << 20);
   expect_stat(s.inactive_split[kSmall], 0, 0, 0, 0);
   tracker.on_inactive_split(StatType::kLargePool, -1, -(2 << 20));
@@ -165,7 +164,7 @@ TEST(DeviceStatsTrackerTest, ResetPeakSetsEveryPeakToCurrent) {
   tracker.on_free(StatType::kSmallPool, 1024, 1000);
   tracker.on_inactive_split(StatType::kSmallPool, 1, 1024);
   tracker.on_inactive_split(StatType::kSmallPool, -1, -1024);
-  ASSERT_EQ(tracker.stats().allocated_bytes[kAll].peak, 1536);
+  ASSERT_EQ(tracker.stats().allocated_bytes.aggregate().peak, 1536);
 
   tracker.reset_peak();
   tracker.check_invariants();
@@ -174,15 +173,15 @@ TEST(DeviceStatsTrackerTest, ResetPeakSetsEveryPeakToCurrent) {
     for (const Stat& stat : *a) EXPECT_EQ(stat.peak, stat.current);
   }
   // Only peaks changed.
-  expect_stat(s.allocated_bytes[kAll], 512, 512, 1536, 1024);
+  expect_stat(s.allocated_bytes.aggregate(), 512, 512, 1536, 1024);
   expect_stat(s.allocation[kSmall], 1, 1, 2, 1);
-  expect_stat(s.inactive_split[kAll], 0, 0, 1, 1);
-  expect_stat(s.reserved_bytes[kAll], 2 << 20, 2 << 20, 2 << 20, 0);
+  expect_stat(s.inactive_split.aggregate(), 0, 0, 1, 1);
+  expect_stat(s.reserved_bytes.aggregate(), 2 << 20, 2 << 20, 2 << 20, 0);
   EXPECT_EQ(s.num_device_alloc, 1);
 
   // Peaks grow again from the new base.
   tracker.on_allocate(StatType::kSmallPool, 2048, 2048);
-  expect_stat(s.allocated_bytes[kAll], 2560, 2560, 3584, 1024);
+  expect_stat(s.allocated_bytes.aggregate(), 2560, 2560, 3584, 1024);
   tracker.on_free(StatType::kSmallPool, 2048, 2048);
   tracker.on_free(StatType::kSmallPool, 512, 512);
   tracker.on_segment_release(StatType::kSmallPool, 2 << 20);
@@ -215,15 +214,15 @@ TEST(DeviceStatsTrackerTest, ResetAccumulatedClearsAllocatedFreedAndCounters) {
   EXPECT_EQ(s.num_device_alloc, 0);
   EXPECT_EQ(s.num_device_free, 0);
   // Current and peak survive.
-  expect_stat(s.allocated_bytes[kAll], 4 << 20, (4 << 20) + 512, 0, 0);
-  expect_stat(s.segment[kAll], 1, 2, 0, 0);
+  expect_stat(s.allocated_bytes.aggregate(), 4 << 20, (4 << 20) + 512, 0, 0);
+  expect_stat(s.segment.aggregate(), 1, 2, 0, 0);
   expect_stat(s.requested_bytes[kLarge], 3 << 20, 3 << 20, 0, 0);
 
   // Counting restarts from zero.
   tracker.on_free(StatType::kLargePool, 4 << 20, 3 << 20);
   tracker.on_segment_release(StatType::kLargePool, 4 << 20);
   tracker.check_invariants();
-  expect_stat(s.allocated_bytes[kAll], 0, (4 << 20) + 512, 0, 4 << 20);
+  expect_stat(s.allocated_bytes.aggregate(), 0, (4 << 20) + 512, 0, 4 << 20);
   EXPECT_EQ(s.num_device_free, 1);
   expect_aggregate_is_sum(s);
 }

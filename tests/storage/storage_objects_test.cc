@@ -48,8 +48,8 @@ class StorageObjectsTest : public testing::LeakCheckedTest {
     LeakCheckedTest::TearDown();
   }
 
-  int64_t live_allocations() const { return allocator_.stats().allocation[kAll].current; }
-  int64_t allocated_bytes() const { return allocator_.stats().allocated_bytes[kAll].current; }
+  int64_t live_allocations() const { return allocator_.stats().allocation.aggregate().current; }
+  int64_t allocated_bytes() const { return allocator_.stats().allocated_bytes.aggregate().current; }
 
   // A releaser that counts its calls and then frees directly.
   TensorStorage::Releaser counting_releaser(int* calls) {
@@ -83,7 +83,7 @@ TEST_F(StorageObjectsTest, NoCycleEverythingExpiresAfterTheLastOwner) {
   EXPECT_EQ(tensor->blob()->storage()->size(), 128u);
   EXPECT_EQ(live_allocations(), 1);
   EXPECT_EQ(allocated_bytes(), 512);  // SystemAllocator rounds to 512 bytes
-  EXPECT_EQ(allocator_.stats().requested_bytes[kAll].current, 128);
+  EXPECT_EQ(allocator_.stats().requested_bytes.aggregate().current, 128);
   // The front end holds the only references (no hidden owner, no cycle).
   EXPECT_EQ(weak_tensor.use_count(), 1);
   EXPECT_EQ(weak_blob.use_count(), 1);
@@ -95,7 +95,7 @@ TEST_F(StorageObjectsTest, NoCycleEverythingExpiresAfterTheLastOwner) {
   EXPECT_TRUE(weak_storage.expired());
   EXPECT_EQ(live_allocations(), 0);
   EXPECT_EQ(allocated_bytes(), 0);
-  EXPECT_EQ(allocator_.stats().allocation[kAll].freed, 1);
+  EXPECT_EQ(allocator_.stats().allocation.aggregate().freed, 1);
 }
 
 TEST_F(StorageObjectsTest, ViewsShareOneStorageAndReleaseOnceWhenTheLastDies) {
@@ -171,7 +171,7 @@ TEST_F(StorageObjectsTest, DoubleReleaseThrowsAndChangesNothing) {
   }
   EXPECT_TRUE(storage->released());
   const DeviceStats after = allocator_.stats();
-  EXPECT_EQ(after.allocation[kAll].freed, before.allocation[kAll].freed);
+  EXPECT_EQ(after.allocation.aggregate().freed, before.allocation.aggregate().freed);
   EXPECT_EQ(after.num_device_free, before.num_device_free);
 }
 
@@ -258,7 +258,8 @@ TEST_F(StorageObjectsTest, ZeroElementTensorHasAnEmptyAllocation) {
   EXPECT_EQ(storage.size(), 0u);
   EXPECT_EQ(tensor->blob()->numel(), 0);
   EXPECT_EQ(live_allocations(), 0);
-  EXPECT_EQ(allocator_.stats().allocation[kAll].allocated, 0);  // the allocator was not touched
+  // The allocator was not touched:
+  EXPECT_EQ(allocator_.stats().allocation.aggregate().allocated, 0);
   std::weak_ptr<BlobStorage> weak_storage = tensor->blob()->storage();
   tensor.reset();
   EXPECT_TRUE(weak_storage.expired());
@@ -280,7 +281,7 @@ TEST_F(StorageObjectsTest, AllocateTensorStorageRejectsBadInputWithoutAllocating
   EXPECT_THROW(allocate_tensor_storage(allocator_, {4}, DType::kF32, TensorStorage::Releaser()),
                InvalidArgument);
   EXPECT_EQ(calls, 0);
-  EXPECT_EQ(allocator_.stats().allocation[kAll].allocated, 0);
+  EXPECT_EQ(allocator_.stats().allocation.aggregate().allocated, 0);
   EXPECT_EQ(allocator_.stats().num_ooms, 0);
 }
 
@@ -291,11 +292,11 @@ TEST_F(StorageObjectsTest, OutOfMemoryHoldsNothingAndRunsNoReleaser) {
                OutOfMemoryError);
   EXPECT_EQ(calls, 0);
   EXPECT_EQ(limited.stats().num_ooms, 1);
-  EXPECT_EQ(limited.stats().allocation[kAll].allocated, 0);
+  EXPECT_EQ(limited.stats().allocation.aggregate().allocated, 0);
   // The same allocator still serves a request that fits.
   std::shared_ptr<TensorStorage> fits =
       allocate_tensor_storage(limited, {1 << 18}, DType::kF32, counting_releaser(&calls));
-  EXPECT_EQ(limited.stats().reserved_bytes[kAll].current, 1 << 20);
+  EXPECT_EQ(limited.stats().reserved_bytes.aggregate().current, 1 << 20);
   fits.reset();
   EXPECT_EQ(calls, 1);
   testing::expect_nothing_live(limited);

@@ -47,12 +47,12 @@ TEST_P(SystemAllocatorTest, StatisticsAreExactAfterEveryStep) {
   Allocation a = allocator.allocate(1);
   allocator.check_invariants();
   DeviceStats s = allocator.stats();
-  expect_stat(s.allocation[kAll], 1, 1, 1, 0, "allocation");
-  expect_stat(s.allocated_bytes[kAll], 512, 512, 512, 0, "allocated_bytes");
-  expect_stat(s.reserved_bytes[kAll], 512, 512, 512, 0, "reserved_bytes");
-  expect_stat(s.requested_bytes[kAll], 1, 1, 1, 0, "requested_bytes");
-  expect_stat(s.segment[kAll], 1, 1, 1, 0, "segment");
-  expect_stat(s.active_bytes[kAll], 512, 512, 512, 0, "active_bytes");
+  expect_stat(s.allocation.aggregate(), 1, 1, 1, 0, "allocation");
+  expect_stat(s.allocated_bytes.aggregate(), 512, 512, 512, 0, "allocated_bytes");
+  expect_stat(s.reserved_bytes.aggregate(), 512, 512, 512, 0, "reserved_bytes");
+  expect_stat(s.requested_bytes.aggregate(), 1, 1, 1, 0, "requested_bytes");
+  expect_stat(s.segment.aggregate(), 1, 1, 1, 0, "segment");
+  expect_stat(s.active_bytes.aggregate(), 512, 512, 512, 0, "active_bytes");
   expect_stat(s.allocated_bytes[kSmall], 512, 512, 512, 0, "small allocated_bytes");
   expect_stat(s.allocated_bytes[kLarge], 0, 0, 0, 0, "large allocated_bytes");
   EXPECT_EQ(s.num_device_alloc, 1);
@@ -61,11 +61,11 @@ TEST_P(SystemAllocatorTest, StatisticsAreExactAfterEveryStep) {
   Allocation b = allocator.allocate(kBig);
   allocator.check_invariants();
   s = allocator.stats();
-  expect_stat(s.allocation[kAll], 2, 2, 2, 0, "allocation");
-  expect_stat(s.allocated_bytes[kAll], 512 + kBigRounded, 512 + kBigRounded, 512 + kBigRounded, 0,
-              "allocated_bytes");
+  expect_stat(s.allocation.aggregate(), 2, 2, 2, 0, "allocation");
+  expect_stat(s.allocated_bytes.aggregate(), 512 + kBigRounded, 512 + kBigRounded,
+              512 + kBigRounded, 0, "allocated_bytes");
   expect_stat(s.reserved_bytes[kLarge], kBigRounded, kBigRounded, kBigRounded, 0, "large reserved");
-  expect_stat(s.requested_bytes[kAll], 1 + kBig, 1 + kBig, 1 + kBig, 0, "requested_bytes");
+  expect_stat(s.requested_bytes.aggregate(), 1 + kBig, 1 + kBig, 1 + kBig, 0, "requested_bytes");
   expect_stat(s.segment[kLarge], 1, 1, 1, 0, "large segment");
   EXPECT_EQ(allocator.allocated_size(b), kBigRounded);
   EXPECT_EQ(allocator.requested_size(b), kBig);
@@ -74,35 +74,35 @@ TEST_P(SystemAllocatorTest, StatisticsAreExactAfterEveryStep) {
   allocator.deallocate(b);
   allocator.check_invariants();
   s = allocator.stats();
-  expect_stat(s.allocation[kAll], 1, 2, 2, 1, "allocation");
-  expect_stat(s.allocated_bytes[kAll], 512, 512 + kBigRounded, 512 + kBigRounded, kBigRounded,
+  expect_stat(s.allocation.aggregate(), 1, 2, 2, 1, "allocation");
+  expect_stat(s.allocated_bytes.aggregate(), 512, 512 + kBigRounded, 512 + kBigRounded, kBigRounded,
               "allocated_bytes");
-  expect_stat(s.reserved_bytes[kAll], 512, 512 + kBigRounded, 512 + kBigRounded, kBigRounded,
+  expect_stat(s.reserved_bytes.aggregate(), 512, 512 + kBigRounded, 512 + kBigRounded, kBigRounded,
               "reserved_bytes");
-  expect_stat(s.requested_bytes[kAll], 1, 1 + kBig, 1 + kBig, kBig, "requested_bytes");
+  expect_stat(s.requested_bytes.aggregate(), 1, 1 + kBig, 1 + kBig, kBig, "requested_bytes");
   expect_stat(s.segment[kLarge], 0, 1, 1, 1, "large segment");
   EXPECT_EQ(s.num_device_free, 1);
 
   allocator.reset_peak_stats();
   s = allocator.stats();
-  expect_stat(s.allocated_bytes[kAll], 512, 512, 512 + kBigRounded, kBigRounded,
+  expect_stat(s.allocated_bytes.aggregate(), 512, 512, 512 + kBigRounded, kBigRounded,
               "after reset_peak");
   expect_stat(s.segment[kLarge], 0, 0, 1, 1, "large segment after reset_peak");
 
   allocator.reset_accumulated_stats();
   s = allocator.stats();
-  expect_stat(s.allocated_bytes[kAll], 512, 512, 0, 0, "after reset_accumulated");
-  expect_stat(s.allocation[kAll], 1, 1, 0, 0, "allocation after reset_accumulated");
+  expect_stat(s.allocated_bytes.aggregate(), 512, 512, 0, 0, "after reset_accumulated");
+  expect_stat(s.allocation.aggregate(), 1, 1, 0, 0, "allocation after reset_accumulated");
   EXPECT_EQ(s.num_device_alloc, 0);
   EXPECT_EQ(s.num_device_free, 0);
 
   allocator.deallocate(a);
   allocator.check_invariants();
   s = allocator.stats();
-  expect_stat(s.allocated_bytes[kAll], 0, 512, 0, 512, "allocated_bytes at the end");
-  expect_stat(s.requested_bytes[kAll], 0, 1, 0, 1, "requested_bytes at the end");
+  expect_stat(s.allocated_bytes.aggregate(), 0, 512, 0, 512, "allocated_bytes at the end");
+  expect_stat(s.requested_bytes.aggregate(), 0, 1, 0, 1, "requested_bytes at the end");
   EXPECT_EQ(s.num_device_free, 1);
-  EXPECT_EQ(s.inactive_split[kAll].peak, 0);
+  EXPECT_EQ(s.inactive_split.aggregate().peak, 0);
   testing::expect_nothing_live(allocator);
 }
 
@@ -162,7 +162,7 @@ TEST_P(SystemAllocatorTest, FreeGivesTheSegmentBackAtOnceAndIdsKeepGrowing) {
   Allocation b = allocator.allocate(700);
   EXPECT_EQ(b.id, first_id + 1);
   allocator.empty_cache();  // nothing cached: a no-op that keeps b
-  EXPECT_EQ(allocator.stats().reserved_bytes[kAll].current, 1024);
+  EXPECT_EQ(allocator.stats().reserved_bytes.aggregate().current, 1024);
   allocator.deallocate(b);
   testing::expect_nothing_live(allocator);
 }
@@ -195,7 +195,7 @@ TEST_P(SystemAllocatorTest, MemoryLimitThrowsOutOfMemoryAndCountsIt) {
 
   // Exactly at the limit is fine, and the allocator keeps working after an OOM.
   Allocation c = allocator.allocate(512);
-  EXPECT_EQ(allocator.stats().reserved_bytes[kAll].current, 4096);
+  EXPECT_EQ(allocator.stats().reserved_bytes.aggregate().current, 4096);
   allocator.deallocate(b);
   Allocation d = allocator.allocate(1536);
   EXPECT_TRUE(d);

@@ -28,13 +28,13 @@ MemoryBackend& backend_of(DeviceType type) {
 
 void expect_nothing_live(Allocator& allocator) {
   DeviceStats s = allocator.stats();
-  EXPECT_EQ(s.allocation[kAll].current, 0) << allocator.name() << "\n" << s.to_string();
-  EXPECT_EQ(s.allocated_bytes[kAll].current, 0) << allocator.name() << "\n" << s.to_string();
-  EXPECT_EQ(s.requested_bytes[kAll].current, 0) << allocator.name() << "\n" << s.to_string();
+  EXPECT_EQ(s.allocation.aggregate().current, 0) << allocator.name() << "\n" << s.to_string();
+  EXPECT_EQ(s.allocated_bytes.aggregate().current, 0) << allocator.name() << "\n" << s.to_string();
+  EXPECT_EQ(s.requested_bytes.aggregate().current, 0) << allocator.name() << "\n" << s.to_string();
   allocator.empty_cache();
   s = allocator.stats();
-  EXPECT_EQ(s.reserved_bytes[kAll].current, 0) << allocator.name() << "\n" << s.to_string();
-  EXPECT_EQ(s.segment[kAll].current, 0) << allocator.name() << "\n" << s.to_string();
+  EXPECT_EQ(s.reserved_bytes.aggregate().current, 0) << allocator.name() << "\n" << s.to_string();
+  EXPECT_EQ(s.segment.aggregate().current, 0) << allocator.name() << "\n" << s.to_string();
   allocator.check_invariants();
 }
 

@@ -11,10 +11,9 @@
 // whatever their size. The out-of-memory ladders of the allocators are tested with it.
 //
 // stats_equal / same_stats compare two DeviceStats snapshots field by field ("changes nothing"
-// checks); expect_stat checks the four numbers of one Stat; kAll / kSmall / kLarge index a
-// StatArray. write_pattern / expect_pattern prove that a block holds its own data, and
-// expect_disjoint that blocks do not overlap. A test file takes them all with
-// `using namespace oclvm::testing;`.
+// checks); expect_stat checks the four numbers of one Stat; kSmall / kLarge index a StatArray.
+// write_pattern / expect_pattern prove that a block holds its own data, and expect_disjoint that
+// blocks do not overlap. A test file takes them all with `using namespace oclvm::testing;`.
 //
 // This file is compiled into more than one test binary (see CMakeLists.txt): it registers no tests,
 // environments or listeners and holds no global state of its own.
@@ -35,10 +34,10 @@
 
 namespace oclvm::testing {
 
-// Indices of a StatArray, and byte units, for writing expected values.
-inline constexpr size_t kAll = static_cast<size_t>(StatType::kAggregate);
-inline constexpr size_t kSmall = static_cast<size_t>(StatType::kSmallPool);
-inline constexpr size_t kLarge = static_cast<size_t>(StatType::kLargePool);
+// The pools of a StatArray (array[kSmall]; the whole device is array.aggregate()), and byte units,
+// for writing expected values.
+inline constexpr StatType kSmall = StatType::kSmallPool;
+inline constexpr StatType kLarge = StatType::kLargePool;
 inline constexpr size_t kKiB = 1024;
 inline constexpr size_t kMiB = 1024 * kKiB;
 

@@ -42,9 +42,9 @@ TEST_F(TrackingAllocatorTest, NameAndForwardingMatchTheInnerAllocator) {
   Allocation a = allocator->allocate(1000);
   EXPECT_EQ(allocator->allocated_size(a), 1024u);
   EXPECT_TRUE(same_stats(allocator->stats(), allocator->inner().stats()));
-  EXPECT_EQ(allocator->stats().allocated_bytes[kAll].current, 1024);
+  EXPECT_EQ(allocator->stats().allocated_bytes.aggregate().current, 1024);
   allocator->reset_accumulated_stats();
-  EXPECT_EQ(allocator->inner().stats().allocated_bytes[kAll].allocated, 0);
+  EXPECT_EQ(allocator->inner().stats().allocated_bytes.aggregate().allocated, 0);
   allocator->deallocate(a);
   allocator->check_invariants();
   testing::expect_nothing_live(*allocator);
@@ -179,9 +179,9 @@ TEST_F(TrackingAllocatorTest, WrapsTheBuddyAllocatorAndForwardsEmptyCache) {
   Allocation a = allocator.allocate(700);
   EXPECT_EQ(allocator.live_records().at(0).allocated, 1024u);
   allocator.deallocate(a);
-  EXPECT_EQ(allocator.stats().reserved_bytes[kAll].current, 4096);  // cached by the buddy
+  EXPECT_EQ(allocator.stats().reserved_bytes.aggregate().current, 4096);  // cached by the buddy
   allocator.empty_cache();
-  EXPECT_EQ(allocator.stats().reserved_bytes[kAll].current, 0);
+  EXPECT_EQ(allocator.stats().reserved_bytes.aggregate().current, 0);
   testing::expect_nothing_live(allocator);
 }
 

@@ -23,7 +23,7 @@ uint64_t allocated_bytes(VirtualMachine& vm, Device device) {
   InstructionsBuilder b(vm);
   b.query_stats(device, &stats);
   vm.run(b.take());
-  return static_cast<uint64_t>(stats.allocated_bytes[0].current);
+  return static_cast<uint64_t>(stats.allocated_bytes.aggregate().current);
 }
 
 // Regression: a ticket dropped before wait() freed its batch while the worker still settled into

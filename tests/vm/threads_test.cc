@@ -120,11 +120,11 @@ TEST(ThreadsTest, EightProducersTenThousandRandomInstructionsEach) {
     b.empty_cache(device);
     b.query_stats(device, &stats);
     vm.run(b.take());
-    EXPECT_EQ(stats.allocated_bytes[0].current, 0) << device.str();
-    EXPECT_EQ(stats.allocation[0].current, 0) << device.str();
-    EXPECT_EQ(stats.reserved_bytes[0].current, 0) << device.str();
+    EXPECT_EQ(stats.allocated_bytes.aggregate().current, 0) << device.str();
+    EXPECT_EQ(stats.allocation.aggregate().current, 0) << device.str();
+    EXPECT_EQ(stats.reserved_bytes.aggregate().current, 0) << device.str();
     EXPECT_EQ(stats.num_ooms, 0) << device.str();
-    EXPECT_GT(stats.allocation[0].allocated, 0) << device.str() << " was never used";
+    EXPECT_GT(stats.allocation.aggregate().allocated, 0) << device.str() << " was never used";
   }
   vm.check_invariants();  // eight producers' batches, every one settled exactly once
 }

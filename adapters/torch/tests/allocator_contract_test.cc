@@ -102,36 +102,7 @@ constexpr const char* kNeedsCaching = "exact sizes of CachingAllocator (OCLVM_AL
 // ---------------------------------------------------------------------------------------------
 // Comparing statistics
 
-struct NamedArray {
-  const char* name;
-  C10StatArray Stats::*member;
-};
-constexpr NamedArray kArrays[] = {
-    {"allocation", &Stats::allocation},
-    {"segment", &Stats::segment},
-    {"active", &Stats::active},
-    {"inactive_split", &Stats::inactive_split},
-    {"allocated_bytes", &Stats::allocated_bytes},
-    {"reserved_bytes", &Stats::reserved_bytes},
-    {"active_bytes", &Stats::active_bytes},
-    {"inactive_split_bytes", &Stats::inactive_split_bytes},
-    {"requested_bytes", &Stats::requested_bytes},
-};
 constexpr const char* kPoolNames[] = {"all", "small_pool", "large_pool"};
-
-struct NamedCounter {
-  const char* name;
-  int64_t Stats::*member;
-};
-constexpr NamedCounter kCounters[] = {
-    {"num_alloc_retries", &Stats::num_alloc_retries},
-    {"num_ooms", &Stats::num_ooms},
-    {"num_sync_all_streams", &Stats::num_sync_all_streams},
-    {"num_device_alloc", &Stats::num_device_alloc},
-    {"num_device_free", &Stats::num_device_free},
-    {"num_oom_rejections", &Stats::num_oom_rejections},
-    {"max_split_size", &Stats::max_split_size},
-};
 
 std::string stat_text(const C10Stat& s) {
   return "{current " + std::to_string(s.current) + ", peak " + std::to_string(s.peak) +
@@ -148,7 +119,7 @@ bool same_stat(const C10Stat& a, const C10Stat& b) {
 ::testing::AssertionResult same_stats(const Stats& expected, const Stats& actual,
                                       const std::vector<std::string>& except = {}) {
   std::string diff;
-  for (const NamedArray& array : kArrays) {
+  for (const auto& array : kC10StatArrayFields) {
     for (size_t p = 0; p < 3; ++p) {
       const C10Stat& e = (expected.*array.member)[p];
       const C10Stat& a = (actual.*array.member)[p];
@@ -158,7 +129,7 @@ bool same_stat(const C10Stat& a, const C10Stat& b) {
       }
     }
   }
-  for (const NamedCounter& counter : kCounters) {
+  for (const auto& counter : kC10CounterFields) {
     if (std::find(except.begin(), except.end(), counter.name) != except.end()) continue;
     if (expected.*counter.member != actual.*counter.member) {
       diff += std::string("\n  ") + counter.name + ": expected " +
@@ -166,11 +137,13 @@ bool same_stat(const C10Stat& a, const C10Stat& b) {
               std::to_string(actual.*counter.member);
     }
   }
-  if (!same_stat(expected.oversize_allocations, actual.oversize_allocations)) {
-    diff += "\n  oversize_allocations differ";
-  }
-  if (!same_stat(expected.oversize_segments, actual.oversize_segments)) {
-    diff += "\n  oversize_segments differ";
+  for (const auto& stat : kC10StatFields) {
+    const C10Stat& e = expected.*stat.member;
+    const C10Stat& a = actual.*stat.member;
+    if (!same_stat(e, a)) {
+      diff += std::string("\n  ") + stat.name + ": expected " + stat_text(e) + ", got " +
+              stat_text(a);
+    }
   }
   if (actual.reserved_bytes_by_private_pools.size() !=
       expected.reserved_bytes_by_private_pools.size()) {
@@ -578,8 +551,8 @@ TEST_F(CLDeviceAllocatorTest, DeviceStatsAreOclvmQueryStatsOneToOne) {
   EXPECT_EQ(s.num_device_alloc, own.num_device_alloc);
   EXPECT_EQ(s.num_device_free, own.num_device_free);
   EXPECT_EQ(s.max_split_size, own.max_split_size);
-  const Stat& oversize_allocations = own.oversize_allocations[kAll];
-  const Stat& oversize_segments = own.oversize_segments[kAll];
+  const Stat& oversize_allocations = own.oversize_allocations.aggregate();
+  const Stat& oversize_segments = own.oversize_segments.aggregate();
   expect_stat(s.oversize_allocations, oversize_allocations.current, oversize_allocations.peak,
               oversize_allocations.allocated, oversize_allocations.freed, "oversize_allocations");
   expect_stat(s.oversize_segments, oversize_segments.current, oversize_segments.peak,
@@ -596,7 +569,7 @@ TEST_F(CLDeviceAllocatorTest, ResetPeakStatsSetsEveryPeakToCurrent) {
 
   allocator().resetPeakStats(0);
   const Stats after = stats(0);
-  for (const NamedArray& array : kArrays) {
+  for (const auto& array : kC10StatArrayFields) {
     for (size_t p = 0; p < 3; ++p) {
       const C10Stat& b = (before.*array.member)[p];
       const C10Stat& a = (after.*array.member)[p];
@@ -621,7 +594,7 @@ TEST_F(CLDeviceAllocatorTest, ResetAccumulatedStatsZeroesAllocatedFreedAndCounte
 
   allocator().resetAccumulatedStats(0);
   const Stats after = stats(0);
-  for (const NamedArray& array : kArrays) {
+  for (const auto& array : kC10StatArrayFields) {
     for (size_t p = 0; p < 3; ++p) {
       const C10Stat& b = (before.*array.member)[p];
       const C10Stat& a = (after.*array.member)[p];
