@@ -11,7 +11,10 @@
 // device's worker, so segments, blocks and events are one consistent moment of the device.
 //
 // The pickle (protocol 2) holds only dicts, lists, strings, integers, None and tuples; repeated
-// strings (file and function names) are stored once and referenced. Its structure, PyTorch's:
+// strings (file and function names) are stored once and referenced. Every opcode it writes (PROTO,
+// EMPTY_DICT, EMPTY_LIST, MARK, SETITEMS, APPENDS, BINUNICODE, LONG_BINPUT, LONG_BINGET, BININT,
+// LONG1, NEWTRUE, NEWFALSE, TUPLE2, STOP) is one that the unpickler of PyTorch's web viewer
+// (pytorch.org/memory_viz, MemoryViz.js) reads, so the file loads there as it is. Its structure, PyTorch's:
 //   {"segments": [{"device", "address", "total_size", "allocated_size", "active_size",
 //                  "requested_size", "stream", "segment_type": "small" | "large",
 //                  "segment_pool_id": (0, 0), "is_expandable": False, "frames": [],
