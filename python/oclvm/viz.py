@@ -993,7 +993,10 @@ def load(path) -> dict:
 
 
 def _default_device(snapshot: dict) -> int:
-    with_events = [i for i, trace in enumerate(snapshot["device_traces"]) if trace]
+    # A trace of only `snapshot` markers (taking a snapshot marks every device) has nothing to
+    # draw; the device that allocated is the one meant.
+    with_events = [i for i, trace in enumerate(snapshot["device_traces"])
+                   if any(e.get("action") != "snapshot" for e in trace)]
     if len(with_events) > 1:
         raise ValueError(f"Devices {', '.join(map(str, with_events))} have traces: "
                          f"choose one with --device")

@@ -559,3 +559,14 @@ def test_python_dash_m_oclvm_viz(tmp_path):
     missing = subprocess.run([sys.executable, "-m", "oclvm.viz", str(tmp_path / "nope.pickle")],
                              capture_output=True, text=True, env=env, timeout=300)
     assert missing.returncode == 1 and "nope.pickle: no such file" in missing.stderr
+
+
+def test_a_device_with_only_snapshot_markers_is_not_a_choice(tmp_path):
+    # Taking a snapshot marks every device's trace; the device that allocated is the one drawn.
+    snapshot = small_snapshot()
+    snapshot["device_traces"].append([{"action": "snapshot", "addr": 0, "size": 0, "stream": 0,
+                                       "time_us": 1, "frames": []}])
+    path = _dump(tmp_path / "snap.pickle", snapshot)
+    out = tmp_path / "out.svg"
+    assert viz.main([str(path), "-o", str(out)]) == 0
+    assert out.read_text() == viz.snapshot_svg(snapshot, device=0)
