@@ -43,9 +43,9 @@ test: build torch
 	cd build-torch && ctest --output-on-failure
 	OCLVM_EXIT_RUNS=4 $(PY) -m pytest -q tests/torch
 	@echo "the torch tests again on two pthread devices, in host sections"
-	OCLVM_EXIT_RUNS=4 OCLVM_OPINFO=0 POCL_DEVICES="pthread pthread" $(PY) -m pytest -q tests/torch
+	OCLVM_EXIT_RUNS=4 OCLVM_OPINFO=0 OCLVM_DIST_FULL=0 POCL_DEVICES="pthread pthread" $(PY) -m pytest -q tests/torch
 	@echo "the torch tests again on two pthread devices, operands copied (OCLVM_ZERO_COPY=0)"
-	OCLVM_EXIT_RUNS=4 OCLVM_OPINFO=0 OCLVM_ZERO_COPY=0 POCL_DEVICES="pthread pthread" $(PY) -m pytest -q tests/torch
+	OCLVM_EXIT_RUNS=4 OCLVM_OPINFO=0 OCLVM_DIST_FULL=0 OCLVM_ZERO_COPY=0 POCL_DEVICES="pthread pthread" $(PY) -m pytest -q tests/torch
 
 # The C++ package for embedders (design/embedding.md): headers under $(PREFIX)/include/oclvm, the
 # libraries, bin/oclvm and lib/cmake/oclvm for find_package(oclvm).

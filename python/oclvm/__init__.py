@@ -25,6 +25,9 @@ the storage methods.
 - streams: Stream and Event (classes: ``isinstance`` works), current_stream, default_stream,
   set_stream, stream (context manager). A stream is a VM stream with its own OpenCL queue; an
   event is a marker of one (Note [Event instances are torch.Event]).
+
+It also registers the torch.distributed backend ``oclvm`` (``oclvm.distributed``): collectives
+and DistributedDataParallel on opencl tensors, through gloo.
 """
 import atexit
 import dataclasses
@@ -516,6 +519,11 @@ from .memory import memory_snapshot  # noqa: E402,F401
 if not hasattr(torch, BACKEND):
     torch._register_device_module(BACKEND, sys.modules[__name__])
     torch.utils.generate_methods_for_privateuse1_backend(for_storage=True)
+
+# The c10d backend ``oclvm`` for torch.distributed (oclvm.distributed).
+from . import distributed  # noqa: E402
+
+distributed.register()
 
 
 def _drain_autograd_at_exit() -> None:

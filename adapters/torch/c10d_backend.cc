@@ -1,0 +1,527 @@
+// adapters/torch/c10d_backend.cc — see c10d_backend.h.
+#include "adapters/torch/c10d_backend.h"
+
+#include <ATen/ATen.h>
+#include <ATen/core/ivalue.h>
+#include <c10/core/StreamGuard.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
+
+#include <exception>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "oclvm/storage/thread_annotations.h"
+
+namespace oclvm::torch_adapter {
+namespace {
+
+// ---- Which device a collective is on ----------------------------------------------------------
+
+void collect(std::vector<const at::Tensor*>& out, const at::Tensor& t) {
+  if (t.defined()) out.push_back(&t);
+}
+void collect(std::vector<const at::Tensor*>& out, const std::vector<at::Tensor>& ts) {
+  for (const auto& t : ts) collect(out, t);
+}
+void collect(std::vector<const at::Tensor*>& out,
+             const std::vector<std::vector<at::Tensor>>& lists) {
+  for (const auto& ts : lists) collect(out, ts);
+}
+
+// Checks that every tensor of the collective `name` is on one device, before anything is copied
+// or sent: a collective mixing host and device tensors, or two opencl devices, is a caller's
+// mistake gloo cannot see once the tensors are staged.
+template <typename... Tensors>
+void check_one_device(const char* name, const Tensors&... tensors) {
+  std::vector<const at::Tensor*> all;
+  (collect(all, tensors), ...);
+  for (const at::Tensor* t : all) {
+    TORCH_CHECK_VALUE(t->device() == all.front()->device(), "oclvm backend: ", name,
+                      " got tensors on ", all.front()->device(), " and on ", t->device(),
+                      "; every tensor of one collective must be on the same device");
+    TORCH_CHECK_VALUE(t->is_cpu() || t->is_privateuseone(), "oclvm backend: ", name,
+                      " got a tensor on ", t->device(), "; it moves opencl and cpu tensors");
+    TORCH_CHECK_VALUE(t->layout() == at::kStrided, "oclvm backend: ", name,
+                      " takes dense tensors, got layout ", t->layout());
+  }
+}
+
+// ---- Host twins -------------------------------------------------------------------------------
+
+}  // namespace
+
+// Host buffers of finished collectives, kept for later ones of the same byte size. The host
+// allocator has no cache: a new buffer is new memory whose first touch costs more than the copy
+// into it (64 MiB: ~40 ms of page faults against ~9 ms of copying), and a training loop
+// all-reduces buckets of the same sizes every step.
+//
+// Thread-safety: thread-safe (one mutex): buffers are taken on the issuing thread and given back
+// by whichever thread drops the collective's Staging.
+class TwinPool {
+ public:
+  // A contiguous CPU tensor of `sizes` and `dtype` in a host-allocator buffer (pin_memory()),
+  // reused when one of the same byte size is free.
+  at::Tensor take(at::IntArrayRef sizes, at::ScalarType dtype) {
+    const size_t bytes = c10::multiply_integers(sizes) * c10::elementSize(dtype);
+    at::Tensor buffer;
+    {
+      MutexLock lock(mutex_);
+      auto found = free_.find(bytes);
+      if (found != free_.end()) {
+        buffer = std::move(found->second);
+        free_.erase(found);
+        pooled_bytes_ -= bytes;
+      }
+    }
+    if (!buffer.defined()) {
+      buffer = at::empty({static_cast<int64_t>(bytes)},
+                         at::TensorOptions().dtype(at::kByte).pinned_memory(true));
+    }
+    return buffer.view(dtype).view(sizes);
+  }
+
+  // Keeps `twin`'s buffer for a later take(), unless that would pool more than kMaxPooledBytes.
+  void give_back(const at::Tensor& twin) {
+    const size_t bytes = twin.nbytes();
+    if (bytes == 0) return;
+    at::Tensor buffer = twin.view({-1}).view(at::kByte);
+    MutexLock lock(mutex_);
+    if (pooled_bytes_ + bytes > kMaxPooledBytes) return;
+    pooled_bytes_ += bytes;
+    free_.emplace(bytes, std::move(buffer));
+  }
+
+ private:
+  static constexpr size_t kMaxPooledBytes = size_t{512} << 20;
+
+  Mutex mutex_;
+  std::multimap<size_t, at::Tensor> free_ OCLVM_GUARDED_BY(mutex_);  // by byte size
+  size_t pooled_bytes_ OCLVM_GUARDED_BY(mutex_) = 0;
+};
+
+namespace {
+
+// The host twins of one collective (c10d_backend.h): made and filled on the issuing thread,
+// copied back into their device tensors by copy_back() on the thread that finishes the work, and
+// given back to the pool when the last holder (the work, gloo's callback) drops it.
+class Staging {
+ public:
+  // `twin_cpu_tensors`: CPU tensors get twins too (PREMUL_SUM scales the twins, never the
+  // caller's inputs).
+  explicit Staging(std::shared_ptr<TwinPool> pool, bool twin_cpu_tensors = false)
+      : pool_(std::move(pool)), twin_cpu_tensors_(twin_cpu_tensors) {}
+  ~Staging() {
+    for (const auto& twin : twins_) {
+      if (!twin.tensor.is_cpu()) pool_->give_back(twin.host);
+    }
+  }
+  Staging(const Staging&) = delete;
+  Staging& operator=(const Staging&) = delete;
+
+  // `t` itself when it is a CPU tensor that needs no twin; else its twin, filled from `t` when
+  // `read`, copied back into `t` by copy_back() when `written`.
+  at::Tensor twin(const at::Tensor& t, bool read, bool written) {
+    if (!t.defined() || (t.is_cpu() && !twin_cpu_tensors_)) return t;
+    at::NoGradGuard no_grad;
+    if (!stream_ && t.is_privateuseone()) {
+      stream_ = c10::impl::VirtualGuardImpl(t.device().type()).getStream(t.device());
+    }
+    at::Tensor host = t.is_cpu() ? at::empty(t.sizes(), t.scalar_type())
+                                 : pool_->take(t.sizes(), t.scalar_type());
+    if (read) host.copy_(t);
+    twins_.push_back({t, host, written});
+    return host;
+  }
+  std::vector<at::Tensor> twins(const std::vector<at::Tensor>& ts, bool read, bool written) {
+    std::vector<at::Tensor> out;
+    out.reserve(ts.size());
+    for (const auto& t : ts) out.push_back(twin(t, read, written));
+    return out;
+  }
+  std::vector<std::vector<at::Tensor>> twins(const std::vector<std::vector<at::Tensor>>& lists,
+                                             bool read, bool written) {
+    std::vector<std::vector<at::Tensor>> out;
+    out.reserve(lists.size());
+    for (const auto& ts : lists) out.push_back(twins(ts, read, written));
+    return out;
+  }
+
+  bool empty() const { return twins_.empty(); }
+
+  // Copies every written twin into its tensor, on the stream the collective was issued on.
+  void copy_back() const {
+    at::NoGradGuard no_grad;
+    std::optional<c10::StreamGuard> on_stream;
+    if (stream_) on_stream.emplace(*stream_);
+    for (const auto& twin : twins_) {
+      if (twin.written) twin.tensor.copy_(twin.host);
+    }
+  }
+
+  // The written tensors (the work's result).
+  std::vector<at::Tensor> written() const {
+    std::vector<at::Tensor> out;
+    for (const auto& twin : twins_) {
+      if (twin.written) out.push_back(twin.tensor);
+    }
+    return out;
+  }
+
+ private:
+  struct Twin {
+    at::Tensor tensor;  // the caller's
+    at::Tensor host;
+    bool written;
+  };
+  const std::shared_ptr<TwinPool> pool_;
+  const bool twin_cpu_tensors_;
+  std::vector<Twin> twins_;
+  std::optional<c10::Stream> stream_;
+};
+
+// gloo has no PREMUL_SUM: the twins (every tensor is twinned for it, Staging(true)) are scaled by
+// the factor here and gloo sums them. Any other op is gloo's own.
+bool is_premul_sum(const c10d::ReduceOp& op) { return op.op_ == c10d::ReduceOp::PREMUL_SUM; }
+
+c10d::ReduceOp scale_for_gloo(const c10d::ReduceOp& op, const std::vector<at::Tensor>& twins) {
+  if (!is_premul_sum(op)) return op;
+  const auto* factor = dynamic_cast<const c10d::PreMulSumSupplement*>(op.supplement_.get());
+  TORCH_CHECK_VALUE(factor != nullptr, "oclvm backend: PREMUL_SUM without a factor");
+  at::NoGradGuard no_grad;
+  for (const auto& t : twins) {
+    if (factor->tensor_factor.defined()) {
+      t.mul_(factor->tensor_factor.to(at::kCPU));
+    } else {
+      t.mul_(factor->double_factor);
+    }
+  }
+  return c10d::ReduceOp(c10d::ReduceOp::SUM);
+}
+
+std::vector<at::Tensor> flatten(const std::vector<std::vector<at::Tensor>>& lists) {
+  std::vector<at::Tensor> out;
+  for (const auto& ts : lists) out.insert(out.end(), ts.begin(), ts.end());
+  return out;
+}
+
+// ---- The work ---------------------------------------------------------------------------------
+
+// How a StagedWork learns that gloo is done: from gloo's future, or only by waiting on gloo's
+// work (completion_of).
+enum class Completion { kFuture, kOnWait };
+
+class StagedWork final : public c10d::Work {
+ public:
+  StagedWork(int rank, c10d::OpType type, c10::intrusive_ptr<c10d::Work> gloo,
+             std::shared_ptr<const Staging> staging, Completion completion)
+      : Work(rank, type),
+        gloo_(std::move(gloo)),
+        staging_(std::move(staging)),
+        completion_(completion),
+        future_(c10::make_intrusive<c10::ivalue::Future>(
+            c10::ListType::create(c10::TensorType::get()))) {
+    if (completion_ == Completion::kFuture) {
+      // The callback holds what finishing needs, not the work (which may be dropped first).
+      auto future = future_;
+      auto staging_held = staging_;
+      gloo_->getFuture()->addCallback([future, staging_held](c10::ivalue::Future& done) {
+        if (done.hasError()) {
+          future->setError(done.exception_ptr());
+          return;
+        }
+        finish(*staging_held, *future);
+      });
+    }
+  }
+
+  // Never blocks: a send or recv gloo has finished is finished here (its copy back) first.
+  bool isCompleted() override {
+    if (completion_ == Completion::kOnWait && !future_->completed() && gloo_->isCompleted()) {
+      finish_once(::kNoTimeout);
+    }
+    return future_->completed();
+  }
+  bool isSuccess() const override { return future_->completed() && !future_->hasError(); }
+  std::exception_ptr exception() const override {
+    return future_->completed() && future_->hasError() ? future_->exception_ptr() : nullptr;
+  }
+  int sourceRank() const override { return gloo_->sourceRank(); }
+  std::vector<at::Tensor> result() override {
+    wait(::kNoTimeout);
+    return future_->value().toTensorVector();
+  }
+  void synchronize() override {}
+  void abort() override { gloo_->abort(); }
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+
+  // Returns once the written tensors hold the result; rethrows gloo's error or the copy's.
+  bool wait(std::chrono::milliseconds timeout) override {
+    if (completion_ == Completion::kOnWait) {
+      finish_once(timeout);
+    } else if (timeout != ::kNoTimeout && !future_->completed()) {
+      gloo_->wait(timeout);  // gloo's timeout error when it is not done in time
+    }
+    future_->wait();
+    if (future_->hasError()) std::rethrow_exception(future_->exception_ptr());
+    return true;
+  }
+
+ private:
+  // For Completion::kOnWait: waits for gloo, then finishes, once; a gloo error (its timeout) is
+  // the work's error from then on.
+  void finish_once(std::chrono::milliseconds timeout) {
+    std::call_once(waited_, [&] {
+      try {
+        gloo_->wait(timeout);
+      } catch (...) {
+        future_->setError(std::current_exception());
+        return;
+      }
+      finish(*staging_, *future_);
+    });
+  }
+
+  static void finish(const Staging& staging, c10::ivalue::Future& future) {
+    try {
+      staging.copy_back();
+    } catch (...) {
+      future.setError(std::current_exception());
+      return;
+    }
+    future.markCompleted(c10::IValue(staging.written()));
+  }
+
+  const c10::intrusive_ptr<c10d::Work> gloo_;
+  const std::shared_ptr<const Staging> staging_;
+  const Completion completion_;
+  const c10::intrusive_ptr<c10::ivalue::Future> future_;
+  std::once_flag waited_;
+};
+
+// How gloo's work tells it is done: some of gloo's works (send, recv, reduce_scatter) have no
+// future, and say so only by throwing from getFuture().
+Completion completion_of(c10d::Work& gloo) {
+  try {
+    gloo.getFuture();
+    return Completion::kFuture;
+  } catch (const c10::Error&) {
+    return Completion::kOnWait;
+  }
+}
+
+// gloo's work when nothing was staged (a CPU collective: gloo's own behaviour, no extra cost);
+// else a StagedWork that copies the results back.
+c10::intrusive_ptr<c10d::Work> staged(int rank, c10d::OpType type,
+                                      c10::intrusive_ptr<c10d::Work> gloo,
+                                      std::shared_ptr<Staging> staging) {
+  if (staging->empty()) return gloo;
+  const Completion completion = completion_of(*gloo);
+  return c10::make_intrusive<StagedWork>(rank, type, std::move(gloo), std::move(staging),
+                                         completion);
+}
+
+}  // namespace
+
+StagingBackend::StagingBackend(c10::intrusive_ptr<c10d::Backend> gloo, int rank, int size)
+    : Backend(rank, size), gloo_(std::move(gloo)), pool_(std::make_shared<TwinPool>()) {
+  TORCH_CHECK_VALUE(gloo_, "oclvm backend: no gloo backend given");
+  TORCH_CHECK_VALUE(gloo_->getRank() == rank && gloo_->getSize() == size,
+                    "oclvm backend: the gloo backend is rank ", gloo_->getRank(), " of ",
+                    gloo_->getSize(), ", not rank ", rank, " of ", size);
+}
+
+void StagingBackend::setTimeout(std::chrono::milliseconds timeout) { gloo_->setTimeout(timeout); }
+void StagingBackend::setSequenceNumberForGroup() { gloo_->setSequenceNumberForGroup(); }
+uint64_t StagingBackend::getSequenceNumberForGroup() {
+  return gloo_->getSequenceNumberForGroup();
+}
+
+c10::intrusive_ptr<c10d::Work> StagingBackend::broadcast(std::vector<at::Tensor>& tensors,
+                                                         const c10d::BroadcastOptions& opts) {
+  check_one_device("broadcast", tensors);
+  auto staging = std::make_shared<Staging>(pool_);
+  // The root's tensors are read, every other rank's written.
+  const bool root = getRank() == opts.rootRank;
+  auto twins = staging->twins(tensors, /*read=*/root, /*written=*/!root);
+  return staged(getRank(), c10d::OpType::BROADCAST, gloo_->broadcast(twins, opts), staging);
+}
+
+c10::intrusive_ptr<c10d::Work> StagingBackend::allreduce(std::vector<at::Tensor>& tensors,
+                                                         const c10d::AllreduceOptions& opts) {
+  check_one_device("all_reduce", tensors);
+  auto staging = std::make_shared<Staging>(pool_, is_premul_sum(opts.reduceOp));
+  auto twins = staging->twins(tensors, true, true);
+  c10d::AllreduceOptions gloo_opts = opts;
+  gloo_opts.reduceOp = scale_for_gloo(opts.reduceOp, twins);
+  return staged(getRank(), c10d::OpType::ALLREDUCE, gloo_->allreduce(twins, gloo_opts), staging);
+}
+
+c10::intrusive_ptr<c10d::Work> StagingBackend::allreduce_coalesced(
+    std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) {
+  check_one_device("all_reduce_coalesced", tensors);
+  auto staging = std::make_shared<Staging>(pool_, is_premul_sum(opts.reduceOp));
+  auto twins = staging->twins(tensors, true, true);
+  c10d::AllreduceCoalescedOptions gloo_opts = opts;
+  gloo_opts.reduceOp = scale_for_gloo(opts.reduceOp, twins);
+  return staged(getRank(), c10d::OpType::ALLREDUCE_COALESCED,
+                gloo_->allreduce_coalesced(twins, gloo_opts), staging);
+}
+
+c10::intrusive_ptr<c10d::Work> StagingBackend::reduce(std::vector<at::Tensor>& tensors,
+                                                      const c10d::ReduceOptions& opts) {
+  check_one_device("reduce", tensors);
+  auto staging = std::make_shared<Staging>(pool_, is_premul_sum(opts.reduceOp));
+  const bool root = getRank() == opts.rootRank;
+  auto twins = staging->twins(tensors, /*read=*/true, /*written=*/root);
+  c10d::ReduceOptions gloo_opts = opts;
+  gloo_opts.reduceOp = scale_for_gloo(opts.reduceOp, twins);
+  return staged(getRank(), c10d::OpType::REDUCE, gloo_->reduce(twins, gloo_opts), staging);
+}
+
+c10::intrusive_ptr<c10d::Work> StagingBackend::allgather(
+    std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::AllgatherOptions& opts) {
+  check_one_device("all_gather", outputs, inputs);
+  auto staging = std::make_shared<Staging>(pool_);
+  auto in = staging->twins(inputs, true, false);
+  auto out = staging->twins(outputs, false, true);
+  return staged(getRank(), c10d::OpType::ALLGATHER, gloo_->allgather(out, in, opts), staging);
+}
+
+c10::intrusive_ptr<c10d::Work> StagingBackend::_allgather_base(
+    at::Tensor& output, at::Tensor& input, const c10d::AllgatherOptions& opts) {
+  check_one_device("all_gather_into_tensor", output, input);
+  auto staging = std::make_shared<Staging>(pool_);
+  auto in = staging->twin(input, true, false);
+  auto out = staging->twin(output, false, true);
+  return staged(getRank(), c10d::OpType::_ALLGATHER_BASE, gloo_->_allgather_base(out, in, opts),
+                staging);
+}
+
+c10::intrusive_ptr<c10d::Work> StagingBackend::allgather_coalesced(
+    std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::AllgatherOptions& opts) {
+  check_one_device("all_gather_coalesced", outputs, inputs);
+  auto staging = std::make_shared<Staging>(pool_);
+  auto in = staging->twins(inputs, true, false);
+  auto out = staging->twins(outputs, false, true);
+  return staged(getRank(), c10d::OpType::ALLGATHER_COALESCED,
+                gloo_->allgather_coalesced(out, in, opts), staging);
+}
+
+c10::intrusive_ptr<c10d::Work> StagingBackend::allgather_into_tensor_coalesced(
+    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::AllgatherOptions& opts) {
+  check_one_device("all_gather_into_tensor_coalesced", outputs, inputs);
+  auto staging = std::make_shared<Staging>(pool_);
+  auto in = staging->twins(inputs, true, false);
+  auto out = staging->twins(outputs, false, true);
+  return staged(getRank(), c10d::OpType::COALESCED,
+                gloo_->allgather_into_tensor_coalesced(out, in, opts), staging);
+}
+
+c10::intrusive_ptr<c10d::Work> StagingBackend::gather(
+    std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::GatherOptions& opts) {
+  check_one_device("gather", outputs, inputs);
+  auto staging = std::make_shared<Staging>(pool_);
+  auto in = staging->twins(inputs, true, false);
+  auto out = staging->twins(outputs, false, true);
+  return staged(getRank(), c10d::OpType::GATHER, gloo_->gather(out, in, opts), staging);
+}
+
+c10::intrusive_ptr<c10d::Work> StagingBackend::scatter(
+    std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
+    const c10d::ScatterOptions& opts) {
+  check_one_device("scatter", outputs, inputs);
+  auto staging = std::make_shared<Staging>(pool_);
+  auto in = staging->twins(inputs, true, false);
+  auto out = staging->twins(outputs, false, true);
+  return staged(getRank(), c10d::OpType::SCATTER, gloo_->scatter(out, in, opts), staging);
+}
+
+c10::intrusive_ptr<c10d::Work> StagingBackend::reduce_scatter(
+    std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
+    const c10d::ReduceScatterOptions& opts) {
+  check_one_device("reduce_scatter", outputs, inputs);
+  auto staging = std::make_shared<Staging>(pool_, is_premul_sum(opts.reduceOp));
+  auto in = staging->twins(inputs, true, false);
+  auto out = staging->twins(outputs, false, true);
+  c10d::ReduceScatterOptions gloo_opts = opts;
+  gloo_opts.reduceOp = scale_for_gloo(opts.reduceOp, flatten(in));
+  return staged(getRank(), c10d::OpType::REDUCE_SCATTER,
+                gloo_->reduce_scatter(out, in, gloo_opts), staging);
+}
+
+c10::intrusive_ptr<c10d::Work> StagingBackend::_reduce_scatter_base(
+    at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) {
+  check_one_device("reduce_scatter_tensor", output, input);
+  auto staging = std::make_shared<Staging>(pool_, is_premul_sum(opts.reduceOp));
+  auto in = staging->twin(input, true, false);
+  auto out = staging->twin(output, false, true);
+  c10d::ReduceScatterOptions gloo_opts = opts;
+  gloo_opts.reduceOp = scale_for_gloo(opts.reduceOp, {in});
+  return staged(getRank(), c10d::OpType::_REDUCE_SCATTER_BASE,
+                gloo_->_reduce_scatter_base(out, in, gloo_opts), staging);
+}
+
+c10::intrusive_ptr<c10d::Work> StagingBackend::alltoall_base(
+    at::Tensor& output, at::Tensor& input, std::vector<int64_t>& output_split_sizes,
+    std::vector<int64_t>& input_split_sizes, const c10d::AllToAllOptions& opts) {
+  check_one_device("all_to_all_single", output, input);
+  auto staging = std::make_shared<Staging>(pool_);
+  auto in = staging->twin(input, true, false);
+  auto out = staging->twin(output, false, true);
+  return staged(getRank(), c10d::OpType::ALLTOALL_BASE,
+                gloo_->alltoall_base(out, in, output_split_sizes, input_split_sizes, opts),
+                staging);
+}
+
+c10::intrusive_ptr<c10d::Work> StagingBackend::alltoall(std::vector<at::Tensor>& outputs,
+                                                        std::vector<at::Tensor>& inputs,
+                                                        const c10d::AllToAllOptions& opts) {
+  check_one_device("all_to_all", outputs, inputs);
+  auto staging = std::make_shared<Staging>(pool_);
+  auto in = staging->twins(inputs, true, false);
+  auto out = staging->twins(outputs, false, true);
+  return staged(getRank(), c10d::OpType::ALLTOALL, gloo_->alltoall(out, in, opts), staging);
+}
+
+c10::intrusive_ptr<c10d::Work> StagingBackend::send(std::vector<at::Tensor>& tensors,
+                                                    int dst_rank, int tag) {
+  check_one_device("send", tensors);
+  auto staging = std::make_shared<Staging>(pool_);
+  auto twins = staging->twins(tensors, true, false);
+  return staged(getRank(), c10d::OpType::SEND, gloo_->send(twins, dst_rank, tag), staging);
+}
+
+c10::intrusive_ptr<c10d::Work> StagingBackend::recv(std::vector<at::Tensor>& tensors,
+                                                    int src_rank, int tag) {
+  check_one_device("recv", tensors);
+  auto staging = std::make_shared<Staging>(pool_);
+  auto twins = staging->twins(tensors, false, true);
+  return staged(getRank(), c10d::OpType::RECV, gloo_->recv(twins, src_rank, tag), staging);
+}
+
+c10::intrusive_ptr<c10d::Work> StagingBackend::recvAnysource(std::vector<at::Tensor>& tensors,
+                                                             int tag) {
+  check_one_device("recv", tensors);
+  auto staging = std::make_shared<Staging>(pool_);
+  auto twins = staging->twins(tensors, false, true);
+  return staged(getRank(), c10d::OpType::RECVANYSOURCE, gloo_->recvAnysource(twins, tag),
+                staging);
+}
+
+c10::intrusive_ptr<c10d::Work> StagingBackend::barrier(const c10d::BarrierOptions& opts) {
+  return gloo_->barrier(opts);
+}
+
+void StagingBackend::monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks) {
+  gloo_->monitoredBarrier(opts, wait_all_ranks);
+}
+
+}  // namespace oclvm::torch_adapter
