@@ -9,7 +9,8 @@ ratio device / CPU bandwidth (target at 64 MiB: >= 0.8, goal 0.95) and the small
 (device time - CPU time).
 
 Run: `.venv/bin/python bench/dist_bench.py` (with the package installed or
-PYTHONPATH=build-torch/python). Options: --max-mib N (largest size, default 64), --repeats N
+PYTHONPATH=build-torch/python). Options: --min-kib N (smallest size, default 1), --max-mib N
+(largest size, default 64), --repeats N
 (default 9), --json FILE (writes the table).
 """
 import argparse
@@ -22,8 +23,10 @@ import sys
 import time
 
 
-def sizes(max_mib):
+def sizes(min_kib, max_mib):
     size = 1024
+    while size < min_kib * 1024:
+        size *= 4 if size < 1024 * 1024 else 2
     while size <= max_mib * 1024 * 1024:
         yield size
         size *= 4 if size < 1024 * 1024 else 2
@@ -48,7 +51,7 @@ def rank_main(args):
     torch.opencl.set_device(device)
     dist.init_process_group("cpu:gloo,opencl:oclvm")
     rows = []
-    for size in sizes(args.max_mib):
+    for size in sizes(args.min_kib, args.max_mib):
         numel = size // 4
         on_device = torch.ones(numel, device=device)
         on_cpu = torch.ones(numel)
@@ -72,6 +75,7 @@ def human(size):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--min-kib", type=int, default=1)
     parser.add_argument("--max-mib", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=9)
     parser.add_argument("--json")
@@ -87,7 +91,8 @@ def main():
     env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE="2")
     env.setdefault("POCL_DEVICES", "basic basic")
     env.setdefault("OMP_NUM_THREADS", "1")
-    argv = [sys.executable, __file__, "--rank-main", "--max-mib", str(args.max_mib),
+    argv = [sys.executable, __file__, "--rank-main", "--min-kib", str(args.min_kib),
+            "--max-mib", str(args.max_mib),
             "--repeats", str(args.repeats)]
     print(f"all_reduce, 2 ranks, float32, median of {args.repeats}; "
           f"POCL_DEVICES={env['POCL_DEVICES']!r}", flush=True)

@@ -6,6 +6,8 @@
 #include <c10/core/StreamGuard.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
 
+#include <algorithm>
+#include <atomic>
 #include <exception>
 #include <map>
 #include <memory>
@@ -64,10 +66,12 @@ void check_one_device(const char* name, const Tensors&... tensors) {
 class TwinPool {
  public:
   // A contiguous CPU tensor of `sizes` and `dtype` in a host-allocator buffer (pin_memory()),
-  // reused when one of the same byte size is free.
+  // reused when one of the same byte size is free. Made with set_, not as a view of a byte
+  // buffer: a view keeps its base (and so a second reference to the buffer) alive.
   at::Tensor take(at::IntArrayRef sizes, at::ScalarType dtype) {
+    const auto options = at::TensorOptions().dtype(dtype).pinned_memory(true);
     const size_t bytes = c10::multiply_integers(sizes) * c10::elementSize(dtype);
-    at::Tensor buffer;
+    std::optional<c10::Storage> buffer;
     {
       MutexLock lock(mutex_);
       auto found = free_.find(bytes);
@@ -77,29 +81,29 @@ class TwinPool {
         pooled_bytes_ -= bytes;
       }
     }
-    if (!buffer.defined()) {
-      buffer = at::empty({static_cast<int64_t>(bytes)},
-                         at::TensorOptions().dtype(at::kByte).pinned_memory(true));
-    }
-    return buffer.view(dtype).view(sizes);
+    if (!buffer) return at::empty(sizes, options);
+    return at::empty({0}, options.pinned_memory(false)).set_(*buffer, 0, sizes);
   }
 
-  // Keeps `twin`'s buffer for a later take(), unless that would pool more than kMaxPooledBytes.
+  // Keeps `twin`'s buffer for a later take(), unless someone else still holds it (gloo's work
+  // of a send nobody waited for may still read it) or that would pool more than kMaxPooledBytes.
   void give_back(const at::Tensor& twin) {
     const size_t bytes = twin.nbytes();
-    if (bytes == 0) return;
-    at::Tensor buffer = twin.view({-1}).view(at::kByte);
+    if (bytes == 0 || twin.use_count() != 1 || twin.storage().use_count() != 1 ||
+        twin.storage().nbytes() != bytes) {
+      return;
+    }
     MutexLock lock(mutex_);
     if (pooled_bytes_ + bytes > kMaxPooledBytes) return;
     pooled_bytes_ += bytes;
-    free_.emplace(bytes, std::move(buffer));
+    free_.emplace(bytes, twin.storage());
   }
 
  private:
   static constexpr size_t kMaxPooledBytes = size_t{512} << 20;
 
   Mutex mutex_;
-  std::multimap<size_t, at::Tensor> free_ OCLVM_GUARDED_BY(mutex_);  // by byte size
+  std::multimap<size_t, c10::Storage> free_ OCLVM_GUARDED_BY(mutex_);  // by byte size
   size_t pooled_bytes_ OCLVM_GUARDED_BY(mutex_) = 0;
 };
 
@@ -219,8 +223,8 @@ class StagedWork final : public c10d::Work {
   StagedWork(int rank, c10d::OpType type, c10::intrusive_ptr<c10d::Work> gloo,
              std::shared_ptr<const Staging> staging, Completion completion)
       : Work(rank, type),
-        gloo_(std::move(gloo)),
         staging_(std::move(staging)),
+        gloo_(std::move(gloo)),
         completion_(completion),
         future_(c10::make_intrusive<c10::ivalue::Future>(
             c10::ListType::create(c10::TensorType::get()))) {
@@ -295,8 +299,10 @@ class StagedWork final : public c10d::Work {
     future.markCompleted(c10::IValue(staging.written()));
   }
 
-  const c10::intrusive_ptr<c10d::Work> gloo_;
+  // Declared before gloo_, so destroyed after it: gloo's work holds the twins, and the Staging
+  // gives a twin back to the pool only when nothing else holds it.
   const std::shared_ptr<const Staging> staging_;
+  const c10::intrusive_ptr<c10d::Work> gloo_;
   const Completion completion_;
   const c10::intrusive_ptr<c10::ivalue::Future> future_;
   std::once_flag waited_;
@@ -323,6 +329,54 @@ c10::intrusive_ptr<c10d::Work> staged(int rank, c10d::OpType type,
   return c10::make_intrusive<StagedWork>(rank, type, std::move(gloo), std::move(staging),
                                          completion);
 }
+
+// An all_reduce cut into chunks (StagingBackend::pipelined_allreduce): one StagedWork per chunk,
+// done when every chunk is; its future holds the whole tensor.
+class ChunkedWork final : public c10d::Work {
+ public:
+  ChunkedWork(int rank, at::Tensor tensor, std::vector<c10::intrusive_ptr<c10d::Work>> chunks)
+      : Work(rank, c10d::OpType::ALLREDUCE),
+        chunks_(std::move(chunks)),
+        future_(c10::make_intrusive<c10::ivalue::Future>(
+            c10::ListType::create(c10::TensorType::get()))) {
+    auto remaining = std::make_shared<std::atomic<size_t>>(chunks_.size());
+    for (const auto& chunk : chunks_) {
+      chunk->getFuture()->addCallback(
+          [future = future_, remaining, tensor](c10::ivalue::Future& done) {
+            if (done.hasError()) {
+              future->setErrorIfNeeded(done.exception_ptr());
+            } else if (remaining->fetch_sub(1) == 1 && !future->completed()) {
+              future->markCompleted(c10::IValue(std::vector<at::Tensor>{tensor}));
+            }
+          });
+    }
+  }
+
+  bool isCompleted() override { return future_->completed(); }
+  bool isSuccess() const override { return future_->completed() && !future_->hasError(); }
+  std::exception_ptr exception() const override {
+    return future_->completed() && future_->hasError() ? future_->exception_ptr() : nullptr;
+  }
+  std::vector<at::Tensor> result() override {
+    wait(::kNoTimeout);
+    return future_->value().toTensorVector();
+  }
+  void synchronize() override {}
+  void abort() override {
+    for (const auto& chunk : chunks_) chunk->abort();
+  }
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+  bool wait(std::chrono::milliseconds timeout) override {
+    for (const auto& chunk : chunks_) chunk->wait(timeout);  // the first error, rethrown
+    future_->wait();
+    if (future_->hasError()) std::rethrow_exception(future_->exception_ptr());
+    return true;
+  }
+
+ private:
+  const std::vector<c10::intrusive_ptr<c10d::Work>> chunks_;
+  const c10::intrusive_ptr<c10::ivalue::Future> future_;
+};
 
 }  // namespace
 
@@ -353,11 +407,38 @@ c10::intrusive_ptr<c10d::Work> StagingBackend::broadcast(std::vector<at::Tensor>
 c10::intrusive_ptr<c10d::Work> StagingBackend::allreduce(std::vector<at::Tensor>& tensors,
                                                          const c10d::AllreduceOptions& opts) {
   check_one_device("all_reduce", tensors);
+  if (tensors.size() == 1 && tensors[0].is_privateuseone() && tensors[0].is_contiguous() &&
+      tensors[0].nbytes() >= 2 * kPipelineChunkBytes) {
+    return pipelined_allreduce(tensors[0], opts);
+  }
   auto staging = std::make_shared<Staging>(pool_, is_premul_sum(opts.reduceOp));
   auto twins = staging->twins(tensors, true, true);
   c10d::AllreduceOptions gloo_opts = opts;
   gloo_opts.reduceOp = scale_for_gloo(opts.reduceOp, twins);
   return staged(getRank(), c10d::OpType::ALLREDUCE, gloo_->allreduce(twins, gloo_opts), staging);
+}
+
+// A large contiguous tensor is all-reduced in chunks of kPipelineChunkBytes, each staged and
+// handed to gloo as its own all_reduce: gloo reduces chunk k while this thread copies chunk k + 1
+// to the host, and chunk k is copied back as soon as it is done, so only the first chunk's copy
+// and the last one's copy back are not hidden behind gloo. Every rank cuts the same tensor the
+// same way (sizes agree across ranks, as every collective requires), so the chunks' collectives
+// match.
+c10::intrusive_ptr<c10d::Work> StagingBackend::pipelined_allreduce(
+    const at::Tensor& tensor, const c10d::AllreduceOptions& opts) {
+  const at::Tensor flat = tensor.view({-1});
+  const int64_t per_chunk = kPipelineChunkBytes / tensor.element_size();
+  std::vector<c10::intrusive_ptr<c10d::Work>> chunks;
+  for (int64_t start = 0; start < flat.numel(); start += per_chunk) {
+    std::vector<at::Tensor> chunk{flat.narrow(0, start, std::min(per_chunk, flat.numel() - start))};
+    auto staging = std::make_shared<Staging>(pool_, is_premul_sum(opts.reduceOp));
+    auto twins = staging->twins(chunk, true, true);
+    c10d::AllreduceOptions gloo_opts = opts;
+    gloo_opts.reduceOp = scale_for_gloo(opts.reduceOp, twins);
+    chunks.push_back(staged(getRank(), c10d::OpType::ALLREDUCE,
+                            gloo_->allreduce(twins, gloo_opts), staging));
+  }
+  return c10::make_intrusive<ChunkedWork>(getRank(), tensor, std::move(chunks));
 }
 
 c10::intrusive_ptr<c10d::Work> StagingBackend::allreduce_coalesced(

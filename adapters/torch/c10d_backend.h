@@ -15,6 +15,8 @@
 //   3. when gloo's future completes, copies the twins of the tensors it writes back into them, on
 //      the stream captured in step 1 (under a c10::StreamGuard on whichever thread completes the
 //      future), then completes the work's own future with those device tensors.
+// A contiguous opencl tensor of at least two chunks is all-reduced in 16 MiB chunks, each its own
+// staged gloo all_reduce, so that copies overlap gloo's work (pipelined_allreduce).
 // CPU tensors are handed to gloo as they are, so one backend serves both "cpu" and "opencl" (the
 // single-backend init_process_group("oclvm")). A collective mixing devices, or opencl tensors of
 // two devices, is rejected with a c10 error before anything is copied or sent.
@@ -102,6 +104,11 @@ class StagingBackend final : public c10d::Backend {
   void monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks) override;
 
  private:
+  // The pipelining unit of a large all_reduce (pipelined_allreduce in c10d_backend.cc).
+  static constexpr int64_t kPipelineChunkBytes = int64_t{16} << 20;
+  c10::intrusive_ptr<c10d::Work> pipelined_allreduce(const at::Tensor& tensor,
+                                                     const c10d::AllreduceOptions& opts);
+
   c10::intrusive_ptr<c10d::Backend> gloo_;
   std::shared_ptr<TwinPool> pool_;  // shared with the works in flight, which give buffers back
 };

@@ -140,6 +140,20 @@ def check_collectives():
         every_rank = [torch.zeros(n, dtype=dtype) for _ in range(WORLD)]
         dist.all_gather(every_rank, sample((n,), dtype))  # on the CPU, over gloo
         same(t, (sum(r.float() for r in every_rank) * 0.5).to(dtype), f"premul_sum {dtype}")
+    # Large tensors are all-reduced in pipelined chunks (16 MiB): a size that is no multiple of
+    # the chunk, every op on floats, and async_op.
+    big_n = 10_000_003
+    for op in (dist.ReduceOp.SUM, dist.ReduceOp.MAX, dist.ReduceOp.AVG):
+        both(lambda: [sample((big_n,), torch.float32)], lambda t: dist.all_reduce(t[0], op=op),
+             f"pipelined all_reduce {op}")
+    t = sample((big_n,), torch.float32).to(DEV)
+    work = dist.all_reduce(t, op=dist._make_nccl_premul_sum(0.5), async_op=True)
+    assert work.get_future().wait()[0] is not None
+    work.wait()
+    c = sample((big_n,), torch.float32)
+    dist.all_reduce(c)
+    same(t, c * 0.5, "pipelined all_reduce PREMUL_SUM, async_op")
+    del t, c, work
     # A strided (non-contiguous) device tensor is reduced in place.
     base = sample((4, 6), torch.float32)
     strided_dev = base.to(DEV).t()
