@@ -128,7 +128,7 @@ class Staging {
 
   // `t` itself when it is a CPU tensor that needs no twin; else its twin, filled from `t` when
   // `read`, copied back into `t` by copy_back() when `written`.
-  at::Tensor twin(const at::Tensor& t, bool read, bool written) {
+  at::Tensor twins(const at::Tensor& t, bool read, bool written) {
     if (!t.defined() || (t.is_cpu() && !twin_cpu_tensors_)) return t;
     at::NoGradGuard no_grad;
     if (!stream_ && t.is_privateuseone()) {
@@ -143,7 +143,7 @@ class Staging {
   std::vector<at::Tensor> twins(const std::vector<at::Tensor>& ts, bool read, bool written) {
     std::vector<at::Tensor> out;
     out.reserve(ts.size());
-    for (const auto& t : ts) out.push_back(twin(t, read, written));
+    for (const auto& t : ts) out.push_back(twins(t, read, written));
     return out;
   }
   std::vector<std::vector<at::Tensor>> twins(const std::vector<std::vector<at::Tensor>>& lists,
@@ -330,6 +330,7 @@ c10::intrusive_ptr<c10d::Work> staged(int rank, c10d::OpType type,
                                          completion);
 }
 
+
 // An all_reduce cut into chunks (StagingBackend::pipelined_allreduce): one StagedWork per chunk,
 // done when every chunk is; its future holds the whole tensor.
 class ChunkedWork final : public c10d::Work {
@@ -392,6 +393,21 @@ void StagingBackend::setTimeout(std::chrono::milliseconds timeout) { gloo_->setT
 void StagingBackend::setSequenceNumberForGroup() { gloo_->setSequenceNumberForGroup(); }
 uint64_t StagingBackend::getSequenceNumberForGroup() {
   return gloo_->getSequenceNumberForGroup();
+}
+
+// The common shape of a collective that reads `inputs` and writes `outputs` (each a tensor, a
+// list or a list of lists): both checked and staged, the twins handed to `call(outputs, inputs)`,
+// which asks gloo for the collective.
+template <typename Inputs, typename Outputs, typename Call>
+c10::intrusive_ptr<c10d::Work> StagingBackend::stage_and_run(const char* name, c10d::OpType type,
+                                                             const Inputs& inputs,
+                                                             const Outputs& outputs,
+                                                             Call&& call) {
+  check_one_device(name, outputs, inputs);
+  auto staging = std::make_shared<Staging>(pool_);
+  auto in = staging->twins(inputs, /*read=*/true, /*written=*/false);
+  auto out = staging->twins(outputs, /*read=*/false, /*written=*/true);
+  return staged(getRank(), type, call(out, in), staging);
 }
 
 c10::intrusive_ptr<c10d::Work> StagingBackend::broadcast(std::vector<at::Tensor>& tensors,
@@ -466,63 +482,46 @@ c10::intrusive_ptr<c10d::Work> StagingBackend::reduce(std::vector<at::Tensor>& t
 c10::intrusive_ptr<c10d::Work> StagingBackend::allgather(
     std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::AllgatherOptions& opts) {
-  check_one_device("all_gather", outputs, inputs);
-  auto staging = std::make_shared<Staging>(pool_);
-  auto in = staging->twins(inputs, true, false);
-  auto out = staging->twins(outputs, false, true);
-  return staged(getRank(), c10d::OpType::ALLGATHER, gloo_->allgather(out, in, opts), staging);
+  return stage_and_run("all_gather", c10d::OpType::ALLGATHER, inputs, outputs,
+                       [&](auto& out, auto& in) { return gloo_->allgather(out, in, opts); });
 }
 
 c10::intrusive_ptr<c10d::Work> StagingBackend::_allgather_base(
     at::Tensor& output, at::Tensor& input, const c10d::AllgatherOptions& opts) {
-  check_one_device("all_gather_into_tensor", output, input);
-  auto staging = std::make_shared<Staging>(pool_);
-  auto in = staging->twin(input, true, false);
-  auto out = staging->twin(output, false, true);
-  return staged(getRank(), c10d::OpType::_ALLGATHER_BASE, gloo_->_allgather_base(out, in, opts),
-                staging);
+  return stage_and_run("all_gather_into_tensor", c10d::OpType::_ALLGATHER_BASE, input, output,
+                       [&](auto& out, auto& in) { return gloo_->_allgather_base(out, in, opts); });
 }
 
 c10::intrusive_ptr<c10d::Work> StagingBackend::allgather_coalesced(
     std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::AllgatherOptions& opts) {
-  check_one_device("all_gather_coalesced", outputs, inputs);
-  auto staging = std::make_shared<Staging>(pool_);
-  auto in = staging->twins(inputs, true, false);
-  auto out = staging->twins(outputs, false, true);
-  return staged(getRank(), c10d::OpType::ALLGATHER_COALESCED,
-                gloo_->allgather_coalesced(out, in, opts), staging);
+  return stage_and_run("all_gather_coalesced", c10d::OpType::ALLGATHER_COALESCED, inputs, outputs,
+                       [&](auto& out, auto& in) {
+                         return gloo_->allgather_coalesced(out, in, opts);
+                       });
 }
 
 c10::intrusive_ptr<c10d::Work> StagingBackend::allgather_into_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::AllgatherOptions& opts) {
-  check_one_device("all_gather_into_tensor_coalesced", outputs, inputs);
-  auto staging = std::make_shared<Staging>(pool_);
-  auto in = staging->twins(inputs, true, false);
-  auto out = staging->twins(outputs, false, true);
-  return staged(getRank(), c10d::OpType::COALESCED,
-                gloo_->allgather_into_tensor_coalesced(out, in, opts), staging);
+  return stage_and_run("all_gather_into_tensor_coalesced", c10d::OpType::COALESCED, inputs, outputs,
+                       [&](auto& out, auto& in) {
+                         return gloo_->allgather_into_tensor_coalesced(out, in, opts);
+                       });
 }
 
 c10::intrusive_ptr<c10d::Work> StagingBackend::gather(
     std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::GatherOptions& opts) {
-  check_one_device("gather", outputs, inputs);
-  auto staging = std::make_shared<Staging>(pool_);
-  auto in = staging->twins(inputs, true, false);
-  auto out = staging->twins(outputs, false, true);
-  return staged(getRank(), c10d::OpType::GATHER, gloo_->gather(out, in, opts), staging);
+  return stage_and_run("gather", c10d::OpType::GATHER, inputs, outputs,
+                       [&](auto& out, auto& in) { return gloo_->gather(out, in, opts); });
 }
 
 c10::intrusive_ptr<c10d::Work> StagingBackend::scatter(
     std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
     const c10d::ScatterOptions& opts) {
-  check_one_device("scatter", outputs, inputs);
-  auto staging = std::make_shared<Staging>(pool_);
-  auto in = staging->twins(inputs, true, false);
-  auto out = staging->twins(outputs, false, true);
-  return staged(getRank(), c10d::OpType::SCATTER, gloo_->scatter(out, in, opts), staging);
+  return stage_and_run("scatter", c10d::OpType::SCATTER, inputs, outputs,
+                       [&](auto& out, auto& in) { return gloo_->scatter(out, in, opts); });
 }
 
 c10::intrusive_ptr<c10d::Work> StagingBackend::reduce_scatter(
@@ -542,8 +541,8 @@ c10::intrusive_ptr<c10d::Work> StagingBackend::_reduce_scatter_base(
     at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) {
   check_one_device("reduce_scatter_tensor", output, input);
   auto staging = std::make_shared<Staging>(pool_, is_premul_sum(opts.reduceOp));
-  auto in = staging->twin(input, true, false);
-  auto out = staging->twin(output, false, true);
+  auto in = staging->twins(input, true, false);
+  auto out = staging->twins(output, false, true);
   c10d::ReduceScatterOptions gloo_opts = opts;
   gloo_opts.reduceOp = scale_for_gloo(opts.reduceOp, {in});
   return staged(getRank(), c10d::OpType::_REDUCE_SCATTER_BASE,
@@ -553,23 +552,18 @@ c10::intrusive_ptr<c10d::Work> StagingBackend::_reduce_scatter_base(
 c10::intrusive_ptr<c10d::Work> StagingBackend::alltoall_base(
     at::Tensor& output, at::Tensor& input, std::vector<int64_t>& output_split_sizes,
     std::vector<int64_t>& input_split_sizes, const c10d::AllToAllOptions& opts) {
-  check_one_device("all_to_all_single", output, input);
-  auto staging = std::make_shared<Staging>(pool_);
-  auto in = staging->twin(input, true, false);
-  auto out = staging->twin(output, false, true);
-  return staged(getRank(), c10d::OpType::ALLTOALL_BASE,
-                gloo_->alltoall_base(out, in, output_split_sizes, input_split_sizes, opts),
-                staging);
+  return stage_and_run("all_to_all_single", c10d::OpType::ALLTOALL_BASE, input, output,
+                       [&](auto& out, auto& in) {
+                         return gloo_->alltoall_base(out, in, output_split_sizes,
+                                                     input_split_sizes, opts);
+                       });
 }
 
 c10::intrusive_ptr<c10d::Work> StagingBackend::alltoall(std::vector<at::Tensor>& outputs,
                                                         std::vector<at::Tensor>& inputs,
                                                         const c10d::AllToAllOptions& opts) {
-  check_one_device("all_to_all", outputs, inputs);
-  auto staging = std::make_shared<Staging>(pool_);
-  auto in = staging->twins(inputs, true, false);
-  auto out = staging->twins(outputs, false, true);
-  return staged(getRank(), c10d::OpType::ALLTOALL, gloo_->alltoall(out, in, opts), staging);
+  return stage_and_run("all_to_all", c10d::OpType::ALLTOALL, inputs, outputs,
+                       [&](auto& out, auto& in) { return gloo_->alltoall(out, in, opts); });
 }
 
 c10::intrusive_ptr<c10d::Work> StagingBackend::send(std::vector<at::Tensor>& tensors,

@@ -108,6 +108,10 @@ class StagingBackend final : public c10d::Backend {
   static constexpr int64_t kPipelineChunkBytes = int64_t{16} << 20;
   c10::intrusive_ptr<c10d::Work> pipelined_allreduce(const at::Tensor& tensor,
                                                      const c10d::AllreduceOptions& opts);
+  template <typename Inputs, typename Outputs, typename Call>
+  c10::intrusive_ptr<c10d::Work> stage_and_run(const char* name, c10d::OpType type,
+                                               const Inputs& inputs, const Outputs& outputs,
+                                               Call&& call);
 
   c10::intrusive_ptr<c10d::Backend> gloo_;
   std::shared_ptr<TwinPool> pool_;  // shared with the works in flight, which give buffers back

@@ -231,6 +231,20 @@ def scenario_init_single():
     return {"objects": objects, "backend": names["cpu"]}
 
 
+def scenario_mismatched_shapes():
+    """Ranks all-reduce device tensors of different sizes, under TORCH_DISTRIBUTED_DEBUG=DETAIL
+    (set by the test): torch's wrapper around the backend compares the ranks' collectives first,
+    and both ranks get its error. (Without it gloo itself ends the process, on the CPU too.)"""
+    init()
+    try:
+        dist.all_reduce(torch.ones(4 + 2 * RANK, device=DEV))
+        error = None
+    except RuntimeError as e:
+        error = str(e)[:300]
+    dist.destroy_process_group()
+    return {"error": error}
+
+
 def lost_rank(leave):
     """Rank 1 calls leave() instead of its next collective; rank 0's all_reduce must fail (within
     the group's timeout of 5 s), never hang. Returns rank 0's error and how long it took."""

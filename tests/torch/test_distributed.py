@@ -56,9 +56,9 @@ def reports(out_dir):
     return results
 
 
-def launch(scenario, tmp_path):
+def launch(scenario, tmp_path, **extra_env):
     """Both ranks of `scenario`, each a plain process; returns their reports."""
-    env = environment()
+    env = {**environment(), **extra_env}
     env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), WORLD_SIZE=str(WORLD))
     procs = [subprocess.Popen([sys.executable, str(WORKER), scenario, str(tmp_path)],
                               env={**env, "RANK": str(r), "LOCAL_RANK": str(r)},
@@ -103,6 +103,12 @@ def test_one_backend_for_cpu_and_device_tensors(tmp_path):
     for result in launch("init_single", tmp_path):
         assert result["objects"] == list(range(WORLD))
         assert result["backend"] == "oclvm"
+
+
+@only_in_full_runs
+def test_mismatched_shapes_across_ranks_are_reported_under_debug_detail(tmp_path):
+    for result in launch("mismatched_shapes", tmp_path, TORCH_DISTRIBUTED_DEBUG="DETAIL"):
+        assert result["error"] and "mismatch between collectives" in result["error"], result
 
 
 @only_in_full_runs
