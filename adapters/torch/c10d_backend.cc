@@ -85,14 +85,12 @@ class TwinPool {
     return at::empty({0}, options.pinned_memory(false)).set_(*buffer, 0, sizes);
   }
 
-  // Keeps `twin`'s buffer for a later take(), unless someone else still holds it (gloo's work
-  // of a send nobody waited for may still read it) or that would pool more than kMaxPooledBytes.
+  // Keeps `twin`'s buffer for a later take(), unless that would pool more than kMaxPooledBytes.
+  // Only the twins of a collective that succeeded come here (Staging): gloo is done with them,
+  // though its finished work may still hold a reference for a moment.
   void give_back(const at::Tensor& twin) {
     const size_t bytes = twin.nbytes();
-    if (bytes == 0 || twin.use_count() != 1 || twin.storage().use_count() != 1 ||
-        twin.storage().nbytes() != bytes) {
-      return;
-    }
+    if (bytes == 0 || twin.storage().nbytes() != bytes) return;
     MutexLock lock(mutex_);
     if (pooled_bytes_ + bytes > kMaxPooledBytes) return;
     pooled_bytes_ += bytes;
@@ -111,18 +109,16 @@ namespace {
 
 // The host twins of one collective (c10d_backend.h): made and filled on the issuing thread,
 // copied back into their device tensors by copy_back() on the thread that finishes the work, and
-// given back to the pool when the last holder (the work, gloo's callback) drops it.
+// given back to the pool by succeeded(), once gloo is done and the results are copied back —
+// before the work reports, so that the next collective of the same size finds them. A work that
+// failed, or one nobody waited for, gives nothing back: gloo's transport may still hold a twin's
+// address, so such twins are freed with the Staging, never reused.
 class Staging {
  public:
   // `twin_cpu_tensors`: CPU tensors get twins too (PREMUL_SUM scales the twins, never the
   // caller's inputs).
   explicit Staging(std::shared_ptr<TwinPool> pool, bool twin_cpu_tensors = false)
       : pool_(std::move(pool)), twin_cpu_tensors_(twin_cpu_tensors) {}
-  ~Staging() {
-    for (const auto& twin : twins_) {
-      if (!twin.tensor.is_cpu()) pool_->give_back(twin.host);
-    }
-  }
   Staging(const Staging&) = delete;
   Staging& operator=(const Staging&) = delete;
 
@@ -166,13 +162,25 @@ class Staging {
     }
   }
 
-  // The written tensors (the work's result).
-  std::vector<at::Tensor> written() const {
+  // The work's result: the tensors set_result() named (an all_reduce's, a broadcast's: every
+  // tensor, read or written, as gloo's works give), else the written ones.
+  void set_result(std::vector<at::Tensor> tensors) { result_ = std::move(tensors); }
+  std::vector<at::Tensor> result() const {
+    if (result_) return *result_;
     std::vector<at::Tensor> out;
     for (const auto& twin : twins_) {
       if (twin.written) out.push_back(twin.tensor);
     }
     return out;
+  }
+
+  // gloo finished and every twin was copied back: the twins go back to the pool (once; gloo's
+  // finished work may still hold them for a moment, but never touches their bytes again).
+  void succeeded() const {
+    if (given_back_.exchange(true)) return;
+    for (const auto& twin : twins_) {
+      if (!twin.tensor.is_cpu()) pool_->give_back(twin.host);
+    }
   }
 
  private:
@@ -185,6 +193,8 @@ class Staging {
   const bool twin_cpu_tensors_;
   std::vector<Twin> twins_;
   std::optional<c10::Stream> stream_;
+  std::optional<std::vector<at::Tensor>> result_;
+  mutable std::atomic<bool> given_back_{false};
 };
 
 // gloo has no PREMUL_SUM: the twins (every tensor is twinned for it, Staging(true)) are scaled by
@@ -232,17 +242,20 @@ class StagedWork final : public c10d::Work {
       // The callback holds what finishing needs, not the work (which may be dropped first).
       auto future = future_;
       auto staging_held = staging_;
+      // Nothing may escape: gloo runs this inside its own completion, where a throw ends the
+      // process.
       gloo_->getFuture()->addCallback([future, staging_held](c10::ivalue::Future& done) {
         if (done.hasError()) {
-          future->setError(done.exception_ptr());
-          return;
+          future->setErrorIfNeeded(done.exception_ptr());
+        } else {
+          finish(*staging_held, *future);
         }
-        finish(*staging_held, *future);
       });
     }
   }
 
-  // Never blocks: a send or recv gloo has finished is finished here (its copy back) first.
+  // Never blocks. gloo's works without a future say they are complete only once waited for,
+  // and so does this one then.
   bool isCompleted() override {
     if (completion_ == Completion::kOnWait && !future_->completed() && gloo_->isCompleted()) {
       finish_once(::kNoTimeout);
@@ -254,13 +267,22 @@ class StagedWork final : public c10d::Work {
     return future_->completed() && future_->hasError() ? future_->exception_ptr() : nullptr;
   }
   int sourceRank() const override { return gloo_->sourceRank(); }
+  // As gloo's: the work must be complete (wait() first).
   std::vector<at::Tensor> result() override {
-    wait(::kNoTimeout);
+    TORCH_CHECK(isCompleted(), "oclvm backend: the work is not complete; call wait() before "
+                               "result()");
     return future_->value().toTensorVector();
   }
   void synchronize() override {}
   void abort() override { gloo_->abort(); }
-  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+  // As gloo's: a work whose gloo work has no future (send, recv, reduce_scatter) has none either
+  // (it would complete only when someone waited).
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override {
+    TORCH_CHECK(completion_ == Completion::kFuture,
+                "oclvm backend: this collective's work has no future (gloo's has none); call "
+                "wait()");
+    return future_;
+  }
 
   // Returns once the written tensors hold the result; rethrows gloo's error or the copy's.
   bool wait(std::chrono::milliseconds timeout) override {
@@ -282,25 +304,25 @@ class StagedWork final : public c10d::Work {
       try {
         gloo_->wait(timeout);
       } catch (...) {
-        future_->setError(std::current_exception());
+        future_->setErrorIfNeeded(std::current_exception());
         return;
       }
       finish(*staging_, *future_);
     });
   }
 
-  static void finish(const Staging& staging, c10::ivalue::Future& future) {
+  // Copies the results back and completes the future; never throws (it runs inside gloo's
+  // completion, or inside call_once).
+  static void finish(const Staging& staging, c10::ivalue::Future& future) noexcept {
     try {
       staging.copy_back();
+      staging.succeeded();
+      future.markCompleted(c10::IValue(staging.result()));
     } catch (...) {
-      future.setError(std::current_exception());
-      return;
+      future.setErrorIfNeeded(std::current_exception());  // also when a user completed it
     }
-    future.markCompleted(c10::IValue(staging.written()));
   }
 
-  // Declared before gloo_, so destroyed after it: gloo's work holds the twins, and the Staging
-  // gives a twin back to the pool only when nothing else holds it.
   const std::shared_ptr<const Staging> staging_;
   const c10::intrusive_ptr<c10d::Work> gloo_;
   const Completion completion_;
@@ -331,25 +353,47 @@ c10::intrusive_ptr<c10d::Work> staged(int rank, c10d::OpType type,
 }
 
 
-// An all_reduce cut into chunks (StagingBackend::pipelined_allreduce): one StagedWork per chunk,
-// done when every chunk is; its future holds the whole tensor.
+// An all_reduce cut into chunks (StagingBackend::pipelined_allreduce): one work per chunk. It is
+// done when every chunk has settled, successfully or not, so that nothing still writes into the
+// tensor once it reports; its future then holds the whole tensor, or the first error. `dense`
+// is the contiguous tensor the chunks are views of: the caller's own, or a contiguous copy that
+// is copied back into it (on `stream`) when every chunk succeeded.
 class ChunkedWork final : public c10d::Work {
  public:
-  ChunkedWork(int rank, at::Tensor tensor, std::vector<c10::intrusive_ptr<c10d::Work>> chunks)
+  ChunkedWork(int rank, const at::Tensor& tensor, const at::Tensor& dense,
+              std::optional<c10::Stream> stream,
+              std::vector<c10::intrusive_ptr<c10d::Work>> chunks, std::exception_ptr staging_error)
       : Work(rank, c10d::OpType::ALLREDUCE),
         chunks_(std::move(chunks)),
         future_(c10::make_intrusive<c10::ivalue::Future>(
             c10::ListType::create(c10::TensorType::get()))) {
-    auto remaining = std::make_shared<std::atomic<size_t>>(chunks_.size());
+    auto state = std::make_shared<Settling>();
+    state->remaining = chunks_.size();
+    state->first_error = staging_error;
     for (const auto& chunk : chunks_) {
-      chunk->getFuture()->addCallback(
-          [future = future_, remaining, tensor](c10::ivalue::Future& done) {
-            if (done.hasError()) {
-              future->setErrorIfNeeded(done.exception_ptr());
-            } else if (remaining->fetch_sub(1) == 1 && !future->completed()) {
-              future->markCompleted(c10::IValue(std::vector<at::Tensor>{tensor}));
-            }
-          });
+      // Nothing may escape: gloo runs this inside its own completion.
+      chunk->getFuture()->addCallback([future = future_, state, tensor, dense,
+                                       stream](c10::ivalue::Future& done) {
+        std::exception_ptr error;
+        {
+          MutexLock lock(state->mutex);
+          if (done.hasError() && !state->first_error) state->first_error = done.exception_ptr();
+          if (--state->remaining > 0) return;
+          error = state->first_error;
+        }
+        try {
+          if (error) std::rethrow_exception(error);
+          if (!dense.is_same(tensor)) {
+            at::NoGradGuard no_grad;
+            std::optional<c10::StreamGuard> on_stream;
+            if (stream) on_stream.emplace(*stream);
+            tensor.copy_(dense);
+          }
+          future->markCompleted(c10::IValue(std::vector<at::Tensor>{tensor}));
+        } catch (...) {
+          future->setErrorIfNeeded(std::current_exception());
+        }
+      });
     }
   }
 
@@ -359,7 +403,8 @@ class ChunkedWork final : public c10d::Work {
     return future_->completed() && future_->hasError() ? future_->exception_ptr() : nullptr;
   }
   std::vector<at::Tensor> result() override {
-    wait(::kNoTimeout);
+    TORCH_CHECK(isCompleted(), "oclvm backend: the work is not complete; call wait() before "
+                               "result()");
     return future_->value().toTensorVector();
   }
   void synchronize() override {}
@@ -367,14 +412,37 @@ class ChunkedWork final : public c10d::Work {
     for (const auto& chunk : chunks_) chunk->abort();
   }
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+
+  // Waits for every chunk (all of them within `timeout` together), then rethrows the first
+  // error: a chunk's, a timeout, or the staging's.
   bool wait(std::chrono::milliseconds timeout) override {
-    for (const auto& chunk : chunks_) chunk->wait(timeout);  // the first error, rethrown
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    std::exception_ptr first;
+    for (const auto& chunk : chunks_) {
+      auto left = ::kNoTimeout;
+      if (timeout != ::kNoTimeout) {
+        left = std::max(std::chrono::milliseconds(1),
+                        std::chrono::duration_cast<std::chrono::milliseconds>(
+                            deadline - std::chrono::steady_clock::now()));
+      }
+      try {
+        chunk->wait(left);
+      } catch (...) {
+        if (!first) first = std::current_exception();
+      }
+    }
+    if (first) std::rethrow_exception(first);
     future_->wait();
     if (future_->hasError()) std::rethrow_exception(future_->exception_ptr());
     return true;
   }
 
  private:
+  struct Settling {
+    Mutex mutex;
+    size_t remaining OCLVM_GUARDED_BY(mutex) = 0;
+    std::exception_ptr first_error OCLVM_GUARDED_BY(mutex);
+  };
   const std::vector<c10::intrusive_ptr<c10d::Work>> chunks_;
   const c10::intrusive_ptr<c10::ivalue::Future> future_;
 };
@@ -393,6 +461,9 @@ void StagingBackend::setTimeout(std::chrono::milliseconds timeout) { gloo_->setT
 void StagingBackend::setSequenceNumberForGroup() { gloo_->setSequenceNumberForGroup(); }
 uint64_t StagingBackend::getSequenceNumberForGroup() {
   return gloo_->getSequenceNumberForGroup();
+}
+c10::intrusive_ptr<c10d::Backend::Options> StagingBackend::getBackendOptions() {
+  return gloo_->getBackendOptions();
 }
 
 // The common shape of a collective that reads `inputs` and writes `outputs` (each a tensor, a
@@ -417,44 +488,74 @@ c10::intrusive_ptr<c10d::Work> StagingBackend::broadcast(std::vector<at::Tensor>
   // The root's tensors are read, every other rank's written.
   const bool root = getRank() == opts.rootRank;
   auto twins = staging->twins(tensors, /*read=*/root, /*written=*/!root);
+  staging->set_result(tensors);
   return staged(getRank(), c10d::OpType::BROADCAST, gloo_->broadcast(twins, opts), staging);
 }
 
 c10::intrusive_ptr<c10d::Work> StagingBackend::allreduce(std::vector<at::Tensor>& tensors,
                                                          const c10d::AllreduceOptions& opts) {
   check_one_device("all_reduce", tensors);
-  if (tensors.size() == 1 && tensors[0].is_privateuseone() && tensors[0].is_contiguous() &&
-      tensors[0].nbytes() >= 2 * kPipelineChunkBytes) {
+  if (tensors.size() == 1 && tensors[0].nbytes() >= 2 * kPipelineChunkBytes) {
     return pipelined_allreduce(tensors[0], opts);
   }
   auto staging = std::make_shared<Staging>(pool_, is_premul_sum(opts.reduceOp));
   auto twins = staging->twins(tensors, true, true);
+  staging->set_result(tensors);
   c10d::AllreduceOptions gloo_opts = opts;
   gloo_opts.reduceOp = scale_for_gloo(opts.reduceOp, twins);
   return staged(getRank(), c10d::OpType::ALLREDUCE, gloo_->allreduce(twins, gloo_opts), staging);
 }
 
-// A large contiguous tensor is all-reduced in chunks of kPipelineChunkBytes, each staged and
-// handed to gloo as its own all_reduce: gloo reduces chunk k while this thread copies chunk k + 1
-// to the host, and chunk k is copied back as soon as it is done, so only the first chunk's copy
-// and the last one's copy back are not hidden behind gloo. Every rank cuts the same tensor the
-// same way (sizes agree across ranks, as every collective requires), so the chunks' collectives
-// match.
+// A large tensor is all-reduced in chunks of kPipelineChunkBytes, each staged and handed to gloo
+// as its own all_reduce: gloo reduces chunk k while this thread copies chunk k + 1 to the host,
+// and chunk k is copied back as soon as it is done, so only the first chunk's copy and the last
+// one's copy back are not hidden behind gloo. Whether and how a tensor is cut depends only on its
+// byte size, which every rank shares (as every collective requires), so the ranks issue the same
+// chunks; and once the twins exist every chunk is issued, even after a failed copy (the work
+// then reports that error), so a rank never falls out of step with the others.
 c10::intrusive_ptr<c10d::Work> StagingBackend::pipelined_allreduce(
     const at::Tensor& tensor, const c10d::AllreduceOptions& opts) {
-  const at::Tensor flat = tensor.view({-1});
-  const int64_t per_chunk = kPipelineChunkBytes / tensor.element_size();
-  std::vector<c10::intrusive_ptr<c10d::Work>> chunks;
-  for (int64_t start = 0; start < flat.numel(); start += per_chunk) {
-    std::vector<at::Tensor> chunk{flat.narrow(0, start, std::min(per_chunk, flat.numel() - start))};
-    auto staging = std::make_shared<Staging>(pool_, is_premul_sum(opts.reduceOp));
-    auto twins = staging->twins(chunk, true, true);
-    c10d::AllreduceOptions gloo_opts = opts;
-    gloo_opts.reduceOp = scale_for_gloo(opts.reduceOp, twins);
-    chunks.push_back(staged(getRank(), c10d::OpType::ALLREDUCE,
-                            gloo_->allreduce(twins, gloo_opts), staging));
+  std::optional<c10::Stream> stream;
+  if (tensor.is_privateuseone()) {
+    stream = c10::impl::VirtualGuardImpl(tensor.device().type()).getStream(tensor.device());
   }
-  return c10::make_intrusive<ChunkedWork>(getRank(), tensor, std::move(chunks));
+  at::Tensor dense;
+  {
+    at::NoGradGuard no_grad;
+    dense = tensor.contiguous();
+  }
+  const at::Tensor flat = dense.view({-1});
+  const int64_t per_chunk = kPipelineChunkBytes / tensor.element_size();
+  struct Chunk {
+    at::Tensor part;
+    std::shared_ptr<Staging> staging;
+    at::Tensor twin;
+  };
+  std::vector<Chunk> parts;
+  for (int64_t start = 0; start < flat.numel(); start += per_chunk) {
+    Chunk chunk{flat.narrow(0, start, std::min(per_chunk, flat.numel() - start)),
+                std::make_shared<Staging>(pool_, is_premul_sum(opts.reduceOp)), {}};
+    chunk.twin = chunk.staging->twins(chunk.part, /*read=*/false, /*written=*/true);
+    parts.push_back(std::move(chunk));
+  }
+  std::exception_ptr staging_error;
+  std::vector<c10::intrusive_ptr<c10d::Work>> works;
+  for (auto& chunk : parts) {
+    c10d::AllreduceOptions gloo_opts = opts;
+    std::vector<at::Tensor> twin{chunk.twin};
+    try {
+      at::NoGradGuard no_grad;
+      if (!chunk.twin.is_same(chunk.part)) chunk.twin.copy_(chunk.part);
+      gloo_opts.reduceOp = scale_for_gloo(opts.reduceOp, twin);
+    } catch (...) {
+      if (!staging_error) staging_error = std::current_exception();
+      gloo_opts.reduceOp = c10d::ReduceOp(c10d::ReduceOp::SUM);  // issued all the same
+    }
+    works.push_back(staged(getRank(), c10d::OpType::ALLREDUCE, gloo_->allreduce(twin, gloo_opts),
+                           chunk.staging));
+  }
+  return c10::make_intrusive<ChunkedWork>(getRank(), tensor, dense, stream, std::move(works),
+                                          staging_error);
 }
 
 c10::intrusive_ptr<c10d::Work> StagingBackend::allreduce_coalesced(
@@ -462,6 +563,7 @@ c10::intrusive_ptr<c10d::Work> StagingBackend::allreduce_coalesced(
   check_one_device("all_reduce_coalesced", tensors);
   auto staging = std::make_shared<Staging>(pool_, is_premul_sum(opts.reduceOp));
   auto twins = staging->twins(tensors, true, true);
+  staging->set_result(tensors);
   c10d::AllreduceCoalescedOptions gloo_opts = opts;
   gloo_opts.reduceOp = scale_for_gloo(opts.reduceOp, twins);
   return staged(getRank(), c10d::OpType::ALLREDUCE_COALESCED,
@@ -474,6 +576,7 @@ c10::intrusive_ptr<c10d::Work> StagingBackend::reduce(std::vector<at::Tensor>& t
   auto staging = std::make_shared<Staging>(pool_, is_premul_sum(opts.reduceOp));
   const bool root = getRank() == opts.rootRank;
   auto twins = staging->twins(tensors, /*read=*/true, /*written=*/root);
+  staging->set_result(tensors);
   c10d::ReduceOptions gloo_opts = opts;
   gloo_opts.reduceOp = scale_for_gloo(opts.reduceOp, twins);
   return staged(getRank(), c10d::OpType::REDUCE, gloo_->reduce(twins, gloo_opts), staging);
@@ -549,6 +652,19 @@ c10::intrusive_ptr<c10d::Work> StagingBackend::_reduce_scatter_base(
                 gloo_->_reduce_scatter_base(out, in, gloo_opts), staging);
 }
 
+c10::intrusive_ptr<c10d::Work> StagingBackend::reduce_scatter_tensor_coalesced(
+    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::ReduceScatterOptions& opts) {
+  check_one_device("reduce_scatter_tensor_coalesced", outputs, inputs);
+  auto staging = std::make_shared<Staging>(pool_, is_premul_sum(opts.reduceOp));
+  auto in = staging->twins(inputs, true, false);
+  auto out = staging->twins(outputs, false, true);
+  c10d::ReduceScatterOptions gloo_opts = opts;
+  gloo_opts.reduceOp = scale_for_gloo(opts.reduceOp, in);
+  return staged(getRank(), c10d::OpType::REDUCE_SCATTER_TENSOR_COALESCED,
+                gloo_->reduce_scatter_tensor_coalesced(out, in, gloo_opts), staging);
+}
+
 c10::intrusive_ptr<c10d::Work> StagingBackend::alltoall_base(
     at::Tensor& output, at::Tensor& input, std::vector<int64_t>& output_split_sizes,
     std::vector<int64_t>& input_split_sizes, const c10d::AllToAllOptions& opts) {
@@ -571,6 +687,7 @@ c10::intrusive_ptr<c10d::Work> StagingBackend::send(std::vector<at::Tensor>& ten
   check_one_device("send", tensors);
   auto staging = std::make_shared<Staging>(pool_);
   auto twins = staging->twins(tensors, true, false);
+  staging->set_result(tensors);
   return staged(getRank(), c10d::OpType::SEND, gloo_->send(twins, dst_rank, tag), staging);
 }
 
@@ -579,6 +696,7 @@ c10::intrusive_ptr<c10d::Work> StagingBackend::recv(std::vector<at::Tensor>& ten
   check_one_device("recv", tensors);
   auto staging = std::make_shared<Staging>(pool_);
   auto twins = staging->twins(tensors, false, true);
+  staging->set_result(tensors);
   return staged(getRank(), c10d::OpType::RECV, gloo_->recv(twins, src_rank, tag), staging);
 }
 
@@ -587,6 +705,7 @@ c10::intrusive_ptr<c10d::Work> StagingBackend::recvAnysource(std::vector<at::Ten
   check_one_device("recv", tensors);
   auto staging = std::make_shared<Staging>(pool_);
   auto twins = staging->twins(tensors, false, true);
+  staging->set_result(tensors);
   return staged(getRank(), c10d::OpType::RECVANYSOURCE, gloo_->recvAnysource(twins, tag),
                 staging);
 }

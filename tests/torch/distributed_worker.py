@@ -16,6 +16,7 @@ import pathlib
 import sys
 import time
 import traceback
+import warnings
 
 import torch
 import torch.distributed as dist
@@ -25,6 +26,7 @@ import oclvm  # noqa: F401  (registers the device and the `oclvm` backend when n
 RANK = int(os.environ["RANK"])
 WORLD = int(os.environ["WORLD_SIZE"])
 DEV = torch.device("opencl", RANK % torch.opencl.device_count())
+OTHER = torch.device("opencl", (RANK + 1) % torch.opencl.device_count())  # not this rank's
 DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.int64)
 TIMEOUT = datetime.timedelta(seconds=float(os.environ.get("OCLVM_DIST_TIMEOUT", "60")))
 
@@ -148,12 +150,17 @@ def check_collectives():
              f"pipelined all_reduce {op}")
     t = sample((big_n,), torch.float32).to(DEV)
     work = dist.all_reduce(t, op=dist._make_nccl_premul_sum(0.5), async_op=True)
-    assert work.get_future().wait()[0] is not None
+    value = work.get_future().wait()
     work.wait()
     c = sample((big_n,), torch.float32)
     dist.all_reduce(c)
     same(t, c * 0.5, "pipelined all_reduce PREMUL_SUM, async_op")
-    del t, c, work
+    assert value[0].data_ptr() == t.data_ptr(), "the future holds the reduced tensor itself"
+    # A non-contiguous large tensor: cut from a contiguous copy, copied back at the end.
+    base = sample((1001, 10_007), torch.float32)
+    both(lambda: [base.clone()], lambda t: dist.all_reduce(t[0].t()),
+         "pipelined all_reduce of a transposed tensor")
+    del t, c, work, value, base
     # A strided (non-contiguous) device tensor is reduced in place.
     base = sample((4, 6), torch.float32)
     strided_dev = base.to(DEV).t()
@@ -170,6 +177,46 @@ def check_collectives():
     dist.all_reduce(c)
     same(t, c, "all_reduce async_op")
     same(value[0], c, "all_reduce future value")
+    # Polling is_completed() ends (an all_reduce's work has a future).
+    t = sample((n,), torch.float32).to(DEV)
+    work = dist.all_reduce(t, async_op=True)
+    while not work.is_completed():
+        time.sleep(0.001)
+    work.wait()
+    # all_reduce_coalesced, list all_to_all, reduce_scatter_tensor with MAX and with PREMUL_SUM
+    # of a tensor factor (the device's), recv from any source.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # all_reduce_coalesced is deprecated, not gone
+        both(lambda: [sample((n,), torch.float32), sample((3,), torch.float32, 1)],
+             lambda t: dist.all_reduce_coalesced(t), "all_reduce_coalesced")
+    both(lambda: [torch.zeros(n, dtype=torch.int64) for _ in range(WORLD)]
+         + [sample((n,), torch.int64, s) for s in range(WORLD)],
+         lambda t: dist.all_to_all(t[:WORLD], t[WORLD:]), "all_to_all")
+    both(lambda: [torch.zeros(n), sample((n * WORLD,), torch.float32)],
+         lambda t: dist.reduce_scatter_tensor(t[0], t[1], op=dist.ReduceOp.MAX),
+         "reduce_scatter_tensor MAX")
+    factor = torch.tensor(0.25, device=DEV)
+    out = torch.zeros(n, device=DEV)
+    dist.reduce_scatter_tensor(out, sample((n * WORLD,), torch.float32).to(DEV),
+                               op=dist._make_nccl_premul_sum(factor))
+    summed = torch.zeros(n)
+    dist.reduce_scatter_tensor(summed, sample((n * WORLD,), torch.float32))
+    same(out, summed * 0.25, "reduce_scatter_tensor PREMUL_SUM of a tensor factor")
+    if RANK == 0:
+        dist.send(sample((n,), torch.int64).to(DEV), dst=1)
+    else:
+        y = torch.zeros(n, dtype=torch.int64, device=DEV)
+        source = dist.recv(y)  # any source
+        g = torch.Generator().manual_seed(3)
+        same(y, torch.randint(1, 5, (n,), generator=g).to(torch.int64), "recv from any source")
+        assert source == 0, source
+    # Twins are reused: repeated all_reduces of one size allocate no new host memory.
+    t = sample((1 << 16,), torch.float32).to(DEV)
+    dist.all_reduce(t)
+    allocations = torch.opencl.host_memory_stats()["num_host_alloc"]
+    for _ in range(5):
+        dist.all_reduce(t)
+    assert torch.opencl.host_memory_stats()["num_host_alloc"] == allocations, "twins not reused"
     # isend / irecv
     x = sample((n,), torch.int64).to(DEV)
     y = torch.zeros(n, dtype=torch.int64, device=DEV)
@@ -187,6 +234,8 @@ def check_collectives():
                                                    torch.zeros(2)], torch.ones(2, device=DEV))),
         ("all_gather_into_tensor size", lambda: dist.all_gather_into_tensor(
             torch.zeros(3, device=DEV), torch.ones(2, device=DEV))),
+        ("two opencl devices", lambda: dist.all_gather(
+            [torch.zeros(2, device=DEV), torch.zeros(2, device=OTHER)], torch.ones(2, device=DEV))),
     ]:
         try:
             call()
@@ -223,6 +272,11 @@ def scenario_init_single():
         t = torch.full((4,), float(RANK + 1), device=device)
         dist.all_reduce(t)
         same(t, torch.full((4,), float(WORLD * (WORLD + 1) // 2)), f"all_reduce on {device}")
+    # A large CPU tensor is cut into chunks too (the cut depends on the size alone).
+    big = torch.full((10_000_003,), float(RANK + 1))
+    dist.all_reduce(big)
+    same(big, torch.full((10_000_003,), float(WORLD * (WORLD + 1) // 2)), "pipelined, on cpu")
+    del big
     objects = [None] * WORLD
     dist.all_gather_object(objects, RANK)
     dist.barrier()

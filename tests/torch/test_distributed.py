@@ -82,6 +82,7 @@ def test_every_collective_matches_the_cpu(tmp_path):
         for what, error in result["errors"].items():
             assert error is not None, f"{what}: no error raised"
         assert "same device" in result["errors"]["mixed devices"]
+        assert "same device" in result["errors"]["two opencl devices"]
         # Nothing left behind: device memory as before; the twins, pooled while the group
         # lives, are freed with it.
         assert result["allocated_after"] == result["allocated_before"]
