@@ -133,6 +133,7 @@ bench: build torch
 	$(BUILD)/allocator_bench
 	POCL_DEVICES="basic basic" $(BUILD)/vm_bench
 	$(PY) bench/torch_bench.py
+	$(PY) bench/instruction_count.py
 	$(PY) bench/dist_bench.py
 	@for trace in $(if $(TRACES),$(wildcard $(TRACES)/*.trace)); do \
 	  echo "$(BUILD)/oclvm replay $$trace --allocator caching"; \

@@ -3,7 +3,8 @@
 #   - Debian packages: PoCL (the default OpenCL device), the ICD loader and headers, OpenCL-CLHPP,
 #     Boost (Intrusive), GoogleTest, Google Benchmark, clinfo, cmake; clang-15 with
 #     libclang-common-15-dev (its libFuzzer and sanitizer runtimes) and llvm-15 (llvm-symbolizer,
-#     for readable sanitizer reports), for `make fuzz`, `make asan` and `make tsan`.
+#     for readable sanitizer reports), for `make fuzz`, `make asan` and `make tsan`; valgrind, for
+#     `make bench`'s instruction counts (bench/instruction_count.py).
 #   - .venv/ with torch==2.13.0 (the CPU build kept on this machine), pytest, numpy and
 #     scikit-build-core (the build backend of the oclvm Python package, built without isolation
 #     against the venv's torch).
@@ -15,7 +16,7 @@ mkdir -p "$stamp_dir"
 
 apt_packages=(pocl-opencl-icd ocl-icd-opencl-dev opencl-c-headers opencl-clhpp-headers
               libboost-dev libgtest-dev libbenchmark-dev clinfo cmake g++ make
-              clang-15 libclang-common-15-dev llvm-15)
+              clang-15 libclang-common-15-dev llvm-15 valgrind)
 
 missing=()
 for p in "${apt_packages[@]}"; do

@@ -38,37 +38,81 @@ DeviceWorker::DeviceWorker(VirtualMachine& vm, MemoryBackend& backend,
 
 DeviceWorker::~DeviceWorker() { stop(); }
 
+// Note [The execution right without the lock]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Every synchronous list that runs on its caller's thread takes the worker's execution right and
+// gives it back; under mutex_ that was two lock round trips per list. The right is now the
+// kExecuting bit of state_, next to bits mirroring what mutex_ guards (kPending, kStopping,
+// kIdleWaiters, each changed only under mutex_). try_acquire_idle sets kExecuting with one
+// compare-and-swap when none of kExecuting, kPending and kStopping is set (waiters in
+// acquire_when_idle do not stop a caller, as before). release_execution clears it with one
+// compare-and-swap from exactly kExecuting; any other bit means someone may need us (work queued
+// meanwhile, to combine or wake the worker for; a waiter in acquire_when_idle; a stop), and the
+// release takes the lock as before. Nothing is lost between the two: a thread that sets a bit
+// under mutex_ and then finds kExecuting set either makes the holder's compare-and-swap fail (the
+// holder then takes mutex_, notifies the idle waiters under it and wakes the worker thread after
+// it), or comes after it and finds the right free. The worker thread and acquire_when_idle read
+// the bits under mutex_ and take the right with the same compare-and-swap, since a lock-free
+// taker may race them. The acquire / release orders make the next holder see everything the last
+// one did (the allocator has no lock of its own).
+
+bool DeviceWorker::take_right_unless(uint32_t busy) {
+  uint32_t state = state_.load(std::memory_order_relaxed);
+  do {
+    if ((state & busy) != 0) return false;
+  } while (!state_.compare_exchange_weak(state, state | kExecuting, std::memory_order_acquire,
+                                         std::memory_order_relaxed));
+  return true;
+}
+
+void DeviceWorker::give_right_back() {
+  state_.fetch_and(~kExecuting, std::memory_order_release);
+}
+
 bool DeviceWorker::enqueue(IntrusiveInstructionList& instructions) {
   {
     MutexLock lock(mutex_);
     if (exited_) return false;
     // While stopping, the thread still drains whatever is appended before it exits.
     pending_.splice(pending_.end(), instructions);
+    if (!pending_.empty()) state_.fetch_or(kPending);
   }
   wake_.notify_one();
   return true;
 }
 
 bool DeviceWorker::try_acquire_idle() {
-  MutexLock lock(mutex_);
-  if (executing_ || stopping_ || !pending_.empty()) return false;
-  executing_ = true;
+  // Waiters in acquire_when_idle do not stop a caller, as before (kIdleWaiters is not busy).
+  if (!take_right_unless(kExecuting | kPending | kStopping)) return false;
   ++execution_depth;  // until release_execution()
   return true;
 }
 
 bool DeviceWorker::acquire_when_idle() {
+  if (take_right_unless(kExecuting | kPending | kStopping)) {  // idle now: no lock, no wait
+    ++execution_depth;  // until release_execution()
+    return true;
+  }
   MutexLock lock(mutex_);
-  ++idle_waiters_;
-  while (!stopping_ && (executing_ || !pending_.empty())) idle_.wait(lock.native());
-  --idle_waiters_;
-  if (stopping_) return false;
-  executing_ = true;
+  if (++idle_waiters_ == 1) state_.fetch_or(kIdleWaiters);
+  bool taken = false;
+  while (!stopping_ && !(taken = take_right_unless(kExecuting | kPending))) {
+    idle_.wait(lock.native());
+  }
+  if (--idle_waiters_ == 0) state_.fetch_and(~kIdleWaiters);
+  if (!taken) return false;  // stopping
   ++execution_depth;  // until release_execution()
   return true;
 }
 
 void DeviceWorker::release_execution() {
+  // Nothing happened meanwhile that anyone waits on: give the right back without the lock.
+  uint32_t alone = kExecuting;
+  if (state_.compare_exchange_strong(alone, 0, std::memory_order_release,
+                                     std::memory_order_relaxed)) {
+    --execution_depth;
+    return;
+  }
   // Combining: work that other producers queued while we held the execution right is dispatched
   // here, on this thread, before the right is given back — one wake-up (their ticket) instead of
   // two (the worker thread, then their ticket). Bounded, so a caller is not kept forever.
@@ -78,13 +122,14 @@ void DeviceWorker::release_execution() {
     {
       MutexLock lock(mutex_);
       if (pending_.empty() || stopping_ || combined >= kMaxCombined) {
-        executing_ = false;
+        give_right_back();
         --execution_depth;
         if (idle_waiters_ > 0) idle_.notify_all();
         if (pending_.empty() && !stopping_) return;
         break;
       }
       batch.swap(pending_);
+      state_.fetch_and(~kPending);
     }
     while (!batch.empty()) {
       Instruction& instruction = batch.front();
@@ -102,13 +147,18 @@ void DeviceWorker::run() {
     IntrusiveInstructionList batch;
     {
       MutexLock lock(mutex_);
-      while (executing_ || (pending_.empty() && !stopping_)) wake_.wait(lock.native());
-      if (pending_.empty()) {  // stopping, and everything before the stop is dispatched
-        exited_ = true;
-        return;
+      for (;;) {
+        if (!pending_.empty()) {
+          if (take_right_unless(kExecuting)) break;  // else a caller holds it: wait for it
+        } else if (stopping_ && !executing()) {
+          // Stopping, and everything before the stop is dispatched.
+          exited_ = true;
+          return;
+        }
+        wake_.wait(lock.native());
       }
       batch.swap(pending_);
-      executing_ = true;
+      state_.fetch_and(~kPending);
     }
     while (!batch.empty()) {
       Instruction& instruction = batch.front();
@@ -116,7 +166,7 @@ void DeviceWorker::run() {
       dispatch(&instruction);
     }
     MutexLock lock(mutex_);
-    executing_ = false;
+    give_right_back();
     if (idle_waiters_ > 0 && pending_.empty()) idle_.notify_all();
   }
 }
@@ -192,6 +242,7 @@ void DeviceWorker::stop() {
       if (!thread_.joinable()) return;
     }
     stopping_ = true;
+    state_.fetch_or(kStopping);
   }
   wake_.notify_one();
   idle_.notify_all();
@@ -201,9 +252,14 @@ void DeviceWorker::stop() {
 void DeviceWorker::check_idle() {
   MutexLock lock(mutex_);
   OCLVM_DCHECK(pending_.empty());
-  OCLVM_DCHECK(!executing_);
-  // Read under mutex_: the last holder of the execution right wrote it before clearing
-  // executing_ under the same mutex.
+  OCLVM_DCHECK(!executing());
+  // The bits the lock-free paths read mirror what mutex_ guards.
+  const uint32_t state = state_.load();
+  OCLVM_DCHECK(((state & kPending) != 0) == !pending_.empty());
+  OCLVM_DCHECK(((state & kStopping) != 0) == stopping_);
+  OCLVM_DCHECK(((state & kIdleWaiters) != 0) == (idle_waiters_ > 0));
+  // Read after kExecuting was seen clear: the last holder of the execution right wrote it before
+  // clearing the bit (release), and the load of state_ is sequentially consistent (acquire).
   OCLVM_DCHECK(dispatched_through_ <= last_sequence_);
 }
 

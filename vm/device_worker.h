@@ -10,8 +10,10 @@
 // Caller runs (Note [Caller runs]): when the worker has nothing pending and is not executing, a
 // submitting thread may take the worker's execution right and dispatch its own instructions
 // itself, which saves the thread hand-off (microseconds) on the synchronous path. Order and
-// confinement hold: the execution right is one flag under the worker's mutex, and nothing of a
-// lower sequence can be pending at that moment.
+// confinement hold: the execution right is one bit of an atomic state word that one thread at a
+// time can set, and nothing of a lower sequence can be pending at that moment. Taking it from an
+// idle worker, and giving it back when nothing happened meanwhile, take no lock (Note [The
+// execution right without the lock] in device_worker.cc).
 //
 // Lifecycle: start (constructor) / enqueue / stop. stop() marks the worker stopping: from then on
 // no caller takes the execution right, and the thread dispatches, in order, everything pending
@@ -101,12 +103,24 @@ class DeviceWorker {
   MemoryBackend& backend_;
   const std::unique_ptr<Allocator> allocator_;
 
+  // Bits of state_. kExecuting: someone holds the execution right. The others mirror, for the
+  // lock-free paths, what mutex_ guards: pending_ is not empty, stopping_, idle_waiters_ > 0.
+  static constexpr uint32_t kExecuting = 1;
+  static constexpr uint32_t kPending = 2;
+  static constexpr uint32_t kStopping = 4;
+  static constexpr uint32_t kIdleWaiters = 8;
+  // Sets kExecuting when none of `busy` is set; false, changing nothing, otherwise.
+  bool take_right_unless(uint32_t busy);
+  void give_right_back();  // clears kExecuting (release: the next holder sees our writes)
+  bool executing() const { return (state_.load() & kExecuting) != 0; }
+
   Mutex mutex_;
   std::condition_variable wake_;
-  std::condition_variable idle_;           // acquire_when_idle's waiters: executing_ went false
+  std::condition_variable idle_;           // acquire_when_idle's waiters: kExecuting went off
   int idle_waiters_ OCLVM_GUARDED_BY(mutex_) = 0;
   IntrusiveInstructionList pending_ OCLVM_GUARDED_BY(mutex_);
-  bool executing_ OCLVM_GUARDED_BY(mutex_) = false;  // someone holds the execution right
+  // Changed by the lock-free paths (kExecuting only) and under mutex_ (every bit).
+  std::atomic<uint32_t> state_{0};
   bool stopping_ OCLVM_GUARDED_BY(mutex_) = false;
   bool exited_ OCLVM_GUARDED_BY(mutex_) = false;  // the thread drained and returned
 

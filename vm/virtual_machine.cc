@@ -7,7 +7,6 @@
 #include <cstdlib>
 #include <thread>
 
-#include <boost/container/small_vector.hpp>
 
 #include "oclvm/storage/allocator_registry.h"
 #include "oclvm/storage/errors.h"
@@ -32,7 +31,8 @@ void Ticket::wait_for(Batch& batch) {
   // within microseconds: yield a few times before sleeping. See Note [Batch lifetime].
   for (int i = 0; i < 64 && batch.remaining.load() != 0; ++i) std::this_thread::yield();
   MutexLock lock(batch.mutex);
-  while (!batch.done) batch.done_cv.wait(lock.native());
+  if (!batch.done && !batch.done_cv) batch.done_cv.emplace();
+  while (!batch.done) batch.done_cv->wait(lock.native());
   if (batch.first_error) std::rethrow_exception(batch.first_error);
 }
 
@@ -53,6 +53,8 @@ VirtualMachine::VirtualMachine(DeviceManager& devices, const Options& options,
     workers_.push_back(std::make_unique<DeviceWorker>(
         *this, backend, AllocatorRegistry::instance().create(backend, options_)));
   }
+  MutexLock lock(submit_mutex_);
+  per_worker_.resize(workers_.size());
 }
 
 VirtualMachine::~VirtualMachine() { shutdown(); }
@@ -237,10 +239,23 @@ Ticket VirtualMachine::submit_impl(InstructionList&& list, bool caller_runs) {
   std::shared_ptr<Batch> batch = new_batch(count, /*detached=*/false);
   if (count == 0) return Ticket(batch);
   admit(count);
-  enqueue_batch(*batch, items, caller_runs);
+  enqueue_batch(*batch, items, caller_runs, /*admitted=*/true);
   return Ticket(std::move(batch));
 }
 
+// Note [Lists dispatched at once are not admitted]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Backpressure bounds the instructions waiting in the workers' pending lists. A synchronous list
+// that the caller dispatches at once (Note [Caller runs]) never waits there, so run() first tries
+// that without admission, which spares every allocation and release two atomic read-modify-writes
+// of in_flight_. When the device is busy (or the VM shut down, or a blob foreign) nothing has
+// changed yet: the list is admitted (maybe sleeping, never under the submission lock) and
+// submitted again, as before. One case is decided only by the analysis, after the right was
+// taken: waits on another device's stream add StreamSignals there, so the list cannot run here
+// alone. It is then queued as any list is, counted in flight without waiting (as StreamSignals
+// always are), and the right is given back, which dispatches this device's share; such a list
+// may pass max_in_flight by its own length, as a detached release may.
+//
 // The path of every synchronous list (an allocation, a release, a host section's list outside a
 // section): the batch lives here, so a run allocates no batch and shares no reference count.
 void VirtualMachine::run(InstructionList&& list) {
@@ -250,8 +265,14 @@ void VirtualMachine::run(InstructionList&& list) {
   Batch batch;
   // Relaxed: the submission lock publishes the batch to any thread that dispatches from it.
   batch.remaining.store(count, std::memory_order_relaxed);
-  admit(count);
-  if (enqueue_batch(batch, items, vm_options_.caller_runs)) {
+  Placement placed = vm_options_.caller_runs
+                         ? enqueue_batch(batch, items, /*caller_runs=*/true, /*admitted=*/false)
+                         : Placement::kNotPlaced;
+  if (placed == Placement::kNotPlaced) {
+    admit(count);
+    placed = enqueue_batch(batch, items, vm_options_.caller_runs, /*admitted=*/true);
+  }
+  if (placed == Placement::kRanHere) {
     // Dispatched on this thread: no other thread ever saw the batch, so there is nothing to
     // wait for, nobody to wake and no lock to take; only an error to report.
     if (std::exception_ptr error = batch.error_of_unseen_batch()) std::rethrow_exception(error);
@@ -266,22 +287,37 @@ void VirtualMachine::submit_detached(InstructionList&& list) {
   if (count == 0) return;
   std::shared_ptr<Batch> batch = new_batch(count, /*detached=*/true);
   in_flight_.fetch_add(count);  // never blocks: the caller may be the thread that would unblock it
-  enqueue_batch(*batch, items, /*caller_runs=*/false);
+  enqueue_batch(*batch, items, /*caller_runs=*/false, /*admitted=*/true);
 }
 
-bool VirtualMachine::enqueue_batch(Batch& batch, IntrusiveInstructionList& items,
-                                   bool caller_runs) {
-  const size_t count = items.size();
-  // Allocated before the lock, so that nothing under it but the analysis can throw; inline up to
-  // a few workers and streams, so that the common list costs no heap allocation.
-  boost::container::small_vector<IntrusiveInstructionList, 4> per_worker(workers_.size());
-  boost::container::small_vector<DeviceWorker*, 4> owners(workers_.size(), nullptr);
+namespace {
 
+// The worker of every instruction in `items` when they share one; nullptr otherwise.
+DeviceWorker* only_worker(const IntrusiveInstructionList& items) {
+  DeviceWorker* single = nullptr;
+  for (const Instruction& instruction : items) {
+    DeviceWorker& owner = instruction.stream().worker();
+    if (single != nullptr && single != &owner) return nullptr;
+    single = &owner;
+  }
+  return single;
+}
+
+}  // namespace
+
+VirtualMachine::Placement VirtualMachine::enqueue_batch(Batch& batch,
+                                                        IntrusiveInstructionList& items,
+                                                        bool caller_runs, bool admitted) {
+  const size_t count = items.size();
+  OCLVM_DCHECK(admitted || !batch.shared);  // settle() would count what was never admitted
+  // The worker whose execution right this call holds, once it holds one.
   DeviceWorker* inline_worker = nullptr;
   IntrusiveInstructionList ordered;  // the list in dispatch order, with StreamSignals added
+  bool here = false;                 // `ordered` is dispatched on this thread
   {
     MutexLock lock(submit_mutex_);
     if (shut_down_.load()) {
+      if (!admitted) return Placement::kNotPlaced;  // the paths below count it as admitted
       lock.unlock();
       for (Instruction& instruction : items) instruction.batch_ = &batch;
       if (batch.detached) {
@@ -298,10 +334,11 @@ bool VirtualMachine::enqueue_batch(Batch& batch, IntrusiveInstructionList& items
         wait_drained();  // never overtake work still pending (this is not a worker thread)
         run_after_shutdown(items);
       }
-      return false;
+      return Placement::kQueued;
     }
     // Checked before anything changes, so a refused list leaves no trace.
     if (const Instruction* refused = first_with_foreign_blob(items)) {
+      if (!admitted) return Placement::kNotPlaced;
       const InvalidArgument error = foreign_blob_error(*refused);
       lock.unlock();
       in_flight_.fetch_sub(count);
@@ -317,6 +354,12 @@ bool VirtualMachine::enqueue_batch(Batch& batch, IntrusiveInstructionList& items
         batch_settled();  // it never will be
       }
       throw error;
+    }
+    if (!admitted) {
+      // Note [Lists dispatched at once are not admitted]: go on only with the right in hand.
+      DeviceWorker* only = only_worker(items);
+      if (only == nullptr || !only->try_acquire_idle()) return Placement::kNotPlaced;
+      inline_worker = only;
     }
     DeviceWorker* single = nullptr;
     bool several = false;
@@ -344,13 +387,16 @@ bool VirtualMachine::enqueue_batch(Batch& batch, IntrusiveInstructionList& items
     }
     mark_stream_ends(ordered);
     const size_t added = ordered.size() - count;
-    if (added > 0) {
-      batch.remaining.fetch_add(added);
-      in_flight_.fetch_add(added);  // admitted without waiting: they unblock their waiters
-    }
-    if (!several && caller_runs && single->try_acquire_idle()) {
+    if (added > 0) batch.remaining.fetch_add(added);
+    here = !several &&
+           (inline_worker != nullptr || (caller_runs && single->try_acquire_idle()));
+    if (here) {
       inline_worker = single;
     } else {
+      // Admitted without waiting: the StreamSignals the analysis added (they unblock their
+      // waiters), and a list that was not admitted but cannot run here after all.
+      const size_t unadmitted = admitted ? added : ordered.size();
+      if (unadmitted > 0) in_flight_.fetch_add(unadmitted);
       // Hand each worker its instructions in order, still under the lock, so that every
       // worker's pending list stays in sequence order across producers.
       while (!ordered.empty()) {
@@ -359,15 +405,18 @@ bool VirtualMachine::enqueue_batch(Batch& batch, IntrusiveInstructionList& items
         DeviceWorker& owner = instruction.stream().worker();
         size_t index = 0;
         while (workers_[index].get() != &owner) ++index;
-        owners[index] = &owner;
-        per_worker[index].push_back(instruction);
+        per_worker_[index].push_back(instruction);
       }
-      for (size_t i = 0; i < per_worker.size(); ++i) {
-        if (owners[i] != nullptr) owners[i]->enqueue(per_worker[i]);
+      for (size_t i = 0; i < workers_.size(); ++i) {
+        if (!per_worker_[i].empty()) workers_[i]->enqueue(per_worker_[i]);
       }
     }
   }
-  if (inline_worker == nullptr) return false;
+  if (!here) {
+    // A right taken for a list that was not admitted: giving it back dispatches its share.
+    if (inline_worker != nullptr) inline_worker->release_execution();
+    return Placement::kQueued;
+  }
   // Note [Caller runs]: nothing of a lower sequence is pending on this worker, and we hold its
   // execution right, so dispatching here keeps order and confinement.
   // The batch is settled once at the end: nobody else waits for its instructions one by one.
@@ -382,11 +431,13 @@ bool VirtualMachine::enqueue_batch(Batch& batch, IntrusiveInstructionList& items
   } else {
     // run()'s own batch: its caller reads the outcome on this thread, nothing else to mark.
     batch.remaining.store(0, std::memory_order_relaxed);
-    in_flight_.fetch_sub(dispatched);
-    wake_producers();
+    if (admitted) {
+      in_flight_.fetch_sub(dispatched);
+      wake_producers();
+    }
   }
   inline_worker->release_execution();
-  return true;
+  return Placement::kRanHere;
 }
 
 // Note [Lists run in a host section]: the section holds `held`'s execution right and the
@@ -503,7 +554,7 @@ void VirtualMachine::settle(Batch& batch, size_t dispatched, bool notify) {
           log_message(LogLevel::kError, "a detached release failed: %s", e.what());
         }
       }
-      if (notify) batch.done_cv.notify_all();
+      if (notify && batch.done_cv) batch.done_cv->notify_all();
     }
   }
   in_flight_.fetch_sub(dispatched);

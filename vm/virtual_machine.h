@@ -34,6 +34,7 @@
 #include <condition_variable>
 #include <exception>
 #include <functional>
+#include <optional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -83,7 +84,9 @@ struct VmOptions {
 struct Batch {
   std::atomic<size_t> remaining{0};     // instructions not yet dispatched
   Mutex mutex;
-  std::condition_variable done_cv;
+  // Made by the first waiter: a batch dispatched by its own caller (most synchronous lists) is
+  // never waited for, and a condition variable costs an atomic operation to destroy.
+  std::optional<std::condition_variable> done_cv OCLVM_GUARDED_BY(mutex);
   bool done OCLVM_GUARDED_BY(mutex) = false;  // remaining reached 0
   std::exception_ptr first_error OCLVM_GUARDED_BY(mutex);
   std::shared_ptr<Batch> self OCLVM_GUARDED_BY(mutex);  // the VM's reference until done
@@ -211,11 +214,20 @@ class VirtualMachine {
   // HostSection::run: dispatches `list` on this thread, which holds `held`'s execution right
   // (Note [Lists run in a host section]).
   void run_held(DeviceWorker& held, InstructionList&& list);
-  // Sequences, analysis and hand-off of a batch whose count is already admitted. The batch is a
-  // live one of new_batch, or run()'s own on its stack (no `self`). True when every instruction
-  // was dispatched on this thread (Note [Caller runs]): run()'s batch is then left as it was,
-  // with remaining == 0 and the error in first_error, and is never marked done.
-  bool enqueue_batch(Batch& batch, IntrusiveInstructionList& items, bool caller_runs);
+  // What enqueue_batch did with a list.
+  enum class Placement {
+    kRanHere,    // every instruction was dispatched on this thread (Note [Caller runs])
+    kQueued,     // handed to the workers (or run after shutdown): wait for the batch
+    kNotPlaced,  // nothing changed (only when not admitted): admit, then enqueue again
+  };
+  // Sequences, analysis and hand-off of a batch. The batch is a live one of new_batch, or run()'s
+  // own on its stack (no `self`). `admitted`: its count already passed backpressure; false only
+  // for run()'s batch (Note [Lists dispatched at once are not admitted]), which then goes on only
+  // when this thread can take its device's execution right, and is otherwise left untouched
+  // (kNotPlaced). After kRanHere, run()'s batch is left as it was, with remaining == 0 and the
+  // error in first_error, and is never marked done.
+  Placement enqueue_batch(Batch& batch, IntrusiveInstructionList& items, bool caller_runs,
+                          bool admitted);
   // Called by the dispatching thread after each dispatch. With settle_now == false the caller
   // settles the batch itself later (dispatch: after deleting the instruction; caller runs: once
   // for the whole list).
@@ -252,6 +264,9 @@ class VirtualMachine {
   std::unique_ptr<std::atomic<Stream*>[]> compute_streams_;  // per worker index
 
   Mutex submit_mutex_;  // Note [Submission]
+  // enqueue_batch's per-worker lists (index as workers_), empty between submissions: kept here so
+  // that a submission builds none and nothing allocates under the lock.
+  std::vector<IntrusiveInstructionList> per_worker_ OCLVM_GUARDED_BY(submit_mutex_);
   // Computes waits and records accesses in the blobs it is given (vm/dependence.h): those records
   // are the analysis's, so every call is made under the submission lock.
   DependenceAnalysis dependences_ OCLVM_GUARDED_BY(submit_mutex_){*this};
