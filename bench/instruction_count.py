@@ -38,7 +38,9 @@ def callgrind_total(device: str, iters: int, directory: str) -> int:
     command = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable,
                os.path.abspath(__file__), "--loop", device, str(iters)]
     # A fixed hash seed: dictionary layouts, and so the interpreter's own work, repeat exactly.
-    env = dict(os.environ, PYTHONHASHSEED="0")
+    # One OpenBLAS thread: numpy's (imported by torch) otherwise spin in blas_thread_server for a
+    # time that changes from run to run, ±2,000 instructions per iteration in the difference.
+    env = dict(os.environ, PYTHONHASHSEED="0", OPENBLAS_NUM_THREADS="1")
     done = subprocess.run(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                           text=True)
     if done.returncode != 0:

@@ -42,13 +42,11 @@ struct Reaper {
   }
 };
 
-// Makes this thread's cache usable on first use; false once it has been freed (thread exit).
-bool touch_cache() {
-  if (cache.state == State::kGone) return false;
+// Makes this thread's cache usable: on its first use (state kUnused) only.
+void touch_cache() {
   static thread_local Reaper reaper;  // registers the thread-exit cleanup
   (void)&reaper;
   cache.state = State::kAlive;
-  return true;
 }
 
 // Class c holds blocks of (c + 1) * kGranule bytes.
@@ -59,12 +57,16 @@ size_t class_of(size_t bytes) { return bytes == 0 ? 0 : (bytes - 1) / kGranule; 
 void* allocate(size_t bytes) {
   if (bytes > kMaxPooledBytes) return ::operator new(bytes);
   const size_t c = class_of(bytes);
-  if (cache.state != State::kAlive && !touch_cache()) return ::operator new((c + 1) * kGranule);
-  if (FreeBlock* block = cache.head[c]) {
-    cache.head[c] = block->next;
-    --cache.count[c];
+  // A block on a list means the cache is alive (the lists are empty before the first use and
+  // after the Reaper), so the common case reads the thread-local once: in a dlopen'ed module each
+  // read is a __tls_get_addr call, which the compiler repeats after any call it cannot see into.
+  Cache& mine = cache;
+  if (FreeBlock* block = mine.head[c]) {
+    mine.head[c] = block->next;
+    --mine.count[c];
     return block;
   }
+  if (mine.state == State::kUnused) touch_cache();
   return ::operator new((c + 1) * kGranule);
 }
 
@@ -75,14 +77,15 @@ void deallocate(void* pointer, size_t bytes) noexcept {
     return;
   }
   const size_t c = class_of(bytes);
-  if (cache.state != State::kAlive || cache.count[c] >= kMaxCachedPerClass) {
+  Cache& mine = cache;
+  if (mine.state != State::kAlive || mine.count[c] >= kMaxCachedPerClass) {
     ::operator delete(pointer);
     return;
   }
   auto* block = static_cast<FreeBlock*>(pointer);
-  block->next = cache.head[c];
-  cache.head[c] = block;
-  ++cache.count[c];
+  block->next = mine.head[c];
+  mine.head[c] = block;
+  ++mine.count[c];
 }
 
 }  // namespace oclvm::pool

@@ -89,10 +89,7 @@ bool DeviceWorker::try_acquire_idle() {
 }
 
 bool DeviceWorker::acquire_when_idle() {
-  if (take_right_unless(kExecuting | kPending | kStopping)) {  // idle now: no lock, no wait
-    ++execution_depth;  // until release_execution()
-    return true;
-  }
+  if (try_acquire_idle()) return true;  // idle now: no lock, no wait
   MutexLock lock(mutex_);
   if (++idle_waiters_ == 1) state_.fetch_or(kIdleWaiters);
   bool taken = false;
@@ -195,7 +192,6 @@ void DeviceWorker::dispatch(Instruction* instruction, bool settle) noexcept {
   // Timing costs two clock reads (~40 ns): only when someone traces.
   const bool timed = vm_.tracing();
   const auto start = timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
-  ExecutionScope scope;  // also covers callers dispatching after shutdown
   std::exception_ptr error = instruction->pre_error_;
   Stream& stream = instruction->stream();
   dispatched_through_ = std::max(dispatched_through_, instruction->sequence_);
@@ -233,6 +229,11 @@ void DeviceWorker::dispatch(Instruction* instruction, bool settle) noexcept {
   // batch is settled, so anything submitted after the ticket returns is ordered after it.
   delete instruction;
   if (settle) vm_.settle(*batch, 1);
+}
+
+void DeviceWorker::dispatch_after_shutdown(Instruction* instruction) noexcept {
+  ExecutionScope scope;
+  dispatch(instruction);
 }
 
 void DeviceWorker::stop() {

@@ -70,7 +70,13 @@ class DeviceWorker {
   // deletes it. Only with the execution right. Never throws.
   // `settle`: count it in its batch and the in-flight bound now (false: the caller does, for a
   // whole list it dispatches inline).
+  // The caller is counted as holding the right on this thread already (try_acquire_idle,
+  // acquire_when_idle, the worker thread), so dispatch reads no thread-local itself.
   void dispatch(Instruction* instruction, bool settle = true) noexcept;
+  // dispatch() for a caller that executes after stop() under execution_mutex(), holding no right:
+  // counts as holding one on this thread while it runs.
+  void dispatch_after_shutdown(Instruction* instruction) noexcept
+      OCLVM_REQUIRES(execution_mutex_);
 
   // True on a thread that holds some worker's execution right: a worker thread dispatching, or a
   // caller running a list inline (including callbacks and the deletion of instructions). Such a

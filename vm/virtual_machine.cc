@@ -7,7 +7,6 @@
 #include <cstdlib>
 #include <thread>
 
-
 #include "oclvm/storage/allocator_registry.h"
 #include "oclvm/storage/errors.h"
 #include "oclvm/storage/log.h"
@@ -642,7 +641,7 @@ void VirtualMachine::run_after_shutdown(IntrusiveInstructionList& items) {
     if (instruction.runs_after_shutdown()) {
       // The worker thread is gone; callers take turns with the execution right.
       MutexLock lock(owner.execution_mutex());
-      owner.dispatch(&instruction);
+      owner.dispatch_after_shutdown(&instruction);
     } else {
       on_dispatched(instruction,
                     std::make_exception_ptr(

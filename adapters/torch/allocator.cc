@@ -139,10 +139,9 @@ void CLDeviceAllocator::free_detached(TensorStorage* storage) {
 
 TensorStorage* CLDeviceAllocator::new_storage(c10::DeviceIndex index, size_t bytes,
                                               const void* contents, vm::HostSection* section) {
-  check_device_index(index);
   // More than one allocation may hold is out of memory to torch users (as on CUDA), not a bad
   // argument; nothing reaches the allocator, so no statistic changes (num_ooms included).
-  const uint64_t max_alloc = max_allocation_bytes(index);
+  const uint64_t max_alloc = max_allocation_bytes(index);  // checks the index first
   TORCH_CHECK_WITH(OutOfMemoryError, bytes <= max_alloc, "Out of memory on opencl:",
                    static_cast<int>(index), ": tried to allocate ", bytes,
                    " bytes, more than the device's largest single allocation (", max_alloc,

@@ -3,6 +3,7 @@
 #include "adapters/torch/streams.h"
 
 #include <atomic>
+#include <limits>
 #include <memory>
 #include <vector>
 
@@ -16,11 +17,15 @@ namespace {
 constexpr int kPoolStreams = 4;                    // user streams 0..3 of each device
 std::atomic<int> g_next_new_stream{kPoolStreams};  // user indices of getNewStream, all devices
 
-// Per thread: the current torch stream id of each device (0: the default stream).
-std::vector<c10::StreamId>& current_stream_ids() {
-  thread_local std::vector<c10::StreamId> ids;
-  if (ids.size() < static_cast<size_t>(device_count())) ids.resize(device_count(), 0);
-  return ids;
+// Per thread: the current torch stream id of each device (0: the default stream), for every
+// index a c10::DeviceIndex can hold. Zero-initialised and trivially destructible, so an access is
+// one __tls_get_addr and no initialisation guard (a std::vector here cost three calls per
+// allocation); callers index it with an already checked device index.
+constexpr size_t kMaxDeviceIndices = size_t{std::numeric_limits<c10::DeviceIndex>::max()} + 1;
+thread_local c10::StreamId t_current_stream_ids[kMaxDeviceIndices] = {};
+
+c10::StreamId& current_stream_id(c10::DeviceIndex index) {
+  return t_current_stream_ids[static_cast<size_t>(index)];
 }
 
 // Runs an empty Barrier on each of `streams`: returns once their queues have finished.
@@ -77,7 +82,7 @@ c10::Stream torch_stream(const vm::Stream& stream) {
 vm::Stream& current_vm_stream(c10::DeviceIndex index) {
   // On every allocate and copy: the index is the caller's checked one, and a current id was
   // checked by exchange_stream when it was set, so only the lookups remain.
-  const c10::StreamId id = current_stream_ids()[static_cast<size_t>(index)];
+  const c10::StreamId id = current_stream_id(index);
   Runtime& rt = runtime();
   if (id == 0) {
     return translate_errors([&]() -> vm::Stream& { return rt.stream(to_oclvm(index)); });
@@ -88,7 +93,7 @@ vm::Stream& current_vm_stream(c10::DeviceIndex index) {
 c10::Stream current_stream(c10::DeviceIndex index) {
   const c10::DeviceIndex d = checked_index(index);
   return c10::Stream(c10::Stream::UNSAFE, c10::Device(c10::DeviceType::PrivateUse1, d),
-                     current_stream_ids()[static_cast<size_t>(d)]);
+                     current_stream_id(d));
 }
 
 c10::Stream default_stream(c10::DeviceIndex index) {
@@ -115,7 +120,7 @@ c10::Stream new_stream(c10::DeviceIndex index) {
 
 c10::Stream exchange_stream(const c10::Stream& stream) {
   vm_stream(stream);  // rejects a stream that does not exist
-  c10::StreamId& current = current_stream_ids()[static_cast<size_t>(stream.device_index())];
+  c10::StreamId& current = current_stream_id(stream.device_index());
   const c10::Stream previous(c10::Stream::UNSAFE, stream.device(), current);
   current = stream.id();
   return previous;
