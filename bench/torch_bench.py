@@ -22,7 +22,8 @@
 
 (e) With --history: what the memory history costs. (a) and the MLP step on opencl again, with
     torch.opencl.memory._record_memory_history() on (events and Python stacks at every
-    allocation and free), reported as history-on / history-off, measured in the same run.
+    allocation and free) and off, back to back in each repetition; reported as the median of the
+    pairs' history-on / history-off ratios.
 
 Run: `make bench`, or `PYTHONPATH=build-torch/python .venv/bin/python bench/torch_bench.py`.
 Options: --iters N (allocation loop length, default 100000), --repeats N (default 5),
@@ -47,11 +48,6 @@ def alloc_loop_seconds(device: str, iters: int) -> float:
         x = empty(1024, device=device)
         del x
     return (time.perf_counter() - start) / iters
-
-
-def median_alloc(device: str, iters: int, repeats: int) -> float:
-    alloc_loop_seconds(device, min(iters, 1000))  # warm up: first segment, dispatcher caches
-    return statistics.median(alloc_loop_seconds(device, iters) for _ in range(repeats))
 
 
 def paired_alloc(iters: int, repeats: int) -> tuple[float, float, float]:
@@ -300,25 +296,39 @@ def main() -> int:
         print(f"    {label:<36} {cpu * 1e3:>7.2f} ms {ocl * 1e3:>7.2f} ms {ocl / cpu:>7.2f}x")
     print("    (targets: <= 1.3x on the default device, <= 1.6x for GPT-2 on two pthread devices)")
     if args.history:
-        print_history_cost(args, ocl_alloc, step_rows[0][2])
+        print_history_cost(args)
     return 0
 
 
-def print_history_cost(args, alloc_off: float, mlp_off: float) -> None:
-    """Section (e): the allocation loop and the MLP step with the memory history on."""
-    torch.opencl.memory._record_memory_history(max_entries=100_000)
-    try:
-        alloc_on = median_alloc("opencl", args.iters, args.repeats)
-        mlp_on = step_seconds(mlp_step, "opencl", args.steps)
-    finally:
-        torch.opencl.memory._record_memory_history(enabled=None)
+def history_pairs(measure, repeats: int) -> tuple[float, float, float]:
+    """`measure()` with the memory history off and on, back to back in each of `repeats`
+    repetitions (which goes first alternates): the medians off and on, and of the pairs' ratios."""
+    off, on = [], []
+    for repeat in range(repeats):
+        for history in ((False, True) if repeat % 2 == 0 else (True, False)):
+            if history:
+                torch.opencl.memory._record_memory_history(max_entries=100_000)
+            try:
+                (on if history else off).append(measure())
+            finally:
+                if history:
+                    torch.opencl.memory._record_memory_history(enabled=None)
+    return (statistics.median(off), statistics.median(on),
+            statistics.median(b / a for a, b in zip(off, on)))
+
+
+def print_history_cost(args) -> None:
+    """Section (e): the allocation loop and the MLP step with the memory history on and off."""
+    alloc = history_pairs(lambda: alloc_loop_seconds("opencl", args.iters), args.repeats)
+    mlp = history_pairs(lambda: step_seconds(mlp_step, "opencl", args.steps), args.repeats)
     print()
-    print("(e) memory history on (events + Python stacks) / off, opencl")
+    print("(e) memory history on (events + Python stacks) / off, opencl  "
+          f"[median of {args.repeats} back-to-back pairs]")
     print(f"    {'work':<36} {'off':>10} {'on':>10} {'ratio':>8}")
-    print(f"    {'empty(1024) + del':<36} {alloc_off * 1e6:>7.2f} us {alloc_on * 1e6:>7.2f} us "
-          f"{alloc_on / alloc_off:>7.2f}x")
-    print(f"    {'MLP 32-64-4 SGD step':<36} {mlp_off * 1e3:>7.2f} ms {mlp_on * 1e3:>7.2f} ms "
-          f"{mlp_on / mlp_off:>7.2f}x")
+    print(f"    {'empty(1024) + del':<36} {alloc[0] * 1e6:>7.2f} us {alloc[1] * 1e6:>7.2f} us "
+          f"{alloc[2]:>7.2f}x")
+    print(f"    {'MLP 32-64-4 SGD step':<36} {mlp[0] * 1e3:>7.2f} ms {mlp[1] * 1e3:>7.2f} ms "
+          f"{mlp[2]:>7.2f}x")
 
 
 if __name__ == "__main__":

@@ -32,12 +32,15 @@ struct Reaper {
   ~Reaper() {
     cache.state = State::kGone;  // never touch the lists again
     for (size_t c = 0; c < kClasses; ++c) {
-      while (cache.head[c] != nullptr) {
-        FreeBlock* block = cache.head[c];
-        cache.head[c] = block->next;
-        ::operator delete(block);
-      }
+      // Detached first: a block on a list means a live cache (allocate relies on it).
+      FreeBlock* block = cache.head[c];
+      cache.head[c] = nullptr;
       cache.count[c] = 0;
+      while (block != nullptr) {
+        FreeBlock* next = block->next;
+        ::operator delete(block);
+        block = next;
+      }
     }
   }
 };

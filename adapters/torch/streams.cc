@@ -10,6 +10,7 @@
 #include "adapters/torch/device.h"
 #include "oclvm/instructions/builder.h"
 #include "oclvm/instructions/instructions.h"
+#include "oclvm/storage/errors.h"
 
 namespace oclvm::torch_adapter {
 namespace {
@@ -25,6 +26,7 @@ constexpr size_t kMaxDeviceIndices = size_t{std::numeric_limits<c10::DeviceIndex
 thread_local c10::StreamId t_current_stream_ids[kMaxDeviceIndices] = {};
 
 c10::StreamId& current_stream_id(c10::DeviceIndex index) {
+  OCLVM_DCHECK(index >= 0);
   return t_current_stream_ids[static_cast<size_t>(index)];
 }
 
