@@ -50,18 +50,28 @@ def alloc_loop_seconds(device: str, iters: int) -> float:
     return (time.perf_counter() - start) / iters
 
 
-def paired_alloc(iters: int, repeats: int) -> tuple[float, float, float]:
-    """Median seconds per iteration on cpu and on opencl, and the median per-repetition ratio."""
-    for device in ("cpu", "opencl"):
-        alloc_loop_seconds(device, min(iters, 1000))  # warm up
-    cpu, ocl = [], []
+def paired(measure_a, measure_b, repeats: int) -> tuple[float, float, float]:
+    """`measure_a()` and `measure_b()` back to back in each of `repeats` repetitions, alternating
+    which goes first, so that a change in the machine's load falls on both: the median of each
+    and the median of the repetitions' ratios b / a."""
+    a, b = [], []
     for repeat in range(repeats):
-        order = ("cpu", "opencl") if repeat % 2 == 0 else ("opencl", "cpu")
-        seconds = {device: alloc_loop_seconds(device, iters) for device in order}
-        cpu.append(seconds["cpu"])
-        ocl.append(seconds["opencl"])
-    return (statistics.median(cpu), statistics.median(ocl),
-            statistics.median(o / c for o, c in zip(ocl, cpu)))
+        first_a = repeat % 2 == 0
+        for measure, into in ((measure_a, a), (measure_b, b)) if first_a else \
+                ((measure_b, b), (measure_a, a)):
+            into.append(measure())
+    return statistics.median(a), statistics.median(b), statistics.median(y / x for x, y in zip(a, b))
+
+
+def with_history(measure):
+    """`measure` run with the memory history recording (events + Python stacks)."""
+    def recorded():
+        torch.opencl.memory._record_memory_history(max_entries=100_000)
+        try:
+            return measure()
+        finally:
+            torch.opencl.memory._record_memory_history(enabled=None)
+    return recorded
 
 
 def best_seconds(fn, repeats: int) -> float:
@@ -222,7 +232,11 @@ def main() -> int:
         return 1
 
     # (a) allocation round trip
-    cpu_alloc, ocl_alloc, alloc_ratio = paired_alloc(args.iters, args.repeats)
+    for device in ("cpu", "opencl"):
+        alloc_loop_seconds(device, min(args.iters, 1000))  # warm up
+    cpu_alloc, ocl_alloc, alloc_ratio = paired(lambda: alloc_loop_seconds("cpu", args.iters),
+                                               lambda: alloc_loop_seconds("opencl", args.iters),
+                                               args.repeats)
 
     # (b) copies
     nbytes = args.mib << 20
@@ -300,27 +314,16 @@ def main() -> int:
     return 0
 
 
-def history_pairs(measure, repeats: int) -> tuple[float, float, float]:
-    """`measure()` with the memory history off and on, back to back in each of `repeats`
-    repetitions (which goes first alternates): the medians off and on, and of the pairs' ratios."""
-    off, on = [], []
-    for repeat in range(repeats):
-        for history in ((False, True) if repeat % 2 == 0 else (True, False)):
-            if history:
-                torch.opencl.memory._record_memory_history(max_entries=100_000)
-            try:
-                (on if history else off).append(measure())
-            finally:
-                if history:
-                    torch.opencl.memory._record_memory_history(enabled=None)
-    return (statistics.median(off), statistics.median(on),
-            statistics.median(b / a for a, b in zip(off, on)))
-
-
 def print_history_cost(args) -> None:
     """Section (e): the allocation loop and the MLP step with the memory history on and off."""
-    alloc = history_pairs(lambda: alloc_loop_seconds("opencl", args.iters), args.repeats)
-    mlp = history_pairs(lambda: step_seconds(mlp_step, "opencl", args.steps), args.repeats)
+    def alloc_loop():
+        return alloc_loop_seconds("opencl", args.iters)
+
+    def mlp_steps():
+        return step_seconds(mlp_step, "opencl", args.steps)
+
+    alloc = paired(alloc_loop, with_history(alloc_loop), args.repeats)
+    mlp = paired(mlp_steps, with_history(mlp_steps), args.repeats)
     print()
     print("(e) memory history on (events + Python stacks) / off, opencl  "
           f"[median of {args.repeats} back-to-back pairs]")
