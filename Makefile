@@ -33,14 +33,21 @@ torch: setup
 	@echo "installing the oclvm Python package into .venv (builds adapters/torch)"
 	@$(PY) -m pip install -q --no-deps .
 
-test: build torch
+# `make test` installs the package from its own build tree, build-torch-test/, configured with
+# warnings as errors and the adapter's GoogleTest suite: one compile of the core and the adapter
+# gives both the installed module the Python tests import and oclvm_torch_tests.
+TORCH_TEST_TREE = build-torch-test
+TORCH_TEST_PIP  = -C build-dir=$(TORCH_TEST_TREE) -C cmake.define.OCLVM_WERROR=ON \
+                  -C cmake.define.OCLVM_TORCH_TESTS=ON
+
+test: build setup
 	python3 scripts/check_docs.py --self-test
 	python3 scripts/check_docs.py
 	cd $(BUILD) && ctest --output-on-failure -j 2
 	@bash scripts/check_package.sh $(BUILD)
-	@cmake -S adapters/torch -B build-torch -DOCLVM_TORCH_TESTS=ON $(WERROR) >/dev/null
-	@cmake --build build-torch -j $(JOBS) --target oclvm_torch_tests
-	cd build-torch && ctest --output-on-failure
+	@echo "installing the oclvm Python package into .venv from $(TORCH_TEST_TREE) (with oclvm_torch_tests)"
+	@$(PY) -m pip install -q --no-deps $(TORCH_TEST_PIP) .
+	cd $(TORCH_TEST_TREE) && ctest --output-on-failure
 	OCLVM_EXIT_RUNS=4 $(PY) -m pytest -q tests/torch
 	@echo "the torch tests again on two pthread devices, in host sections"
 	OCLVM_EXIT_RUNS=4 OCLVM_OPINFO=0 OCLVM_DIST_FULL=0 POCL_DEVICES="pthread pthread" $(PY) -m pytest -q tests/torch
@@ -155,4 +162,4 @@ fuzz: setup
 	@bash fuzz/run.sh build-fuzz $(FUZZ_SECONDS) $(FUZZ_MAX_LEN)
 
 clean:
-	rm -rf $(BUILD) build-torch build-torch-wheel
+	rm -rf $(BUILD) build-torch build-torch-wheel $(TORCH_TEST_TREE)
