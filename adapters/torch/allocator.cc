@@ -4,9 +4,10 @@
 // Note [Block registry]
 // ~~~~~~~~~~~~~~~~~~~~~
 // c10::Allocator::copy_data receives bare addresses, and ATen hands operators storages whose
-// DataPtr context we made. For the first, the allocator keeps an ordered map from each live
-// block's start address to its TensorStorage (one mutex; insert at allocate, erase in the
-// deleter), so an interior address finds its block with one upper_bound. The alternative,
+// DataPtr context we made. For the first, the allocator keeps its live blocks in an intrusive
+// tree ordered by start address (one mutex; linked at allocate, unlinked in the deleter; the
+// link lives in the block, so the registry allocates nothing), and an interior address finds its
+// block with one upper_bound. The alternative,
 // Runtime::find to (device, segment, offset), names a segment, not a BlobObject, and instructions
 // take blobs; a caching allocator puts many blocks in one segment, so the registry is what maps an
 // address to the blob. Operators use the DataPtr context directly (blob_of) and never the map.
@@ -146,7 +147,7 @@ TensorStorage* CLDeviceAllocator::new_storage(c10::DeviceIndex index, size_t byt
                    static_cast<int>(index), ": tried to allocate ", bytes,
                    " bytes, more than the device's largest single allocation (", max_alloc,
                    " bytes)");
-  TensorStorage* storage = translate_errors([&] {
+  Block* storage = translate_errors([&] {
     vm::VirtualMachine& vm = runtime().vm();
     InstructionsBuilder builder(vm);
     vm::Stream& stream = current_vm_stream(index);
@@ -177,8 +178,9 @@ TensorStorage* CLDeviceAllocator::new_storage(c10::DeviceIndex index, size_t byt
     try {
       // Owns the release from here on. A block made in a section is released detached while
       // free_detached() frees it (Note [Results written in device memory]).
-      return new TensorStorage(blob, section != nullptr ? detachable_releaser(vm)
-                                                        : make_vm_releaser(vm));
+      const uintptr_t address = blob->storage()->device_address();
+      return new Block(blob, section != nullptr ? detachable_releaser(vm) : make_vm_releaser(vm),
+                       address);
     } catch (...) {
       // Only std::bad_alloc gets here: give the block back through the VM before rethrowing.
       release_through(vm, std::move(blob));
@@ -187,7 +189,7 @@ TensorStorage* CLDeviceAllocator::new_storage(c10::DeviceIndex index, size_t byt
   });
   {
     MutexLock lock(mutex_);
-    blocks_[storage->blob()->storage()->device_address()] = storage;
+    blocks_.insert(*storage);
   }
   TraceRecorder::instance().on_allocate(storage, bytes, index);
   report_to_profiler(storage->blob()->storage()->allocation().ptr, static_cast<int64_t>(bytes),
@@ -197,12 +199,12 @@ TensorStorage* CLDeviceAllocator::new_storage(c10::DeviceIndex index, size_t byt
 
 void CLDeviceAllocator::delete_handle(void* context) {
   if (context == nullptr) return;  // an empty DataPtr
-  auto* storage = static_cast<TensorStorage*>(context);
-  const uintptr_t address = storage->blob()->storage()->device_address();
+  // Every non-empty DataPtr with this deleter holds a Block (new_storage, device_data).
+  auto* storage = static_cast<Block*>(static_cast<TensorStorage*>(context));
   {
     CLDeviceAllocator& self = instance();
     MutexLock lock(self.mutex_);
-    self.blocks_.erase(address);
+    self.blocks_.erase(self.blocks_.iterator_to(*storage));
   }
   TraceRecorder::instance().on_release(storage);
   const BlobStorage& blob = *storage->blob()->storage();
@@ -220,8 +222,8 @@ BlobRef CLDeviceAllocator::find(const void* address) const {
   TORCH_CHECK(it != blocks_.begin(), "Expected an address inside a live opencl block, but got ",
               address);
   --it;
-  const std::shared_ptr<BlobObject>& blob = it->second->blob();
-  const size_t offset = key - it->first;
+  const std::shared_ptr<BlobObject>& blob = it->blob();
+  const size_t offset = key - it->address;
   TORCH_CHECK(offset < blob->storage()->size(),
               "Expected an address inside a live opencl block, but got ", address);
   return BlobRef{blob, offset};

@@ -27,10 +27,12 @@
 #include <c10/core/CachingDeviceAllocator.h>
 #include <c10/core/Storage.h>
 
+#include <boost/intrusive/set.hpp>
+
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <mutex>
-#include <map>
 
 #include <c10/core/Stream.h>
 
@@ -146,11 +148,32 @@ class CLDeviceAllocator final : public c10::DeviceAllocator {
   TensorStorage* new_storage(c10::DeviceIndex index, size_t bytes, const void* contents,
                              vm::HostSection* section);
 
+  // A block this allocator handed out: its TensorStorage and its link in the registry (Note
+  // [Block registry]). Made and freed through the per-thread pools: the registry allocates no
+  // node, and a tensor's allocation calls no malloc here.
+  struct Block final : TensorStorage {
+    Block(std::shared_ptr<BlobObject> blob, Releaser releaser, uintptr_t address)
+        : TensorStorage(std::move(blob), std::move(releaser)), address(address) {}
+    static void* operator new(size_t bytes) { return pool::allocate(bytes); }
+    static void operator delete(void* block, size_t bytes) noexcept {
+      pool::deallocate(block, bytes);
+    }
+
+    const uintptr_t address;  // the device address of the blob's first byte
+    boost::intrusive::set_member_hook<
+        boost::intrusive::link_mode<boost::intrusive::normal_link>>
+        hook;  // in blocks_ while the block is live; under mutex_
+  };
+  struct AddressOf {
+    using type = uintptr_t;
+    uintptr_t operator()(const Block& block) const { return block.address; }
+  };
+
   mutable Mutex mutex_;
-  // Note [Block registry]: block start address -> its TensorStorage.
-  // Nodes come from the per-thread pools: a tensor's allocation costs no malloc here.
-  std::map<uintptr_t, TensorStorage*, std::less<>,
-           pool::PoolAllocator<std::pair<const uintptr_t, TensorStorage*>>>
+  // Note [Block registry]: the live blocks, by device address.
+  boost::intrusive::set<
+      Block, boost::intrusive::member_hook<Block, decltype(Block::hook), &Block::hook>,
+      boost::intrusive::key_of_value<AddressOf>, boost::intrusive::constant_time_size<true>>
       blocks_ OCLVM_GUARDED_BY(mutex_);
 };
 

@@ -93,6 +93,7 @@ c10::DeviceIndex device_count() noexcept { return discovery().count; }
 
 void check_device_index(c10::DeviceIndex index) {
   const c10::DeviceIndex count = device_count();
+  if (index >= 0 && index < count) [[likely]] return;  // on every allocation: nothing else
   const std::string& error = discovery().error;
   TORCH_CHECK_INDEX(index >= 0 && index < count, "Expected an opencl device index in [0, ",
                     static_cast<int>(count), "), but got ", static_cast<int>(index),

@@ -30,6 +30,11 @@ c10::StreamId& current_stream_id(c10::DeviceIndex index) {
   return t_current_stream_ids[static_cast<size_t>(index)];
 }
 
+// Each device's default (compute) stream, looked up once: the Runtime is never destroyed and its
+// VM keeps every stream it made, after shutdown too, so a pointer stays valid for the process.
+// Any thread may fill a slot; two that race store the same pointer.
+std::atomic<vm::Stream*> g_default_streams[kMaxDeviceIndices] = {};
+
 // Runs an empty Barrier on each of `streams`: returns once their queues have finished.
 void finish_streams(const std::vector<vm::Stream*>& streams) {
   translate_errors([&] {
@@ -85,11 +90,13 @@ vm::Stream& current_vm_stream(c10::DeviceIndex index) {
   // On every allocate and copy: the index is the caller's checked one, and a current id was
   // checked by exchange_stream when it was set, so only the lookups remain.
   const c10::StreamId id = current_stream_id(index);
-  Runtime& rt = runtime();
-  if (id == 0) {
-    return translate_errors([&]() -> vm::Stream& { return rt.stream(to_oclvm(index)); });
-  }
-  return *rt.find_stream(static_cast<vm::StreamId>(id - 1));
+  if (id != 0) return *runtime().find_stream(static_cast<vm::StreamId>(id - 1));
+  std::atomic<vm::Stream*>& cached = g_default_streams[static_cast<size_t>(index)];
+  if (vm::Stream* stream = cached.load(std::memory_order_acquire)) return *stream;
+  vm::Stream& stream =
+      translate_errors([&]() -> vm::Stream& { return runtime().stream(to_oclvm(index)); });
+  cached.store(&stream, std::memory_order_release);
+  return stream;
 }
 
 c10::Stream current_stream(c10::DeviceIndex index) {
