@@ -6,8 +6,8 @@
 #     for readable sanitizer reports), for `make fuzz`, `make asan` and `make tsan`; valgrind, for
 #     `make bench`'s instruction counts (bench/instruction_count.py).
 #   - .venv/ with torch==2.13.0 (the CPU build kept on this machine), pytest, numpy and
-#     scikit-build-core (the build backend of the oclvm Python package, built without isolation
-#     against the venv's torch).
+#     scikit-build-core (the build backend of the oclvm Python package, which builds against the
+#     venv's torch: pyproject.toml).
 # A stamp file per step records success so a second run costs milliseconds.
 set -euo pipefail
 cd "$(dirname "$0")/.."

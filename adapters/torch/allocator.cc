@@ -10,7 +10,7 @@
 // block with one upper_bound. The alternative,
 // Runtime::find to (device, segment, offset), names a segment, not a BlobObject, and instructions
 // take blobs; a caching allocator puts many blocks in one segment, so the registry is what maps an
-// address to the blob. Operators use the DataPtr context directly (blob_of) and never the map.
+// address to the blob. Operators use the DataPtr context directly (blob_of) and never the tree.
 #include "adapters/torch/allocator.h"
 
 #include <c10/core/Allocator.h>
@@ -90,13 +90,14 @@ c10::DataPtr CLDeviceAllocator::allocate_on(c10::DeviceIndex index, size_t bytes
   return device_data(new_storage(index, bytes, contents, nullptr), index);
 }
 
-TensorStorage* CLDeviceAllocator::allocate_in_section(vm::HostSection& section,
-                                                      c10::DeviceIndex index, size_t bytes) {
+CLDeviceAllocator::Block* CLDeviceAllocator::allocate_in_section(vm::HostSection& section,
+                                                                 c10::DeviceIndex index,
+                                                                 size_t bytes) {
   return new_storage(index, bytes, nullptr, &section);
 }
 
-c10::DataPtr CLDeviceAllocator::device_data(TensorStorage* storage, c10::DeviceIndex index) {
-  return c10::DataPtr(storage->blob()->storage()->allocation().ptr, storage, &delete_handle,
+c10::DataPtr CLDeviceAllocator::device_data(Block* block, c10::DeviceIndex index) {
+  return c10::DataPtr(block->blob()->storage()->allocation().ptr, block, &delete_handle,
                       c10::Device(c10::DeviceType::PrivateUse1, index));
 }
 
@@ -111,7 +112,14 @@ thread_local bool t_release_detached = false;
 void report_to_profiler(void* ptr, int64_t bytes, c10::DeviceIndex index, bool totals) {
   if (!c10::memoryProfilingEnabled()) return;
   DeviceStats stats;
-  if (totals) stats = runtime().stats(to_oclvm(index));
+  if (totals) {
+    try {
+      stats = runtime().stats(to_oclvm(index));
+    } catch (const std::exception&) {
+      // The block is made or gone regardless: the profiler gets 0 totals rather than an
+      // allocation that fails after the fact (or a deleter that throws).
+    }
+  }
   c10::reportMemoryUsageToProfiler(
       ptr, bytes, static_cast<size_t>(stats.allocated_bytes.aggregate().current),
       static_cast<size_t>(stats.reserved_bytes.aggregate().current),
@@ -132,14 +140,15 @@ TensorStorage::Releaser detachable_releaser(vm::VirtualMachine& vm) {
 
 }  // namespace
 
-void CLDeviceAllocator::free_detached(TensorStorage* storage) {
+void CLDeviceAllocator::free_detached(Block* block) {
   t_release_detached = true;
-  delete_handle(storage);
+  delete_handle(block);
   t_release_detached = false;
 }
 
-TensorStorage* CLDeviceAllocator::new_storage(c10::DeviceIndex index, size_t bytes,
-                                              const void* contents, vm::HostSection* section) {
+CLDeviceAllocator::Block* CLDeviceAllocator::new_storage(c10::DeviceIndex index, size_t bytes,
+                                                         const void* contents,
+                                                         vm::HostSection* section) {
   // More than one allocation may hold is out of memory to torch users (as on CUDA), not a bad
   // argument; nothing reaches the allocator, so no statistic changes (num_ooms included).
   const uint64_t max_alloc = max_allocation_bytes(index);  // checks the index first
@@ -189,7 +198,10 @@ TensorStorage* CLDeviceAllocator::new_storage(c10::DeviceIndex index, size_t byt
   });
   {
     MutexLock lock(mutex_);
-    blocks_.insert(*storage);
+    // Live blocks never share an address (segments are disjoint, blocks tile them).
+    const bool inserted = blocks_.insert(*storage).second;
+    OCLVM_DCHECK(inserted);
+    (void)inserted;
   }
   TraceRecorder::instance().on_allocate(storage, bytes, index);
   report_to_profiler(storage->blob()->storage()->allocation().ptr, static_cast<int64_t>(bytes),
@@ -199,8 +211,8 @@ TensorStorage* CLDeviceAllocator::new_storage(c10::DeviceIndex index, size_t byt
 
 void CLDeviceAllocator::delete_handle(void* context) {
   if (context == nullptr) return;  // an empty DataPtr
-  // Every non-empty DataPtr with this deleter holds a Block (new_storage, device_data).
-  auto* storage = static_cast<Block*>(static_cast<TensorStorage*>(context));
+  // Every non-empty DataPtr with this deleter holds a Block (device_data, free_detached).
+  auto* storage = static_cast<Block*>(context);
   {
     CLDeviceAllocator& self = instance();
     MutexLock lock(self.mutex_);

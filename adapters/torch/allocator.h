@@ -7,9 +7,9 @@
 //                      Runtime (device.h) on this thread's current stream of the current device
 //                      (streams.h; the block's producer stream, where its release runs); the
 //                      DataPtr's data is the blob's device address (never dereferenceable on the
-//                      host; Runtime::find names its device), its context a heap TensorStorage
-//                      made with make_vm_releaser(), and its deleter deletes that TensorStorage,
-//                      which runs ReleaseTensor synchronously.
+//                      host; Runtime::find names its device), its context a Block (the
+//                      TensorStorage made with make_vm_releaser(), linked in the registry), and
+//                      its deleter deletes that Block, which runs ReleaseTensor synchronously.
 //
 // Promises:
 //   - allocate(0) gives an empty DataPtr on the current device and runs nothing.
@@ -18,8 +18,8 @@
 //     before anything reaches the allocator, so no statistic changes.
 //   - Statistics, limits, resets and emptyCache are the Runtime's (each a QueryStats,
 //     SetMemoryLimit, ResetStats or EmptyCache instruction), one to one.
-//   - copy_data and blob lookups by address use a registry address -> TensorStorage of the live
-//     blocks this allocator handed out (Note [Block registry] in allocator.cc).
+//   - copy_data and blob lookups by address use a registry of the live blocks this allocator
+//     handed out, ordered by device address (Note [Block registry] in allocator.cc).
 //
 // Thread-safety: thread-safe (the Runtime is; the registry has its own mutex).
 #pragma once
@@ -98,6 +98,25 @@ struct BlobRef {
 
 class CLDeviceAllocator final : public c10::DeviceAllocator {
  public:
+  // A block this allocator handed out: its TensorStorage and its link in the registry (Note
+  // [Block registry]). Only new_storage makes one; every DataPtr context of this allocator and
+  // every pointer the functions below take is one, so the deleter can free it as a Block. Made
+  // and freed through the per-thread pools: the registry allocates no node, and a tensor's
+  // allocation calls no malloc here.
+  struct Block final : TensorStorage {
+    Block(std::shared_ptr<BlobObject> blob, Releaser releaser, uintptr_t address)
+        : TensorStorage(std::move(blob), std::move(releaser)), address(address) {}
+    static void* operator new(size_t bytes) { return pool::allocate(bytes); }
+    static void operator delete(void* block, size_t bytes) noexcept {
+      pool::deallocate(block, bytes);
+    }
+
+    const uintptr_t address;  // the device address of the blob's first byte
+    boost::intrusive::set_member_hook<
+        boost::intrusive::link_mode<boost::intrusive::normal_link>>
+        hook;  // in blocks_ while the block is live; under mutex_
+  };
+
   c10::DataPtr allocate(size_t bytes) override;
   // allocate() on device `index`; when `contents` is not null, the block starts with its first
   // `bytes` bytes, uploaded in the same VM list as the allocation (one sync point). `contents`
@@ -107,13 +126,12 @@ class CLDeviceAllocator final : public c10::DeviceAllocator {
   // (HostSection::run), for a CPU kernel to write (Note [Results written in device memory] in
   // host_results.cc). The caller owns it: it frees it with raw_deleter(), or hands it to a
   // DataPtr with device_data().
-  TensorStorage* allocate_in_section(vm::HostSection& section, c10::DeviceIndex index,
-                                     size_t bytes);
+  Block* allocate_in_section(vm::HostSection& section, c10::DeviceIndex index, size_t bytes);
   // Frees a block allocate_in_section made, with its release submitted detached: it never waits
   // for the device's worker (which a host section on another thread may hold).
-  static void free_detached(TensorStorage* storage);
-  // The device DataPtr that owns `storage`, a block of this allocator on device `index`.
-  static c10::DataPtr device_data(TensorStorage* storage, c10::DeviceIndex index);
+  static void free_detached(Block* block);
+  // The device DataPtr that owns `block`, a block of this allocator on device `index`.
+  static c10::DataPtr device_data(Block* block, c10::DeviceIndex index);
   // The block behind a non-empty DataPtr this allocator made (no reference taken); throws
   // c10::Error for any other DataPtr.
   static const TensorStorage& owner(const c10::DataPtr& data);
@@ -145,25 +163,9 @@ class CLDeviceAllocator final : public c10::DeviceAllocator {
   static void delete_handle(void* context);
   // Allocates a registered block of `bytes` > 0 on device `index` (through `section` when given;
   // `contents`, when given, uploaded in the same list).
-  TensorStorage* new_storage(c10::DeviceIndex index, size_t bytes, const void* contents,
-                             vm::HostSection* section);
+  Block* new_storage(c10::DeviceIndex index, size_t bytes, const void* contents,
+                     vm::HostSection* section);
 
-  // A block this allocator handed out: its TensorStorage and its link in the registry (Note
-  // [Block registry]). Made and freed through the per-thread pools: the registry allocates no
-  // node, and a tensor's allocation calls no malloc here.
-  struct Block final : TensorStorage {
-    Block(std::shared_ptr<BlobObject> blob, Releaser releaser, uintptr_t address)
-        : TensorStorage(std::move(blob), std::move(releaser)), address(address) {}
-    static void* operator new(size_t bytes) { return pool::allocate(bytes); }
-    static void operator delete(void* block, size_t bytes) noexcept {
-      pool::deallocate(block, bytes);
-    }
-
-    const uintptr_t address;  // the device address of the blob's first byte
-    boost::intrusive::set_member_hook<
-        boost::intrusive::link_mode<boost::intrusive::normal_link>>
-        hook;  // in blocks_ while the block is live; under mutex_
-  };
   struct AddressOf {
     using type = uintptr_t;
     uintptr_t operator()(const Block& block) const { return block.address; }

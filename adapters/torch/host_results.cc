@@ -45,27 +45,29 @@ namespace {
 thread_local ResultsOnDevice* t_scope = nullptr;
 std::atomic<uint64_t> g_adopted{0};
 
-// Host address -> the block's TensorStorage, for every block handed out and not yet freed or
-// adopted. Thread-safe.
+using Block = CLDeviceAllocator::Block;
+
+// Host address -> the block, for every block handed out and not yet freed or adopted.
+// Thread-safe.
 class HostBlocks {
  public:
-  void add(void* host, TensorStorage* storage) {
+  void add(void* host, Block* storage) {
     MutexLock lock(mutex_);
     blocks_.emplace(host, storage);
   }
   // Removes and returns the block at `host`; nullptr when none.
-  TensorStorage* take(void* host) {
+  Block* take(void* host) {
     MutexLock lock(mutex_);
     auto it = blocks_.find(host);
     if (it == blocks_.end()) return nullptr;
-    TensorStorage* storage = it->second;
+    Block* storage = it->second;
     blocks_.erase(it);
     return storage;
   }
 
  private:
   Mutex mutex_;
-  std::unordered_map<void*, TensorStorage*> blocks_ OCLVM_GUARDED_BY(mutex_);
+  std::unordered_map<void*, Block*> blocks_ OCLVM_GUARDED_BY(mutex_);
 };
 
 HostBlocks& host_blocks() {
@@ -76,11 +78,11 @@ HostBlocks& host_blocks() {
 // A block in host form is released detached: the thread freeing it may be one the section's
 // thread waits for (an intra-op worker dropping a temporary inside the kernel), so it must not
 // wait for the device's worker, which that section holds.
-void release(TensorStorage* storage) { CLDeviceAllocator::free_detached(storage); }
+void release(Block* block) { CLDeviceAllocator::free_detached(block); }
 
 // The deleter of the host-side DataPtrs.
 void delete_host_block(void* host) {
-  if (TensorStorage* storage = host_blocks().take(host)) release(storage);
+  if (Block* storage = host_blocks().take(host)) release(storage);
 }
 
 // The raw deleter of the allocator oclvm's stands in front of; set once, by
@@ -89,7 +91,7 @@ c10::DeleterFnPtr g_replaced_raw_delete = nullptr;
 
 // The raw deleter: a block goes back to the device, anything else to the replaced allocator.
 void raw_delete(void* pointer) {
-  if (TensorStorage* storage = host_blocks().take(pointer)) {
+  if (Block* storage = host_blocks().take(pointer)) {
     release(storage);
   } else if (pointer != nullptr) {
     g_replaced_raw_delete(pointer);
@@ -105,7 +107,7 @@ class ResultsAllocator final : public c10::Allocator {
   c10::DataPtr allocate(size_t bytes) override {
     const ResultsOnDevice* scope = t_scope;
     if (scope == nullptr || bytes == 0) return next_->allocate(bytes);
-    TensorStorage* storage = CLDeviceAllocator::instance().allocate_in_section(
+    Block* storage = CLDeviceAllocator::instance().allocate_in_section(
         *scope->section_, scope->index_, bytes);
     void* host = storage->blob()->storage()->host_address();
     if (host == nullptr) {
@@ -159,7 +161,7 @@ at::Tensor adopt_result(const at::Tensor& result, const c10::Device& device) {
   }
   c10::StorageImpl* host = storage.unsafeGetStorageImpl();
   const size_t bytes = host->nbytes();
-  TensorStorage* block = host_blocks().take(host->mutable_data());
+  Block* block = host_blocks().take(host->mutable_data());
   if (block == nullptr) return {};
   // The host storage no longer owns the block: its DataPtr becomes an empty one.
   host->set_data_ptr(c10::DataPtr(nullptr, c10::Device(c10::kCPU)));
