@@ -30,6 +30,9 @@ import os
 import pickle
 import sys
 
+# One definition for the memory summary and the pictures; viz needs only the standard library.
+from .viz import format_bytes
+
 # (title, key prefix, whether the values are byte counts)
 _ROWS = (
     ("Allocated memory", "allocated_bytes", True),
@@ -49,16 +52,6 @@ _COLUMNS = (("current", "Cur Usage"), ("peak", "Peak Usage"),
 
 _NAME_WIDTH = 26
 _CELL_WIDTH = 14
-
-
-def format_bytes(count: int) -> str:
-    """`count` bytes with a 1024-based unit: ``0 B``, ``1023 B``, ``1.50 KiB``, ``64.00 MiB``."""
-    value = float(count)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(value) < 1024 or unit == "TiB":
-            return f"{int(value)} {unit}" if unit == "B" else f"{value:.2f} {unit}"
-        value /= 1024
-    raise AssertionError("unreachable")
 
 
 def _format_count(count: int) -> str:

@@ -108,7 +108,7 @@ _NOISE_FILES = ("core/boxing", "/Register", "/Redispatch", "pythonrun.c", "Modul
 
 def format_bytes(count) -> str:
     """`count` bytes with a 1024-based unit: ``0 B``, ``1023 B``, ``1.50 KiB``, ``64.00 MiB``
-    (as oclvm.memory.format_bytes, which cannot be imported without the native module)."""
+    (also oclvm.memory.format_bytes, which the memory summary uses)."""
     value = float(count)
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
         if abs(value) < 1024 or unit == "TiB":
