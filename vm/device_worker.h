@@ -90,6 +90,8 @@ class DeviceWorker {
   // execution right, nothing dispatched beyond the last sequence given out. Called under the
   // VM's submission lock, so no sequence is given out meanwhile.
   void check_idle();
+  // Nothing pending and the execution right free, as of this moment (check_invariants' wait).
+  bool quiet() const { return (state_.load() & (kExecuting | kPending)) == 0; }
   // OCLVM_DCHECKs after stop(): the thread drained everything and returned.
   void check_drained();
 

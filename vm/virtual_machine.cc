@@ -610,7 +610,17 @@ DeviceStats VirtualMachine::stats_after_shutdown(Device device) {
   return owner.allocator().stats();
 }
 
-void VirtualMachine::check_invariants() {
+bool VirtualMachine::quiet() const {
+  if (in_flight_.load() != 0 || live_batches_.load() != 0) return false;
+  return std::all_of(workers_.begin(), workers_.end(),
+                     [](const std::unique_ptr<DeviceWorker>& worker) { return worker->quiet(); });
+}
+
+void VirtualMachine::check_invariants(std::chrono::milliseconds grace) {
+  const auto deadline = std::chrono::steady_clock::now() + grace;
+  while (!quiet() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
   MutexLock submission(submit_mutex_);  // no list is analysed or handed out meanwhile
   OCLVM_DCHECK(in_flight_.load() == 0);
   OCLVM_DCHECK(live_batches_.load() == 0);

@@ -31,6 +31,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <exception>
 #include <functional>
@@ -162,7 +163,14 @@ class VirtualMachine {
   // Checks the VM's bookkeeping, aborting through OCLVM_DCHECK on a broken rule. Only while
   // nothing is in flight: every list of this VM finished (its ticket waited for, or its drain
   // done), no thread submitting, no host section open. The tests call it after their runs;
-  // shutdown() checks every worker's part after the drain. The rules:
+  // shutdown() checks every worker's part after the drain.
+  //
+  // A finished ticket does not mean a quiet VM: the worker that settled the last instruction
+  // still gives back its execution right and its in-flight count after waking the waiter, and
+  // an instruction it deleted may have sent a detached release. So the check first waits, up to
+  // `grace`, for the VM to fall quiet (nothing in flight, no live batch, every worker with
+  // nothing pending and its right free), then checks; a VM that never falls quiet fails it. The
+  // rules:
   //   - instructions in flight (admitted, not yet settled) == 0, and no batch is alive (a batch
   //     is alive from its submission until its last instruction settles), so every batch that
   //     was submitted has settled each of its instructions exactly once;
@@ -170,7 +178,7 @@ class VirtualMachine {
   //     dispatched beyond the last sequence number it gave out;
   //   - streams: each stream is published in the table at its own id, on its device's worker,
   //     and each worker's cached compute stream is that device's compute stream.
-  void check_invariants();
+  void check_invariants(std::chrono::milliseconds grace = std::chrono::seconds(10));
 
   // Called with every dispatched instruction (for `oclvm run --trace`); set before use.
   void set_trace(std::function<void(const TraceEvent&)> trace) { trace_ = std::move(trace); }
@@ -241,6 +249,7 @@ class VirtualMachine {
   void wait_drained();       // until shutdown() has joined every worker
   std::shared_ptr<Batch> new_batch(size_t count, bool detached);
   void batch_settled() { live_batches_.fetch_sub(1); }  // a live batch's last instruction
+  bool quiet() const;  // check_invariants' wait: nothing in flight, every worker idle
   void admit(size_t count);  // backpressure: blocks while the bound would be passed
   void wake_producers();     // after in_flight_ went down
 
