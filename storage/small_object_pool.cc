@@ -3,6 +3,8 @@
 
 #include <new>
 
+#include "oclvm/storage/hot_thread_local.h"
+
 namespace oclvm::pool {
 namespace {
 
@@ -12,44 +14,47 @@ struct FreeBlock {
   FreeBlock* next;
 };
 
-// This thread's free lists. Trivially constructible and destructible, so the thread_local is
-// constant-initialised: the hot path reads it with no guard call (a cache with a constructor cost
-// a `__tls_init` call on every access, ~6% of an allocate/release round trip in the torch
-// adapter). The lists are freed at thread exit by a Reaper, made on the thread's first use.
-// Before that use, and after the Reaper has run (objects freed by atexit handlers, static
-// destructors or later thread_local destructors), blocks go straight to ::operator new / delete.
-enum class State : unsigned char { kUnused, kAlive, kGone };
-
+// This thread's free lists, made on the thread's first allocation and freed at its exit by a
+// Reaper. The thread-local itself is one pointer, initial-exec (storage/hot_thread_local.h): the
+// hot path reads it with one load relative to the thread pointer, no __tls_get_addr call and no
+// initialisation guard, and it keeps the module's static TLS small. Before the first allocation,
+// and after the Reaper has run (objects freed by atexit handlers, static destructors or later
+// thread_local destructors), the pointer is null and blocks go straight to ::operator new /
+// delete; t_reaped keeps a thread whose cache is gone from making another.
 struct Cache {
-  FreeBlock* head[kClasses];
-  size_t count[kClasses];
-  State state;
+  FreeBlock* head[kClasses] = {};
+  size_t count[kClasses] = {};
 };
 
-thread_local Cache cache{};
+OCLVM_HOT_TLS thread_local Cache* t_cache = nullptr;
+thread_local bool t_reaped = false;
 
 struct Reaper {
   ~Reaper() {
-    cache.state = State::kGone;  // never touch the lists again
+    Cache* mine = t_cache;
+    t_cache = nullptr;  // never touch the lists again
+    t_reaped = true;
     for (size_t c = 0; c < kClasses; ++c) {
-      // Detached first: a block on a list means a live cache (allocate relies on it).
-      FreeBlock* block = cache.head[c];
-      cache.head[c] = nullptr;
-      cache.count[c] = 0;
+      FreeBlock* block = mine->head[c];
       while (block != nullptr) {
         FreeBlock* next = block->next;
         ::operator delete(block);
         block = next;
       }
     }
+    delete mine;
   }
 };
 
-// Makes this thread's cache usable: on its first use (state kUnused) only.
-void touch_cache() {
+// Gives this thread its cache, on its first allocation (never after the Reaper). A thread that
+// cannot get one (out of memory) goes on without.
+void make_cache() noexcept {
+  if (t_reaped) return;
+  Cache* mine = new (std::nothrow) Cache();
+  if (mine == nullptr) return;
+  t_cache = mine;
   static thread_local Reaper reaper;  // registers the thread-exit cleanup
   (void)&reaper;
-  cache.state = State::kAlive;
 }
 
 // Class c holds blocks of (c + 1) * kGranule bytes.
@@ -60,16 +65,14 @@ size_t class_of(size_t bytes) { return bytes == 0 ? 0 : (bytes - 1) / kGranule; 
 void* allocate(size_t bytes) {
   if (bytes > kMaxPooledBytes) return ::operator new(bytes);
   const size_t c = class_of(bytes);
-  // A block on a list means the cache is alive (the lists are empty before the first use and
-  // after the Reaper), so the common case reads the thread-local once: in a dlopen'ed module each
-  // read is a __tls_get_addr call, which the compiler repeats after any call it cannot see into.
-  Cache& mine = cache;
-  if (FreeBlock* block = mine.head[c]) {
-    mine.head[c] = block->next;
-    --mine.count[c];
+  Cache* mine = t_cache;
+  if (mine == nullptr) {
+    make_cache();
+  } else if (FreeBlock* block = mine->head[c]) {
+    mine->head[c] = block->next;
+    --mine->count[c];
     return block;
   }
-  if (mine.state == State::kUnused) touch_cache();
   return ::operator new((c + 1) * kGranule);
 }
 
@@ -80,15 +83,15 @@ void deallocate(void* pointer, size_t bytes) noexcept {
     return;
   }
   const size_t c = class_of(bytes);
-  Cache& mine = cache;
-  if (mine.state != State::kAlive || mine.count[c] >= kMaxCachedPerClass) {
+  Cache* mine = t_cache;
+  if (mine == nullptr || mine->count[c] >= kMaxCachedPerClass) {
     ::operator delete(pointer);
     return;
   }
   auto* block = static_cast<FreeBlock*>(pointer);
-  block->next = mine.head[c];
-  mine.head[c] = block;
-  ++mine.count[c];
+  block->next = mine->head[c];
+  mine->head[c] = block;
+  ++mine->count[c];
 }
 
 }  // namespace oclvm::pool

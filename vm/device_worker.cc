@@ -7,6 +7,7 @@
 
 #include "oclvm/storage/device_manager.h"
 #include "oclvm/storage/errors.h"
+#include "oclvm/storage/hot_thread_local.h"
 #include "oclvm/storage/log.h"
 #include "oclvm/vm/dependence.h"
 #include "oclvm/vm/virtual_machine.h"
@@ -15,7 +16,7 @@ namespace oclvm::vm {
 
 namespace {
 // > 0 while this thread holds an execution right (see holds_execution_right_on_this_thread).
-thread_local int execution_depth = 0;
+OCLVM_HOT_TLS thread_local int execution_depth = 0;
 
 struct ExecutionScope {
   ExecutionScope() { ++execution_depth; }

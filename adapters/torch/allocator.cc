@@ -24,6 +24,7 @@
 
 #include "adapters/torch/streams.h"
 #include "adapters/torch/trace_recorder.h"
+#include "oclvm/storage/hot_thread_local.h"
 #include "oclvm/storage/stats.h"
 #include "oclvm/vm/dependence.h"
 #include "oclvm/vm/virtual_machine.h"
@@ -104,7 +105,7 @@ c10::DataPtr CLDeviceAllocator::device_data(Block* block, c10::DeviceIndex index
 namespace {
 
 // Set while free_detached() deletes a block on this thread.
-thread_local bool t_release_detached = false;
+OCLVM_HOT_TLS thread_local bool t_release_detached = false;
 
 // torch.profiler's memory events (profile_memory=True): every block handed out (+bytes) and
 // given back (-bytes), with the device's totals after it. Inside a host section the device's

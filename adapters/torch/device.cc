@@ -9,6 +9,8 @@
 #include <string_view>
 #include <vector>
 
+#include "oclvm/storage/hot_thread_local.h"
+
 namespace oclvm::torch_adapter {
 namespace {
 
@@ -51,7 +53,7 @@ Discovery& discovery() noexcept {
   return *found;
 }
 
-thread_local c10::DeviceIndex t_current_device = 0;
+OCLVM_HOT_TLS thread_local c10::DeviceIndex t_current_device = 0;
 
 }  // namespace
 

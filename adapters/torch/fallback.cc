@@ -17,6 +17,7 @@
 #include "adapters/torch/generator.h"
 #include "adapters/torch/host_results.h"
 #include "adapters/torch/host_view.h"
+#include "oclvm/storage/hot_thread_local.h"
 
 namespace oclvm::torch_adapter {
 namespace {
@@ -122,7 +123,7 @@ OperatorFacts learn(const c10::OperatorHandle& op) {
 // The facts of `op`, learnt on this thread's first call of it. An operator's schema lives as long
 // as its registration, so its address identifies it.
 OperatorFacts& facts_of(const c10::OperatorHandle& op) {
-  thread_local std::unordered_map<const c10::FunctionSchema*, OperatorFacts> known;
+  OCLVM_HOT_TLS thread_local std::unordered_map<const c10::FunctionSchema*, OperatorFacts> known;
   const c10::FunctionSchema& schema = op.schema();
   auto it = known.find(&schema);
   if (it == known.end()) it = known.emplace(&schema, learn(op)).first;

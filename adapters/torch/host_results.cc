@@ -8,6 +8,7 @@
 #include <unordered_map>
 
 #include "adapters/torch/allocator.h"
+#include "oclvm/storage/hot_thread_local.h"
 
 namespace oclvm::torch_adapter {
 
@@ -42,7 +43,7 @@ namespace oclvm::torch_adapter {
 // such a block or, for anything else, hands the pointer to the allocator it stands in front of.
 namespace {
 
-thread_local ResultsOnDevice* t_scope = nullptr;
+OCLVM_HOT_TLS thread_local ResultsOnDevice* t_scope = nullptr;
 std::atomic<uint64_t> g_adopted{0};
 
 using Block = CLDeviceAllocator::Block;

@@ -55,6 +55,7 @@
 #include "adapters/torch/host_view.h"
 #include "adapters/torch/registration.h"
 #include "adapters/torch/streams.h"
+#include "oclvm/storage/hot_thread_local.h"
 #include "oclvm/vm/virtual_machine.h"
 
 namespace oclvm::torch_adapter {
@@ -641,7 +642,7 @@ std::vector<at::Tensor> host_aliases(c10::ArrayRef<at::Tensor> devices) {
 }
 
 namespace {
-thread_local std::shared_ptr<const MemoryContext> t_section_context;
+OCLVM_HOT_TLS thread_local std::shared_ptr<const MemoryContext> t_section_context;
 }  // namespace
 
 std::optional<vm::HostSection> host_section(c10::DeviceIndex index) {

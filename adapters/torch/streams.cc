@@ -11,6 +11,7 @@
 #include "oclvm/instructions/builder.h"
 #include "oclvm/instructions/instructions.h"
 #include "oclvm/storage/errors.h"
+#include "oclvm/storage/hot_thread_local.h"
 
 namespace oclvm::torch_adapter {
 namespace {
@@ -19,15 +20,43 @@ constexpr int kPoolStreams = 4;                    // user streams 0..3 of each 
 std::atomic<int> g_next_new_stream{kPoolStreams};  // user indices of getNewStream, all devices
 
 // Per thread: the current torch stream id of each device (0: the default stream), for every
-// index a c10::DeviceIndex can hold. Zero-initialised and trivially destructible, so an access is
-// one __tls_get_addr and no initialisation guard (a std::vector here cost three calls per
-// allocation); callers index it with an already checked device index.
+// index a c10::DeviceIndex can hold. The array is made when the thread first makes a stream other
+// than the default current, and freed at its exit by a StreamIdsReaper; until then the pointer is
+// null and every device's current stream is its default. The thread-local itself is one pointer,
+// initial-exec (storage/hot_thread_local.h): read on every allocation, it costs one load and no
+// __tls_get_addr call, and it keeps the module's static TLS small (the array is 1 KiB). A
+// thread_local destructor that runs after the reaper and makes a non-default stream current gets
+// an array that is never freed (t_stream_ids_reaped keeps the reaper from being made twice).
 constexpr size_t kMaxDeviceIndices = size_t{std::numeric_limits<c10::DeviceIndex>::max()} + 1;
-thread_local c10::StreamId t_current_stream_ids[kMaxDeviceIndices] = {};
+OCLVM_HOT_TLS thread_local c10::StreamId* t_current_stream_ids = nullptr;
+thread_local bool t_stream_ids_reaped = false;
 
-c10::StreamId& current_stream_id(c10::DeviceIndex index) {
+struct StreamIdsReaper {
+  ~StreamIdsReaper() {
+    delete[] t_current_stream_ids;
+    t_current_stream_ids = nullptr;
+    t_stream_ids_reaped = true;
+  }
+};
+
+// Callers pass an already checked device index.
+c10::StreamId current_stream_id(c10::DeviceIndex index) {
   OCLVM_DCHECK(index >= 0);
-  return t_current_stream_ids[static_cast<size_t>(index)];
+  const c10::StreamId* ids = t_current_stream_ids;
+  return ids == nullptr ? 0 : ids[static_cast<size_t>(index)];
+}
+
+void set_current_stream_id(c10::DeviceIndex index, c10::StreamId id) {
+  OCLVM_DCHECK(index >= 0);
+  if (t_current_stream_ids == nullptr) {
+    if (id == 0) return;  // already the default
+    t_current_stream_ids = new c10::StreamId[kMaxDeviceIndices]();
+    if (!t_stream_ids_reaped) {
+      static thread_local StreamIdsReaper reaper;  // registers the thread-exit cleanup
+      (void)&reaper;
+    }
+  }
+  t_current_stream_ids[static_cast<size_t>(index)] = id;
 }
 
 // Each device's default (compute) stream, looked up once: the Runtime is never destroyed and its
@@ -129,9 +158,9 @@ c10::Stream new_stream(c10::DeviceIndex index) {
 
 c10::Stream exchange_stream(const c10::Stream& stream) {
   vm_stream(stream);  // rejects a stream that does not exist
-  c10::StreamId& current = current_stream_id(stream.device_index());
-  const c10::Stream previous(c10::Stream::UNSAFE, stream.device(), current);
-  current = stream.id();
+  const c10::Stream previous(c10::Stream::UNSAFE, stream.device(),
+                             current_stream_id(stream.device_index()));
+  set_current_stream_id(stream.device_index(), stream.id());
   return previous;
 }
 

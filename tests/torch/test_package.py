@@ -11,6 +11,7 @@ import pathlib
 import re
 import shutil
 import subprocess
+import sys
 
 import pytest
 import torch
@@ -88,3 +89,41 @@ def test_installed_module_finds_torch_beside_itself(tmp_path):
     beside = str(site / "oclvm" / ".." / "torch" / "lib")  # ldd prints $ORIGIN unnormalised
     for library in ("libc10.so", "libtorch_cpu.so"):
         assert f"{library} => {beside}/{library}" in out.stdout, out.stdout
+
+
+def _tls_bytes(library: pathlib.Path) -> int:
+    """The size in memory of an ELF file's thread-local segment (PT_TLS), as `readelf -l` prints
+    it; 0 when it has none."""
+    out = subprocess.run(["readelf", "-lW", str(library)], capture_output=True, text=True,
+                         check=True).stdout
+    for line in out.splitlines():
+        fields = line.split()
+        if fields and fields[0] == "TLS":
+            return int(fields[5], 16)  # Type Offset VirtAddr PhysAddr FileSiz MemSiz Flg Align
+    return 0
+
+
+def test_module_static_tls_stays_small():
+    """The hot thread-locals use the initial-exec model, so the module's whole thread-local block
+    comes out of glibc's static TLS surplus when Python loads it: it must stay small (168 bytes
+    when written; torch's own libgomp takes 120), or another library loaded later could find no
+    room. A thread-local array or cache added to the module shows up here."""
+    module = pathlib.Path(oclvm._C.__file__).resolve()
+    dynamic = subprocess.run(["readelf", "-dW", str(module)], capture_output=True, text=True,
+                             check=True).stdout
+    assert "STATIC_TLS" in dynamic, "no initial-exec thread-local left: the test has lost its point"
+    assert 0 < _tls_bytes(module) <= 256
+
+
+def test_module_loads_without_the_optional_static_tls_surplus():
+    """With glibc's optional surplus for dlopen'ed initial-exec thread-locals set to 0 (512 bytes
+    by default), the module still loads after torch and runs an operator: it leaves that surplus
+    whole for other libraries."""
+    env = dict(os.environ, GLIBC_TUNABLES="glibc.rtld.optional_static_tls=0")
+    script = ("import torch, oclvm\n"
+              "x = torch.ones(4, device='opencl')\n"
+              "print((x + 1).sum().item())\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "8.0"
