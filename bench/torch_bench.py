@@ -5,20 +5,24 @@
     goes first alternates), so a change in the machine's load moves both. Reported: the median
     time per iteration on each, and the median of the repetitions' opencl / cpu ratios (target:
     <= 1.5x; the cpu number is the cost of the Python and dispatcher path).
-(b) Host <-> device copies of 64 MiB: H2D `dev.copy_(cpu)` and D2H `cpu.copy_(dev)`, each as a
-    bandwidth (best of REPEATS), compared with this machine's plain host memcpy bandwidth
-    measured in the same run (`cpu_dst.copy_(cpu_src)` of the same 64 MiB, a multi-threaded
-    memcpy in torch, and numpy's single-threaded `np.copyto`). Reported as percent of the
-    faster host copy (target: >= 90%).
+(b) Host <-> device copies of 64 MiB: H2D `dev.copy_(cpu)` and D2H `cpu.copy_(dev)`, against
+    this machine's plain host memcpy (`cpu_dst.copy_(cpu_src)` of the same 64 MiB, a
+    multi-threaded memcpy in torch). Each repetition times the host copy and the device copy back
+    to back (alternating which goes first); reported: the best bandwidth of each, and the median
+    of the repetitions' device / host ratios as percent of memcpy (target: >= 90%). numpy's
+    single-threaded `np.copyto` is printed beside them for scale.
 
 (c) Per-operator cost: tiny operators (`x + y`, `x.add_(y)`, `relu`, `sum`) on 16, 256 and 4096
-    float32 elements, each timed over a loop on both devices (median of REPEATS); reported per
-    operator and as the median ratio opencl / cpu over all of them (target: <= 2.5x).
-(d) Training steps, steady state (after warm-up steps), median step time on each device:
-    the demo's MLP 32-64-4 with SGD + momentum (batch 64), and a GPT-2-style decoder from
-    Hugging Face transformers (4 layers x 128, 4 heads, batch 8 x 64 tokens, AdamW), skipped
-    when transformers is not installed. Reported as ratios opencl / cpu (targets: <= 1.3x; GPT-2
-    <= 1.6x on two pthread devices).
+    float32 elements, each timed over a loop on both devices, back to back in each of REPEATS
+    repetitions; reported per operator (median time on each, median of the pairs' ratios) and
+    as the median of those ratios over all of them (target: <= 2.5x).
+(d) Training steps, steady state (after warm-up steps): the demo's MLP 32-64-4 with SGD +
+    momentum (batch 64), and a GPT-2-style decoder from Hugging Face transformers (4 layers x
+    128, 4 heads, batch 8 x 64 tokens, AdamW), skipped when transformers is not installed. Both
+    devices' models are built first; each of REPEATS repetitions then times STEPS steps on each,
+    back to back (alternating which goes first). Reported: the median step time on each, and the
+    median of the repetitions' opencl / cpu ratios of their median steps (targets: <= 1.3x;
+    GPT-2 <= 1.6x on two pthread devices).
 
 (e) With --history: what the memory history costs. (a) and the MLP step on opencl again, with
     torch.opencl.memory._record_memory_history() on (events and Python stacks at every
@@ -84,17 +88,12 @@ def best_seconds(fn, repeats: int) -> float:
     return min(times)
 
 
-def op_seconds(fn, iters: int, repeats: int) -> float:
-    """Median over `repeats` of the seconds per call of `fn` in a loop of `iters` calls."""
-    for _ in range(min(iters, 50)):
+def loop_seconds(fn, iters: int) -> float:
+    """Seconds per call of `fn` in a loop of `iters` calls."""
+    start = time.perf_counter()
+    for _ in range(iters):
         fn()
-    runs = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        for _ in range(iters):
-            fn()
-        runs.append((time.perf_counter() - start) / iters)
-    return statistics.median(runs)
+    return (time.perf_counter() - start) / iters
 
 
 TINY_OPS = {
@@ -106,30 +105,52 @@ TINY_OPS = {
 
 
 def tiny_operators(iters: int, repeats: int) -> list:
-    """[(label, cpu seconds, opencl seconds)] per (operator, size)."""
+    """[(label, cpu seconds, opencl seconds, median ratio)] per (operator, size), each pair of
+    loops timed back to back."""
     rows = []
     for size in (16, 256, 4096):
         x, y = torch.randn(size), torch.randn(size)
         operands = {"cpu": (x.clone(), y), "opencl": (x.to("opencl"), y.to("opencl"))}
         for name, op in TINY_OPS.items():
-            seconds = {device: op_seconds(lambda: op(*operands[device]), iters, repeats)
-                       for device in ("cpu", "opencl")}
-            rows.append((f"{name} [{size}]", seconds["cpu"], seconds["opencl"]))
+            calls = {device: (lambda args=operands[device]: op(*args)) for device in operands}
+            for call in calls.values():
+                loop_seconds(call, min(iters, 50))  # warm up
+            rows.append((f"{name} [{size}]",
+                         *paired(lambda: loop_seconds(calls["cpu"], iters),
+                                 lambda: loop_seconds(calls["opencl"], iters), repeats)))
     return rows
 
 
-def step_seconds(make_step, device: str, steps: int, warmup: int = 3) -> float:
-    """Median seconds of a training step on `device` after `warmup` steps. `make_step(device)`
-    builds the model and returns a function running one step (reading the loss back)."""
-    step = make_step(device)
-    for _ in range(warmup):
-        step()
+def median_step_seconds(step, steps: int) -> float:
+    """Median seconds of `steps` calls of `step`."""
     times = []
     for _ in range(steps):
         start = time.perf_counter()
         step()
         times.append(time.perf_counter() - start)
     return statistics.median(times)
+
+
+def warm_step(make_step, device: str, warmup: int = 3):
+    """`make_step(device)` (which builds the model and returns a function running one step,
+    reading the loss back) after `warmup` steps."""
+    step = make_step(device)
+    for _ in range(warmup):
+        step()
+    return step
+
+
+def step_seconds(make_step, device: str, steps: int, warmup: int = 3) -> float:
+    """Median seconds of a training step on `device` after `warmup` steps."""
+    return median_step_seconds(warm_step(make_step, device, warmup), steps)
+
+
+def paired_steps(make_step, steps: int, repeats: int) -> tuple[float, float, float]:
+    """Both devices' models built and warmed up, then `repeats` repetitions of `steps` steps on
+    each, back to back: (cpu median step, opencl median step, median ratio opencl / cpu)."""
+    cpu, opencl = warm_step(make_step, "cpu"), warm_step(make_step, "opencl")
+    return paired(lambda: median_step_seconds(cpu, steps),
+                  lambda: median_step_seconds(opencl, steps), repeats)
 
 
 def mlp_step(device: str):
@@ -246,31 +267,41 @@ def main() -> int:
     np_src = host_src.numpy()
     np_dst = np.empty_like(np_src)
 
-    def bandwidth(fn) -> float:
-        return nbytes / best_seconds(fn, args.repeats) / 1e9
+    def copy_seconds(fn):
+        def timed() -> float:
+            start = time.perf_counter()
+            fn()
+            return time.perf_counter() - start
+        return timed
 
-    torch_memcpy = bandwidth(lambda: host_dst.copy_(host_src))
-    numpy_memcpy = bandwidth(lambda: np.copyto(np_dst, np_src))
-    h2d = bandwidth(lambda: dev.copy_(host_src))
-    d2h = bandwidth(lambda: host_dst.copy_(dev))
+    memcpy = copy_seconds(lambda: host_dst.copy_(host_src))
+    h2d_copy = copy_seconds(lambda: dev.copy_(host_src))
+    d2h_copy = copy_seconds(lambda: host_dst.copy_(dev))
+    for timed in (memcpy, h2d_copy, d2h_copy):
+        timed()  # warm up: the first touch of the pages
+    numpy_seconds = best_seconds(lambda: np.copyto(np_dst, np_src), args.repeats)
+    memcpy_h2d, h2d_seconds, h2d_ratio = paired(memcpy, h2d_copy, args.repeats)
+    memcpy_d2h, d2h_seconds, d2h_ratio = paired(memcpy, d2h_copy, args.repeats)
     if not torch.equal(host_dst, host_src):
         print("FAILED: the D2H copy did not return what the H2D copy wrote", file=sys.stderr)
         return 1
-    reference = max(torch_memcpy, numpy_memcpy)
-    h2d_pct = 100 * h2d / reference
-    d2h_pct = 100 * d2h / reference
+
+    def gbps(seconds: float) -> float:
+        return nbytes / seconds / 1e9
+
+    # Percent of memcpy: the pairs' time ratios device / memcpy, inverted.
+    h2d_pct, d2h_pct = 100 / h2d_ratio, 100 / d2h_ratio
 
     # (c) tiny operators, (d) training steps
     tiny = tiny_operators(max(args.iters // 50, 200), args.repeats)
-    tiny_ratio = statistics.median(ocl / cpu for _, cpu, ocl in tiny)
+    tiny_ratio = statistics.median(ratio for *_, ratio in tiny)
     steps = [("MLP 32-64-4 SGD step", mlp_step)]
     try:
         import transformers  # noqa: F401
         steps.append(("GPT-2 4x128 AdamW step, batch 8x64", gpt2_step))
     except ImportError:
         print("transformers is not installed: the GPT-2 step is skipped", file=sys.stderr)
-    step_rows = [(label, step_seconds(make, "cpu", args.steps),
-                  step_seconds(make, "opencl", args.steps)) for label, make in steps]
+    step_rows = [(label, *paired_steps(make, args.steps, args.repeats)) for label, make in steps]
 
     def verdict(ok: bool) -> str:
         return "ok" if ok else "MISSED"
@@ -285,29 +316,29 @@ def main() -> int:
     print(f"    ratio opencl/cpu (median of the pairs): {alloc_ratio:.2f}x   (target <= 1.5x: "
           f"{verdict(alloc_ratio <= 1.5)})")
     print()
-    print(f"(b) {args.mib} MiB copies  [best of {args.repeats}]")
+    print(f"(b) {args.mib} MiB copies  [median of {args.repeats} back-to-back pairs with memcpy]")
     print(f"    {'copy':<34} {'GB/s':>8} {'% of memcpy':>12}")
-    print(f"    {'host memcpy: torch cpu copy_':<34} {torch_memcpy:>8.2f} "
-          f"{100 * torch_memcpy / reference:>11.1f}%")
-    print(f"    {'host memcpy: numpy copyto':<34} {numpy_memcpy:>8.2f} "
-          f"{100 * numpy_memcpy / reference:>11.1f}%")
-    print(f"    {'H2D opencl.copy_(cpu)':<34} {h2d:>8.2f} {h2d_pct:>11.1f}%   "
+    print(f"    {'host memcpy: torch cpu copy_':<34} {gbps(memcpy_h2d):>8.2f} {100:>11.1f}%")
+    print(f"    {'H2D opencl.copy_(cpu)':<34} {gbps(h2d_seconds):>8.2f} {h2d_pct:>11.1f}%   "
           f"(target >= 90%: {verdict(h2d_pct >= 90)})")
-    print(f"    {'D2H cpu.copy_(opencl)':<34} {d2h:>8.2f} {d2h_pct:>11.1f}%   "
+    print(f"    {'host memcpy: torch cpu copy_':<34} {gbps(memcpy_d2h):>8.2f} {100:>11.1f}%")
+    print(f"    {'D2H cpu.copy_(opencl)':<34} {gbps(d2h_seconds):>8.2f} {d2h_pct:>11.1f}%   "
           f"(target >= 90%: {verdict(d2h_pct >= 90)})")
-    print(f"    (memcpy reference = the faster host copy, {reference:.2f} GB/s)")
+    print(f"    (for scale: numpy's single-threaded copyto, best of {args.repeats}: "
+          f"{gbps(numpy_seconds):.2f} GB/s)")
     print()
-    print(f"(c) tiny operators  [median of {args.repeats} loops]")
+    print(f"(c) tiny operators  [median of {args.repeats} back-to-back pairs of loops]")
     print(f"    {'operator':<20} {'cpu':>10} {'opencl':>10} {'ratio':>8}")
-    for label, cpu, ocl in tiny:
-        print(f"    {label:<20} {cpu * 1e6:>7.2f} us {ocl * 1e6:>7.2f} us {ocl / cpu:>7.2f}x")
+    for label, cpu, ocl, ratio in tiny:
+        print(f"    {label:<20} {cpu * 1e6:>7.2f} us {ocl * 1e6:>7.2f} us {ratio:>7.2f}x")
     print(f"    median ratio opencl/cpu: {tiny_ratio:.2f}x   (target <= 2.5x: "
           f"{verdict(tiny_ratio <= 2.5)})")
     print()
-    print(f"(d) training steps, steady state  [median of {args.steps} steps after 3 warm-up]")
+    print(f"(d) training steps, steady state  [after 3 warm-up steps, {args.repeats} back-to-back "
+          f"pairs of {args.steps} steps; median step, median of the pairs' ratios]")
     print(f"    {'model':<36} {'cpu':>10} {'opencl':>10} {'ratio':>8}")
-    for label, cpu, ocl in step_rows:
-        print(f"    {label:<36} {cpu * 1e3:>7.2f} ms {ocl * 1e3:>7.2f} ms {ocl / cpu:>7.2f}x")
+    for label, cpu, ocl, ratio in step_rows:
+        print(f"    {label:<36} {cpu * 1e3:>7.2f} ms {ocl * 1e3:>7.2f} ms {ratio:>7.2f}x")
     print("    (targets: <= 1.3x on the default device, <= 1.6x for GPT-2 on two pthread devices)")
     if args.history:
         print_history_cost(args)
