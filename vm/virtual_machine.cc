@@ -460,9 +460,8 @@ void VirtualMachine::run_held(DeviceWorker& held, InstructionList&& list) {
                             instruction.name() + " on " + instruction.stream().name());
     }
   }
-  Batch batch;  // every instruction is dispatched and settled on this thread, before returning
-  const size_t count = items.size();
-  batch.remaining.store(count);
+  Batch batch;  // every instruction is dispatched on this thread, before returning
+  batch.remaining.store(items.size(), std::memory_order_relaxed);
   IntrusiveInstructionList ordered;
   {
     MutexLock lock(submit_mutex_);
@@ -499,19 +498,16 @@ void VirtualMachine::run_held(DeviceWorker& held, InstructionList&& list) {
     }
     mark_stream_ends(ordered);
   }
-  in_flight_.fetch_add(count);
+  // Dispatched here and now, as a list run() dispatches on its caller's thread (Note [Lists
+  // dispatched at once are not admitted]): never pending, so never counted in flight, and no
+  // other thread sees the batch, so nobody is woken and its error is read without the lock.
   while (!ordered.empty()) {
     Instruction& instruction = ordered.front();
     ordered.pop_front();
     held.dispatch(&instruction, /*settle=*/false);
   }
-  settle(batch, count, /*notify=*/false);  // its only waiter is this thread
-  std::exception_ptr error;
-  {
-    MutexLock lock(batch.mutex);
-    error = batch.first_error;
-  }
-  if (error) std::rethrow_exception(error);
+  batch.remaining.store(0, std::memory_order_relaxed);
+  if (std::exception_ptr error = batch.error_of_unseen_batch()) std::rethrow_exception(error);
 }
 
 void VirtualMachine::on_dispatched(Instruction& instruction, std::exception_ptr error,

@@ -95,8 +95,9 @@ struct Batch {
   bool shared = false;                  // made by new_batch, co-owned through `self`; false for
                                         // run()'s batch on its caller's stack
 
-  // The error of a batch that only the calling thread ever saw (run()'s batch, dispatched on
-  // this thread): read without the lock, since every write to it happened on this thread.
+  // The error of a batch that only the calling thread ever saw (run()'s batch, or a host
+  // section's list, dispatched on this thread): read without the lock, since every write to it
+  // happened on this thread.
   std::exception_ptr error_of_unseen_batch() const OCLVM_NO_THREAD_SAFETY_ANALYSIS {
     return first_error;
   }
