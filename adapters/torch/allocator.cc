@@ -188,9 +188,11 @@ CLDeviceAllocator::Block* CLDeviceAllocator::new_storage(c10::DeviceIndex index,
     try {
       // Owns the release from here on. A block made in a section is released detached while
       // free_detached() frees it (Note [Results written in device memory]).
-      const uintptr_t address = blob->storage()->device_address();
+      const BlobStorage& memory = *blob->storage();
+      const uintptr_t address = memory.device_address();
+      void* const host = memory.host_address();
       return new Block(blob, section != nullptr ? detachable_releaser(vm) : make_vm_releaser(vm),
-                       address);
+                       address, host);
     } catch (...) {
       // Only std::bad_alloc gets here: give the block back through the VM before rethrowing.
       release_through(vm, std::move(blob));
@@ -343,18 +345,17 @@ BlobRef blob_of(const c10::Storage& storage, size_t byte_offset) {
 }
 
 BlobRef blob_of_data(const c10::DataPtr& data) {
-  const TensorStorage& owner = CLDeviceAllocator::owner(data);
+  const CLDeviceAllocator::Block& owner = CLDeviceAllocator::owner(data);
   // The DataPtr may point past the block start only if someone moved it; blocks here never do.
-  const size_t base = static_cast<size_t>(reinterpret_cast<uintptr_t>(data.get()) -
-                                          owner.blob()->storage()->device_address());
+  const size_t base = static_cast<size_t>(reinterpret_cast<uintptr_t>(data.get()) - owner.address);
   return BlobRef{owner.blob(), base};
 }
 
-const TensorStorage& CLDeviceAllocator::owner(const c10::DataPtr& data) {
+const CLDeviceAllocator::Block& CLDeviceAllocator::owner(const c10::DataPtr& data) {
   TORCH_CHECK(data.get_deleter() == &delete_handle && data.get_context() != nullptr,
               "Expected an opencl storage made by oclvm's allocator, but got one with another "
               "deleter");
-  return *static_cast<const TensorStorage*>(data.get_context());
+  return *static_cast<const Block*>(data.get_context());
 }
 
 }  // namespace oclvm::torch_adapter

@@ -104,17 +104,26 @@ class CLDeviceAllocator final : public c10::DeviceAllocator {
   // and freed through the per-thread pools: the registry allocates no node, and a tensor's
   // allocation calls no malloc here.
   struct Block final : TensorStorage {
-    Block(std::shared_ptr<BlobObject> blob, Releaser releaser, uintptr_t address)
-        : TensorStorage(std::move(blob), std::move(releaser)), address(address) {}
+    Block(std::shared_ptr<BlobObject> blob, Releaser releaser, uintptr_t address, void* host)
+        : TensorStorage(std::move(blob), std::move(releaser)), address(address), host(host) {}
     static void* operator new(size_t bytes) { return pool::allocate(bytes); }
     static void operator delete(void* block, size_t bytes) noexcept {
       pool::deallocate(block, bytes);
     }
 
     const uintptr_t address;  // the device address of the blob's first byte
+    // Where the host reaches that byte (BlobStorage::host_address), nullptr when its segment has
+    // no host address. Kept here because operators read it on every call: from the DataPtr's
+    // context it is one load, through the blob three dependent ones.
+    void* const host;
     boost::intrusive::set_member_hook<
         boost::intrusive::link_mode<boost::intrusive::normal_link>>
         hook;  // in blocks_ while the block is live; under mutex_
+    // In host_results.cc's registry of blocks in host form (handed to a CPU kernel as CPU
+    // memory, not yet adopted or freed), under that registry's mutex.
+    boost::intrusive::set_member_hook<
+        boost::intrusive::link_mode<boost::intrusive::normal_link>>
+        host_hook;
   };
 
   c10::DataPtr allocate(size_t bytes) override;
@@ -134,7 +143,7 @@ class CLDeviceAllocator final : public c10::DeviceAllocator {
   static c10::DataPtr device_data(Block* block, c10::DeviceIndex index);
   // The block behind a non-empty DataPtr this allocator made (no reference taken); throws
   // c10::Error for any other DataPtr.
-  static const TensorStorage& owner(const c10::DataPtr& data);
+  static const Block& owner(const c10::DataPtr& data);
   c10::DeleterFnPtr raw_deleter() const override { return &delete_handle; }
   // Device-to-device copy of `count` bytes between two addresses of live blocks of this
   // allocator (used by storage resize and clone of storages).

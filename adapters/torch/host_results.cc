@@ -3,9 +3,9 @@
 
 #include <c10/core/CPUAllocator.h>
 
+#include <boost/intrusive/set.hpp>
+
 #include <atomic>
-#include <mutex>
-#include <unordered_map>
 
 #include "adapters/torch/allocator.h"
 #include "oclvm/storage/hot_thread_local.h"
@@ -48,27 +48,38 @@ std::atomic<uint64_t> g_adopted{0};
 
 using Block = CLDeviceAllocator::Block;
 
-// Host address -> the block, for every block handed out and not yet freed or adopted.
+// The blocks in host form, by host address: every block handed out and not yet freed or adopted.
+// Linked through the block itself (Block::host_hook), so adding and taking allocate nothing.
 // Thread-safe.
 class HostBlocks {
  public:
-  void add(void* host, Block* storage) {
+  void add(Block* storage) {
     MutexLock lock(mutex_);
-    blocks_.emplace(host, storage);
+    const bool inserted = blocks_.insert(*storage).second;
+    OCLVM_DCHECK(inserted);  // live blocks never share a host address
+    (void)inserted;
   }
   // Removes and returns the block at `host`; nullptr when none.
   Block* take(void* host) {
     MutexLock lock(mutex_);
     auto it = blocks_.find(host);
     if (it == blocks_.end()) return nullptr;
-    Block* storage = it->second;
+    Block& storage = *it;
     blocks_.erase(it);
-    return storage;
+    return &storage;
   }
 
  private:
+  struct HostAddressOf {
+    using type = const void*;
+    const void* operator()(const Block& block) const { return block.host; }
+  };
+
   Mutex mutex_;
-  std::unordered_map<void*, Block*> blocks_ OCLVM_GUARDED_BY(mutex_);
+  boost::intrusive::set<
+      Block, boost::intrusive::member_hook<Block, decltype(Block::host_hook), &Block::host_hook>,
+      boost::intrusive::key_of_value<HostAddressOf>>
+      blocks_ OCLVM_GUARDED_BY(mutex_);
 };
 
 HostBlocks& host_blocks() {
@@ -110,17 +121,12 @@ class ResultsAllocator final : public c10::Allocator {
     if (scope == nullptr || bytes == 0) return next_->allocate(bytes);
     Block* storage = CLDeviceAllocator::instance().allocate_in_section(
         *scope->section_, scope->index_, bytes);
-    void* host = storage->blob()->storage()->host_address();
+    void* host = storage->host;
     if (host == nullptr) {
       release(storage);  // when the section ends
       return next_->allocate(bytes);
     }
-    try {
-      host_blocks().add(host, storage);
-    } catch (...) {
-      release(storage);
-      throw;
-    }
+    host_blocks().add(storage);
     return c10::DataPtr(host, host, &delete_host_block, c10::Device(c10::kCPU));
   }
   c10::DeleterFnPtr raw_deleter() const override { return &raw_delete; }

@@ -600,9 +600,12 @@ void finish_on_host(std::vector<std::shared_ptr<HostMapping>>& mappings,
 
 void* host_address(const at::Tensor& device) {
   if (device.numel() == 0 || !host_addressable(device.device().index())) return nullptr;
-  const BlobRef ref = element0(device);
-  char* block = static_cast<char*>(ref.blob->storage()->host_address());
-  return block == nullptr ? nullptr : block + ref.offset;
+  const c10::DataPtr& data = device.storage().data_ptr();
+  const CLDeviceAllocator::Block& block = CLDeviceAllocator::owner(data);
+  if (block.host == nullptr) return nullptr;
+  return static_cast<char*>(block.host) +
+         (reinterpret_cast<uintptr_t>(data.get()) - block.address) +
+         static_cast<size_t>(device.storage_offset()) * item_bytes(device);
 }
 
 std::vector<at::Tensor> host_aliases(c10::ArrayRef<at::Tensor> devices) {
@@ -620,12 +623,11 @@ std::vector<at::Tensor> host_aliases(c10::ArrayRef<at::Tensor> devices) {
                               [&](const auto& pair) { return pair.first == key; });
     if (known == storages.end()) {
       const c10::DataPtr& data = tensor.storage().data_ptr();
-      const BlobObject& blob = *CLDeviceAllocator::owner(data).blob();
-      char* block = static_cast<char*>(blob.storage()->host_address());
-      if (block == nullptr) return {};
+      const CLDeviceAllocator::Block& block = CLDeviceAllocator::owner(data);
+      if (block.host == nullptr) return {};
       // The DataPtr is the block's start (blocks are never moved): its host start is the block's.
-      void* start = block + (reinterpret_cast<uintptr_t>(data.get()) -
-                             blob.storage()->device_address());
+      void* start = static_cast<char*>(block.host) +
+                    (reinterpret_cast<uintptr_t>(data.get()) - block.address);
       storages.emplace_back(key, c10::Storage(c10::Storage::use_byte_size_t(),
                                               tensor.storage().nbytes(),
                                               c10::DataPtr(start, c10::Device(c10::kCPU)),

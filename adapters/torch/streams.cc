@@ -64,6 +64,16 @@ void set_current_stream_id(c10::DeviceIndex index, c10::StreamId id) {
 // Any thread may fill a slot; two that race store the same pointer.
 std::atomic<vm::Stream*> g_default_streams[kMaxDeviceIndices] = {};
 
+// The compute stream of device `index` (checked by the caller), from g_default_streams.
+vm::Stream& default_vm_stream(c10::DeviceIndex index) {
+  std::atomic<vm::Stream*>& cached = g_default_streams[static_cast<size_t>(index)];
+  if (vm::Stream* stream = cached.load(std::memory_order_acquire)) return *stream;
+  vm::Stream& stream =
+      translate_errors([&]() -> vm::Stream& { return runtime().stream(to_oclvm(index)); });
+  cached.store(&stream, std::memory_order_release);
+  return stream;
+}
+
 // Runs an empty Barrier on each of `streams`: returns once their queues have finished.
 void finish_streams(const std::vector<vm::Stream*>& streams) {
   translate_errors([&] {
@@ -96,23 +106,14 @@ vm::Stream& vm_stream(const c10::Stream& stream) {
   TORCH_CHECK(stream.device_type() == c10::DeviceType::PrivateUse1,
               "Expected a stream of an opencl device, but got one of ", stream.device());
   check_device_index(stream.device_index());
-  Runtime& rt = runtime();
-  if (stream.id() == 0) return translate_errors([&]() -> vm::Stream& {
-    return rt.stream(to_oclvm(stream.device_index()));
-  });
-  vm::Stream* found = stream.id() > 0 ? rt.find_stream(static_cast<vm::StreamId>(stream.id() - 1))
-                                      : nullptr;
+  if (stream.id() == 0) return default_vm_stream(stream.device_index());
+  vm::Stream* found = stream.id() > 0
+                          ? runtime().find_stream(static_cast<vm::StreamId>(stream.id() - 1))
+                          : nullptr;
   TORCH_CHECK(found != nullptr && found->device() == to_oclvm(stream.device_index()),
               "Expected a stream of ", stream.device(), ", but got stream id ", stream.id(),
               ", which names none");
   return *found;
-}
-
-c10::Stream torch_stream(const vm::Stream& stream) {
-  const c10::Device device(c10::DeviceType::PrivateUse1,
-                           static_cast<c10::DeviceIndex>(stream.device().index));
-  if (stream.role() == vm::StreamRole::kCompute) return c10::Stream(c10::Stream::DEFAULT, device);
-  return c10::Stream(c10::Stream::UNSAFE, device, static_cast<c10::StreamId>(stream.id()) + 1);
 }
 
 vm::Stream& current_vm_stream(c10::DeviceIndex index) {
@@ -120,12 +121,14 @@ vm::Stream& current_vm_stream(c10::DeviceIndex index) {
   // checked by exchange_stream when it was set, so only the lookups remain.
   const c10::StreamId id = current_stream_id(index);
   if (id != 0) return *runtime().find_stream(static_cast<vm::StreamId>(id - 1));
-  std::atomic<vm::Stream*>& cached = g_default_streams[static_cast<size_t>(index)];
-  if (vm::Stream* stream = cached.load(std::memory_order_acquire)) return *stream;
-  vm::Stream& stream =
-      translate_errors([&]() -> vm::Stream& { return runtime().stream(to_oclvm(index)); });
-  cached.store(&stream, std::memory_order_release);
-  return stream;
+  return default_vm_stream(index);
+}
+
+c10::Stream torch_stream(const vm::Stream& stream) {
+  const c10::Device device(c10::DeviceType::PrivateUse1,
+                           static_cast<c10::DeviceIndex>(stream.device().index));
+  if (stream.role() == vm::StreamRole::kCompute) return c10::Stream(c10::Stream::DEFAULT, device);
+  return c10::Stream(c10::Stream::UNSAFE, device, static_cast<c10::StreamId>(stream.id()) + 1);
 }
 
 c10::Stream current_stream(c10::DeviceIndex index) {
