@@ -1,6 +1,7 @@
-// adapters/torch/host_kernels.h — unboxed kernels for the hottest functional operators: the CPU
-// kernel run on the device tensors' own bytes in a host section, its result written in device
-// memory, without boxing the arguments (Note [Unboxed host kernels] in host_kernels.cc).
+// adapters/torch/host_kernels.h — unboxed kernels for the hottest functional operators and the
+// optimizers' _foreach_ operators: the CPU kernel run on the device tensors' own bytes in a host
+// section, a result written in device memory, without boxing the arguments (Note [Unboxed host
+// kernels] and Note [Foreach operators without boxing] in host_kernels.cc).
 //
 // Promise: the same values, errors and statistics as the boxed fallback (fallback.h), which every
 // call that the fast path cannot take goes to. Thread-safety: as the fallback (any thread; the VM
@@ -10,11 +11,15 @@
 #include <torch/library.h>
 
 #include <cstdint>
+#include <string>
+#include <unordered_set>
 
 namespace oclvm::torch_adapter {
 
-// Registers the unboxed kernels with the PrivateUse1 library `m` of namespace aten.
-void register_host_kernels(torch::Library& m);
+// Registers the unboxed kernels with the PrivateUse1 library `m` of namespace aten. Returns the
+// names (as aten_impl_name gives them) of the _foreach_ operators among them, which the boxed
+// registration of the other _foreach_ operators leaves alone.
+std::unordered_set<std::string> register_host_kernels(torch::Library& m);
 
 // How many calls took the unboxed fast path, in this process (tests read it).
 uint64_t host_kernel_calls();

@@ -39,6 +39,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_set>
 
 #include "adapters/torch/allocator.h"
 #include "adapters/torch/fallback.h"
@@ -98,20 +99,25 @@ torch::Library* lasting_library(const char* ns, c10::DispatchKey key,
 // this device, the whole operator goes through the fallback once: one section for the list, and
 // the CPU's composite loop then runs on CPU aliases. Every _foreach_ operator torch defines is
 // registered, read from the dispatcher when this library loads (ATen's operators are all
-// registered by then).
-void register_foreach_operators(torch::Library& m) {
+// registered by then). The ones the optimizers call most have unboxed kernels of their own
+// (`unboxed`: Note [Foreach operators without boxing] in host_kernels.cc), which go to this
+// boxed fallback when their fast path does not apply.
+void register_foreach_operators(torch::Library& m,
+                                const std::unordered_set<std::string>& unboxed) {
   constexpr std::string_view kPrefix = "aten::_foreach_";
   for (const c10::OperatorName& name : c10::Dispatcher::singleton().getAllOpNames()) {
     if (std::string_view(name.name).substr(0, kPrefix.size()) != kPrefix) continue;
-    m.impl(aten_impl_name(name.name, name.overload_name).c_str(),
-           torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>());
+    const std::string impl_name = aten_impl_name(name.name, name.overload_name);
+    if (unboxed.count(impl_name) != 0) continue;
+    m.impl(impl_name.c_str(), torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>());
   }
 }
 
 void register_device_kernels(torch::Library& m) {
-  register_host_kernels(m);  // first: the composite routing skips operators that have a kernel
+  // First: the composite routing skips operators that have a kernel.
+  const std::unordered_set<std::string> unboxed_lists = register_host_kernels(m);
   register_native_kernels(m);
-  register_foreach_operators(m);
+  register_foreach_operators(m, unboxed_lists);
   register_rnn_cells(m);
   register_dropout(m);
 }

@@ -422,3 +422,97 @@ def test_unboxed_kernels_with_optional_tensors_and_several_results_equal_the_cpu
         assert torch.equal(got, expected)
     # Two layer norms, two nll_loss forwards and backwards, two layer-norm backwards at least.
     assert results[DEVICE][3] >= 8
+
+
+# ---------------------------------------------------------------------------------------------
+# Unboxed _foreach_ kernels (host_kernels.cc, Note [Foreach operators without boxing]).
+
+def _lists(seed, sizes=((3, 4), (5,), (2, 2))):
+    torch.manual_seed(seed)
+    cpu = [torch.randn(*s) for s in sizes]
+    return cpu, [t.to(DEVICE) for t in cpu]
+
+
+@needs_host_sections
+def test_the_optimizers_foreach_operators_take_the_unboxed_kernels_and_equal_the_cpu():
+    """Each _foreach_ operator SGD, Adam and AdamW call, in place on the device lists, against
+    the same on the CPU: equal bits, the caller's own tensors, one unboxed call each."""
+    cases = {
+        "add_ a list, alpha": lambda a, b, c: torch._foreach_add_(a, b, alpha=0.5),
+        "add_ a scalar": lambda a, b, c: torch._foreach_add_(a, 2.0),
+        "mul_ a scalar": lambda a, b, c: torch._foreach_mul_(a, 0.9),
+        "mul_ a list": lambda a, b, c: torch._foreach_mul_(a, b),
+        "div_ a scalar": lambda a, b, c: torch._foreach_div_(a, 3.0),
+        "div_ scalars": lambda a, b, c: torch._foreach_div_(a, [1.0, 2.0, 3.0]),
+        "lerp_": lambda a, b, c: torch._foreach_lerp_(a, b, 0.1),
+        "addcmul_": lambda a, b, c: torch._foreach_addcmul_(a, b, c, value=0.3),
+        "addcdiv_ a scalar": lambda a, b, c: torch._foreach_addcdiv_(a, b, c, value=0.3),
+        "addcdiv_ scalars": lambda a, b, c: torch._foreach_addcdiv_(a, b, c, [0.1, 0.2, 0.3]),
+        "maximum_": lambda a, b, c: torch._foreach_maximum_(a, b),
+    }
+    for name, case in cases.items():
+        (a, ad), (b, bd), (c, cd) = _lists(1), _lists(2), _lists(3)
+        c, cd = [t.abs() + 1 for t in c], [t.abs() + 1 for t in cd]  # divisors
+        ptrs = [t.data_ptr() for t in ad]
+        case(a, b, c)
+        before = _unboxed_calls()
+        case(ad, bd, cd)
+        assert _unboxed_calls() - before == 1, name
+        assert [t.data_ptr() for t in ad] == ptrs, name
+        for got, expected in zip(ad, a):
+            assert torch.equal(got.cpu(), expected), name
+
+
+@needs_host_sections
+def test_functional_foreach_kernels_write_their_results_in_device_memory():
+    (a, ad), (b, bd) = _lists(4), _lists(5)
+    allocated = torch.opencl.memory_allocated()
+    adopted = oclvm._C.adopted_results()
+    for op, args, dev_args in ((torch._foreach_sqrt, ([t.abs() for t in a],),
+                                ([t.abs() for t in ad],)),
+                               (torch._foreach_add, (a, b), (ad, bd))):
+        before = _unboxed_calls()
+        got, expected = op(*dev_args), op(*args)
+        assert _unboxed_calls() - before == 1
+        assert all(g.device.type == DEVICE and torch.equal(g.cpu(), e)
+                   for g, e in zip(got, expected))
+        del got
+    assert oclvm._C.adopted_results() - adopted >= 6  # 3 results of each: no copies
+    gc.collect()
+    assert torch.opencl.memory_allocated() == allocated
+
+
+@needs_host_sections
+def test_foreach_kernels_alias_a_tensor_named_twice_as_the_cpu_does():
+    (a, ad), (b, bd) = _lists(6), _lists(7)
+    torch._foreach_add_([a[0], a[0]], [b[0], a[0]])
+    torch._foreach_add_([ad[0], ad[0]], [bd[0], ad[0]])
+    assert torch.equal(ad[0].cpu(), a[0])
+    # A device scalar tensor (clip_grad_norm_'s coefficient) and a CPU one.
+    torch._foreach_mul_(a, torch.tensor(0.5))
+    torch._foreach_mul_(ad, torch.tensor(0.5, device=DEVICE))
+    for got, expected in zip(ad, a):
+        assert torch.equal(got.cpu(), expected)
+
+
+@needs_host_sections
+def test_foreach_kernels_leave_bad_and_unusual_lists_to_the_fallback():
+    (a, ad), (b, bd) = _lists(8), _lists(9)
+    snapshot = [t.cpu() for t in ad]
+    stats = torch.opencl.memory_stats()
+    with pytest.raises(RuntimeError, match="same number of tensors"):
+        torch._foreach_add_(ad, bd[:2])
+    for got, expected in zip(ad, snapshot):
+        assert torch.equal(got.cpu(), expected)  # nothing written
+    assert torch.opencl.memory_stats()["allocated_bytes.all.current"] == \
+        stats["allocated_bytes.all.current"]
+    # Empty tensors and scattered views take the boxed fallback, with the CPU's results.
+    before = _unboxed_calls()
+    columns = [torch.randn(8, 64)]
+    columns_d = [columns[0].to(DEVICE)]
+    torch._foreach_add_([columns[0][:, ::16]], 1.0)
+    torch._foreach_add_([columns_d[0][:, ::16]], 1.0)
+    assert torch.equal(columns_d[0].cpu(), columns[0])
+    empty = [torch.empty(0, device=DEVICE)]
+    torch._foreach_add_(empty, 1.0)
+    assert _unboxed_calls() == before
