@@ -209,8 +209,8 @@ struct HostKernel<Op, Fallback, Result(Args...)> {
 // one storage share one CPU storage, so a list that names a tensor twice, or two lists that share
 // one, alias as on the CPU), and the CPU kernel runs on the aliases in a host section. An
 // in-place operator writes the device's bytes through its aliases: nothing to copy back. A
-// functional one (_foreach_sqrt) returns new tensors, written in device memory as HostKernel's
-// are. What the fast path cannot take goes to the boxed fallback, as before.
+// functional one (_foreach_sqrt, clip_grad_norm_'s _foreach_norm) returns new tensors, written
+// in device memory as HostKernel's are. What the fast path cannot take goes to the boxed fallback, as before.
 
 // The device tensors of an argument, for HostListKernel: a Tensor's, each of a TensorList's, an
 // optional Tensor's; none for other values. `take` gets each defined tensor.
@@ -401,7 +401,7 @@ std::unordered_set<std::string> register_host_kernels(torch::Library& m) {
   add<at::_ops::native_layer_norm>(m, routed);
   add<at::_ops::native_layer_norm_backward>(m, routed);
   // The _foreach_ operators of the foreach paths of SGD, Adam and AdamW (torch/optim), and of
-  // clip_grad_norm_'s scaling (Note [Foreach operators without boxing]).
+  // clip_grad_norm_'s norms and scaling (Note [Foreach operators without boxing]).
   std::unordered_set<std::string> lists;
   add_list<at::_ops::_foreach_add__List>(m, lists);
   add_list<at::_ops::_foreach_add__Scalar>(m, lists);
@@ -416,6 +416,7 @@ std::unordered_set<std::string> register_host_kernels(torch::Library& m) {
   add_list<at::_ops::_foreach_addcdiv__ScalarList>(m, lists);
   add_list<at::_ops::_foreach_maximum__List>(m, lists);
   add_list<at::_ops::_foreach_sqrt>(m, lists);
+  add_list<at::_ops::_foreach_norm_Scalar>(m, lists);
   add_list<at::_ops::_foreach_add_List>(m, lists);
   return lists;
 }

@@ -466,18 +466,19 @@ def test_the_optimizers_foreach_operators_take_the_unboxed_kernels_and_equal_the
 @needs_host_sections
 def test_functional_foreach_kernels_write_their_results_in_device_memory():
     (a, ad), (b, bd) = _lists(4), _lists(5)
-    allocated = torch.opencl.memory_allocated()
+    allocated = torch.opencl.memory_allocated()  # _foreach_sqrt, _foreach_add, _foreach_norm
     adopted = oclvm._C.adopted_results()
     for op, args, dev_args in ((torch._foreach_sqrt, ([t.abs() for t in a],),
                                 ([t.abs() for t in ad],)),
-                               (torch._foreach_add, (a, b), (ad, bd))):
+                               (torch._foreach_add, (a, b), (ad, bd)),
+                               (torch._foreach_norm, (a,), (ad,))):
         before = _unboxed_calls()
         got, expected = op(*dev_args), op(*args)
         assert _unboxed_calls() - before == 1
         assert all(g.device.type == DEVICE and torch.equal(g.cpu(), e)
                    for g, e in zip(got, expected))
         del got
-    assert oclvm._C.adopted_results() - adopted >= 6  # 3 results of each: no copies
+    assert oclvm._C.adopted_results() - adopted >= 9  # 3 results of each: no copies
     gc.collect()
     assert torch.opencl.memory_allocated() == allocated
 
