@@ -338,7 +338,7 @@ def main() -> int:
           f"pairs of {args.steps} steps; median step, median of the pairs' ratios]")
     print(f"    {'model':<36} {'cpu':>10} {'opencl':>10} {'ratio':>8}")
     for label, cpu, ocl, ratio in step_rows:
-        print(f"    {label:<36} {cpu * 1e3:>7.2f} ms {ocl * 1e3:>7.2f} ms {ratio:>7.2f}x")
+        print(f"    {label:<36} {cpu * 1e3:>7.3f} ms {ocl * 1e3:>7.3f} ms {ratio:>7.2f}x")
     print("    (targets: <= 1.3x on the default device, <= 1.6x for GPT-2 on two pthread devices)")
     if args.history:
         print_history_cost(args)
