@@ -216,6 +216,7 @@ void CLDeviceAllocator::delete_handle(void* context) {
   if (context == nullptr) return;  // an empty DataPtr
   // Every non-empty DataPtr with this deleter holds a Block (device_data, free_detached).
   auto* storage = static_cast<Block*>(context);
+  OCLVM_DCHECK(!storage->host_hook.is_linked());  // blocks in host form are freed after take()
   {
     CLDeviceAllocator& self = instance();
     MutexLock lock(self.mutex_);

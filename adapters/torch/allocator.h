@@ -121,8 +121,8 @@ class CLDeviceAllocator final : public c10::DeviceAllocator {
         hook;  // in blocks_ while the block is live; under mutex_
     // In host_results.cc's registry of blocks in host form (handed to a CPU kernel as CPU
     // memory, not yet adopted or freed), under that registry's mutex.
-    boost::intrusive::set_member_hook<
-        boost::intrusive::link_mode<boost::intrusive::normal_link>>
+    // safe_link: the deleter checks that a block it frees is not still there.
+    boost::intrusive::set_member_hook<boost::intrusive::link_mode<boost::intrusive::safe_link>>
         host_hook;
   };
 

@@ -1,5 +1,5 @@
 // adapters/torch/host_kernels.cc — unboxed kernels for the hottest functional operators
-// (host_kernels.h).
+// (HostKernel) and for the optimizers' _foreach_ operators (HostListKernel); host_kernels.h.
 #include "adapters/torch/host_kernels.h"
 
 #include <ATen/Operators.h>
@@ -43,9 +43,10 @@ namespace {
 // CPU tensor that is not a 0-dim scalar; an empty, sparse or scattered tensor; no section to be
 // had) goes to the boxed fallback the operator had before, unchanged.
 //
-// Only functional operators are listed, whose results are new tensors (one, or a tuple) and whose
-// arguments are tensors, optional tensors and values: nothing is written but the new results, so
-// no write-back is needed.
+// HostKernel takes functional operators only, whose results are new tensors (one, or a tuple)
+// and whose arguments are tensors, optional tensors and values: nothing is written but the new
+// results, so no write-back is needed. (The _foreach_ operators, in place or not, have
+// HostListKernel below.)
 
 constexpr c10::DeviceType kType = c10::DeviceType::PrivateUse1;
 constexpr c10::DispatchKeySet kCpu{c10::DispatchKey::CPU};
@@ -209,8 +210,10 @@ struct HostKernel<Op, Fallback, Result(Args...)> {
 // one storage share one CPU storage, so a list that names a tensor twice, or two lists that share
 // one, alias as on the CPU), and the CPU kernel runs on the aliases in a host section. An
 // in-place operator writes the device's bytes through its aliases: nothing to copy back. A
-// functional one (_foreach_sqrt, clip_grad_norm_'s _foreach_norm) returns new tensors, written
-// in device memory as HostKernel's are. What the fast path cannot take goes to the boxed fallback, as before.
+// functional one (_foreach_sqrt, _foreach_add.List, clip_grad_norm_'s _foreach_norm) returns
+// new tensors, written in device memory as HostKernel's are. What the fast path cannot take goes
+// to the boxed fallback, as before. The aliases carry requires_grad as HostKernel's do (Note
+// [Kernels that ask whether an input requires grad] in fallback.cc).
 
 // The device tensors of an argument, for HostListKernel: a Tensor's, each of a TensorList's, an
 // optional Tensor's; none for other values. `take` gets each defined tensor.
@@ -246,6 +249,17 @@ class OnHost<at::Tensor> {
   const at::Tensor& value_;
 };
 template <>
+class OnHost<std::optional<at::Tensor>> {
+ public:
+  OnHost(const std::optional<at::Tensor>& value, const std::vector<at::Tensor>& hosts,
+         size_t& next)
+      : value_(on_host(value, hosts, next)) {}
+  const std::optional<at::Tensor>& get() const { return value_; }
+
+ private:
+  std::optional<at::Tensor> value_;
+};
+template <>
 class OnHost<at::TensorList> {
  public:
   OnHost(at::TensorList value, const std::vector<at::Tensor>& hosts, size_t& next) {
@@ -261,10 +275,22 @@ class OnHost<at::TensorList> {
 template <class Op, class Signature = typename Op::schema>
 struct HostListKernel;
 
+// The argument types HostListKernel hands over: the tensors each_tensor and OnHost alias, and
+// values passed through as they are. Anything else (a Tensor?[] list, an ITensorListRef) would be
+// passed to the CPU kernel unaliased, so it is refused at compile time.
+template <class T>
+constexpr bool kListKernelArgument =
+    std::is_same_v<T, at::Tensor> || std::is_same_v<T, std::optional<at::Tensor>> ||
+    std::is_same_v<T, at::TensorList> || std::is_same_v<T, at::Scalar> ||
+    std::is_same_v<T, c10::ArrayRef<at::Scalar>> ||
+    std::is_same_v<T, std::optional<at::ScalarType>> || std::is_arithmetic_v<T>;
+
 template <class Op, class Result, class... Args>
 struct HostListKernel<Op, Result(Args...)> {
   static_assert(std::is_same_v<Result, void> || std::is_same_v<Result, std::vector<at::Tensor>>,
                 "list kernels write their arguments in place or return new tensors");
+  static_assert((kListKernelArgument<std::decay_t<Args>> && ...),
+                "an argument type HostListKernel does not alias: add it to OnHost first");
 
   static Result call(Args... args) {
     if constexpr (std::is_same_v<Result, void>) {
@@ -307,6 +333,10 @@ struct HostListKernel<Op, Result(Args...)> {
     if (hosts.empty()) return not_taken();
     std::optional<vm::HostSection> section = host_section(device.index());
     if (!section) return not_taken();
+    for (size_t k = 0; k < hosts.size(); ++k) {
+      // Note [Kernels that ask whether an input requires grad] (fallback.cc)
+      if (devices.all()[k].requires_grad()) hosts[k].set_requires_grad(true);
+    }
     g_calls.fetch_add(1, std::memory_order_relaxed);
     size_t next = 0;
     // A braced list evaluates in order, so `next` walks the device tensors as `take` did.

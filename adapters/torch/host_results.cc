@@ -19,8 +19,8 @@ namespace oclvm::torch_adapter {
 // used to land in host memory and be copied into new device blocks: a second allocation, a copy
 // and a second section per result. Instead, oclvm's CPU allocator stands in front of the one
 // torch had. On every thread, at every other time, it forwards to that allocator. While a
-// ResultsOnDevice scope lives on a thread — only around a CPU kernel the fallback runs in a host
-// section — each allocation that thread makes is a block of the section's device, allocated by
+// ResultsOnDevice scope lives on a thread — only around a CPU kernel that the fallback, or an
+// unboxed kernel (host_kernels.cc), runs in a host section — each allocation that thread makes is a block of the section's device, allocated by
 // an AllocateBlob run in the section (HostSection::run), and handed to the kernel as CPU memory
 // at the block's host address. The kernel writes its result there; adopt_result then makes the
 // device tensor over the same block, and the CPU storage gives the block up. No copy, no host

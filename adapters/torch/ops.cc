@@ -47,6 +47,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -613,14 +614,25 @@ std::vector<at::Tensor> host_aliases(c10::ArrayRef<at::Tensor> devices) {
   if (devices.empty()) return hosts;
   const c10::Device device = devices[0].device();
   if (!host_addressable(device.index())) return hosts;
-  boost::container::small_vector<std::pair<const c10::StorageImpl*, c10::Storage>, 4>
-      storages;  // device -> host
+  // Device storage -> its host storage. Searched linearly while there are few (an operator's
+  // arguments); a _foreach_ operator's lists can hold thousands (an optimizer over every
+  // parameter of a large model), so past kLinear a hash index takes over.
+  constexpr size_t kLinear = 16;
+  boost::container::small_vector<std::pair<const c10::StorageImpl*, c10::Storage>, 4> storages;
+  std::unordered_map<const c10::StorageImpl*, size_t> index;  // empty while linear
+  const auto find = [&](const c10::StorageImpl* key) {
+    if (index.empty()) {
+      return std::find_if(storages.begin(), storages.end(),
+                          [&](const auto& pair) { return pair.first == key; });
+    }
+    const auto it = index.find(key);
+    return it == index.end() ? storages.end() : storages.begin() + it->second;
+  };
   hosts.reserve(devices.size());
   for (const at::Tensor& tensor : devices) {
     if (tensor.device() != device || tensor.numel() == 0) return {};
     const c10::StorageImpl* key = tensor.storage().unsafeGetStorageImpl();
-    auto known = std::find_if(storages.begin(), storages.end(),
-                              [&](const auto& pair) { return pair.first == key; });
+    auto known = find(key);
     if (known == storages.end()) {
       const c10::DataPtr& data = tensor.storage().data_ptr();
       const CLDeviceAllocator::Block& block = CLDeviceAllocator::owner(data);
@@ -632,6 +644,11 @@ std::vector<at::Tensor> host_aliases(c10::ArrayRef<at::Tensor> devices) {
                                               tensor.storage().nbytes(),
                                               c10::DataPtr(start, c10::Device(c10::kCPU)),
                                               c10::GetCPUAllocator(), /*resizable=*/true));
+      if (!index.empty()) {
+        index.emplace(key, storages.size() - 1);
+      } else if (storages.size() > kLinear) {
+        for (size_t i = 0; i < storages.size(); ++i) index.emplace(storages[i].first, i);
+      }
       known = storages.end() - 1;
     }
     at::Tensor host = at::detail::make_tensor<c10::TensorImpl>(

@@ -13,9 +13,10 @@
 //
 //   aten   / PrivateUse1           native kernels (ops.cc), the fused RNN cells (rnn_cells.cc),
 //                                  native_dropout (dropout.cc)
-//   aten   / PrivateUse1           unboxed kernels of the hottest functional operators
-//                                  (host_kernels.cc, Note [Unboxed host kernels])
-//   aten   / PrivateUse1           every _foreach_ operator to the boxed CPU fallback, whole
+//   aten   / PrivateUse1           unboxed kernels of the hottest functional operators and of the
+//                                  optimizers' _foreach_ operators (host_kernels.cc, Note
+//                                  [Unboxed host kernels], Note [Foreach operators without boxing])
+//   aten   / PrivateUse1           every other _foreach_ operator to the boxed CPU fallback, whole
 //                                  (Note [Foreach operators in one host section])
 //   _      / PrivateUse1           the boxed CPU fallback for every other operator (fallback.h)
 //   aten   / SparsePrivateUse1,    the structure kernels of sparse tensors (sparse.cc)

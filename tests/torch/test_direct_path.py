@@ -467,18 +467,18 @@ def test_the_optimizers_foreach_operators_take_the_unboxed_kernels_and_equal_the
 def test_functional_foreach_kernels_write_their_results_in_device_memory():
     (a, ad), (b, bd) = _lists(4), _lists(5)
     allocated = torch.opencl.memory_allocated()  # _foreach_sqrt, _foreach_add, _foreach_norm
-    adopted = oclvm._C.adopted_results()
     for op, args, dev_args in ((torch._foreach_sqrt, ([t.abs() for t in a],),
                                 ([t.abs() for t in ad],)),
                                (torch._foreach_add, (a, b), (ad, bd)),
                                (torch._foreach_norm, (a,), (ad,))):
-        before = _unboxed_calls()
-        got, expected = op(*dev_args), op(*args)
-        assert _unboxed_calls() - before == 1
+        before, adopted = _unboxed_calls(), oclvm._C.adopted_results()
+        got = op(*dev_args)
+        assert _unboxed_calls() - before == 1, op
+        assert oclvm._C.adopted_results() - adopted == 3, op  # every result: no copies
+        expected = op(*args)
         assert all(g.device.type == DEVICE and torch.equal(g.cpu(), e)
-                   for g, e in zip(got, expected))
+                   for g, e in zip(got, expected)), op
         del got
-    assert oclvm._C.adopted_results() - adopted >= 9  # 3 results of each: no copies
     gc.collect()
     assert torch.opencl.memory_allocated() == allocated
 
@@ -487,13 +487,18 @@ def test_functional_foreach_kernels_write_their_results_in_device_memory():
 def test_foreach_kernels_alias_a_tensor_named_twice_as_the_cpu_does():
     (a, ad), (b, bd) = _lists(6), _lists(7)
     torch._foreach_add_([a[0], a[0]], [b[0], a[0]])
+    before = _unboxed_calls()
     torch._foreach_add_([ad[0], ad[0]], [bd[0], ad[0]])
+    assert _unboxed_calls() - before == 1
     assert torch.equal(ad[0].cpu(), a[0])
-    # A device scalar tensor (clip_grad_norm_'s coefficient) and a CPU one.
-    torch._foreach_mul_(a, torch.tensor(0.5))
-    torch._foreach_mul_(ad, torch.tensor(0.5, device=DEVICE))
-    for got, expected in zip(ad, a):
-        assert torch.equal(got.cpu(), expected)
+    # The scale as a device scalar tensor (clip_grad_norm_'s coefficient), then as a CPU one.
+    for scale in (torch.tensor(0.5, device=DEVICE), torch.tensor(0.25)):
+        torch._foreach_mul_(a, scale.cpu())
+        before = _unboxed_calls()
+        torch._foreach_mul_(ad, scale)
+        assert _unboxed_calls() - before == 1
+        for got, expected in zip(ad, a):
+            assert torch.equal(got.cpu(), expected)
 
 
 @needs_host_sections
@@ -501,12 +506,17 @@ def test_foreach_kernels_leave_bad_and_unusual_lists_to_the_fallback():
     (a, ad), (b, bd) = _lists(8), _lists(9)
     snapshot = [t.cpu() for t in ad]
     stats = torch.opencl.memory_stats()
+    # Lists of two lengths: refused (by torch's autograd layer, before any kernel of the device),
+    # with nothing written or held, and the next operator runs.
     with pytest.raises(RuntimeError, match="same number of tensors"):
         torch._foreach_add_(ad, bd[:2])
     for got, expected in zip(ad, snapshot):
         assert torch.equal(got.cpu(), expected)  # nothing written
     assert torch.opencl.memory_stats()["allocated_bytes.all.current"] == \
         stats["allocated_bytes.all.current"]
+    torch._foreach_add_(ad, 1.0)
+    for got, expected in zip(ad, snapshot):
+        assert torch.equal(got.cpu(), expected + 1.0)
     # Empty tensors and scattered views take the boxed fallback, with the CPU's results.
     before = _unboxed_calls()
     columns = [torch.randn(8, 64)]
@@ -517,3 +527,45 @@ def test_foreach_kernels_leave_bad_and_unusual_lists_to_the_fallback():
     empty = [torch.empty(0, device=DEVICE)]
     torch._foreach_add_(empty, 1.0)
     assert _unboxed_calls() == before
+
+
+@needs_host_sections
+def test_foreach_kernels_over_hundreds_of_parameters_equal_the_cpu():
+    """Long lists (an optimizer over a large model) past host_aliases' linear search, with views
+    of one storage at several places in them."""
+    torch.manual_seed(10)
+    base = torch.randn(40)
+    cpu = [torch.randn(3) for _ in range(300)] + [base[i * 8:(i + 1) * 8] for i in range(5)]
+    other = [torch.randn_like(t) for t in cpu]
+    base_d = base.to(DEVICE)
+    dev = [t.to(DEVICE) for t in cpu[:300]] + [base_d[i * 8:(i + 1) * 8] for i in range(5)]
+    other_d = [t.to(DEVICE) for t in other]
+    torch._foreach_addcmul_(cpu, other, other, value=0.5)
+    before = _unboxed_calls()
+    torch._foreach_addcmul_(dev, other_d, other_d, value=0.5)
+    assert _unboxed_calls() - before == 1
+    for got, expected in zip(dev, cpu):
+        assert torch.equal(got.cpu(), expected)
+    assert torch.equal(base_d.cpu(), base)
+
+
+@needs_host_sections
+def test_a_foreach_kernel_that_raises_in_its_section_changes_nothing_and_holds_nothing():
+    """Integer lists added floats in place: the CPU kernel refuses the cast inside the section, as
+    on the CPU; the section ends, nothing is written or held, and the next operator runs."""
+    ints = [torch.arange(4), torch.arange(3)]
+    ints_d = [t.to(DEVICE) for t in ints]
+    floats_d = [torch.rand(4, device=DEVICE), torch.rand(3, device=DEVICE)]
+    with pytest.raises(RuntimeError, match="can't be cast") as on_cpu:
+        torch._foreach_add_(ints, [t.cpu() for t in floats_d])
+    allocated = torch.opencl.memory_allocated()
+    before = _unboxed_calls()
+    with pytest.raises(RuntimeError) as on_device:
+        torch._foreach_add_(ints_d, floats_d)
+    assert _unboxed_calls() - before == 1
+    assert str(on_device.value).splitlines()[0] == str(on_cpu.value).splitlines()[0]
+    assert torch.opencl.memory_allocated() == allocated
+    for got, expected in zip(ints_d, ints):
+        assert torch.equal(got.cpu(), expected)
+    torch._foreach_add_(ints_d, 1)
+    assert torch.equal(ints_d[0].cpu(), ints[0] + 1)
