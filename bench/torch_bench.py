@@ -8,9 +8,10 @@
 (b) Host <-> device copies of 64 MiB: H2D `dev.copy_(cpu)` and D2H `cpu.copy_(dev)`, against
     this machine's plain host memcpy (`cpu_dst.copy_(cpu_src)` of the same 64 MiB, a
     multi-threaded memcpy in torch). Each repetition times the host copy and the device copy back
-    to back (alternating which goes first); reported: the best bandwidth of each, and the median
+    to back (alternating which goes first); reported: the median bandwidth of each, and the median
     of the repetitions' device / host ratios as percent of memcpy (target: >= 90%). numpy's
-    single-threaded `np.copyto` is printed beside them for scale.
+    single-threaded `np.copyto` is printed beside them for scale. Then one more H2D and D2H pair
+    into a cleared buffer checks that the bytes came back.
 
 (c) Per-operator cost: tiny operators (`x + y`, `x.add_(y)`, `relu`, `sum`) on 16, 256 and 4096
     float32 elements, each timed over a loop on both devices, back to back in each of REPEATS
@@ -282,6 +283,11 @@ def main() -> int:
     numpy_seconds = best_seconds(lambda: np.copyto(np_dst, np_src), args.repeats)
     memcpy_h2d, h2d_seconds, h2d_ratio = paired(memcpy, h2d_copy, args.repeats)
     memcpy_d2h, d2h_seconds, d2h_ratio = paired(memcpy, d2h_copy, args.repeats)
+    # The last timed copy may have been the memcpy itself: check the round trip on its own.
+    host_dst.zero_()
+    dev.zero_()
+    dev.copy_(host_src)
+    host_dst.copy_(dev)
     if not torch.equal(host_dst, host_src):
         print("FAILED: the D2H copy did not return what the H2D copy wrote", file=sys.stderr)
         return 1
