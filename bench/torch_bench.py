@@ -30,9 +30,16 @@
     allocation and free) and off, back to back in each repetition; reported as the median of the
     pairs' history-on / history-off ratios.
 
+(f) With --parts: where the MLP step's time goes. Its parts (zero_grad, forward, backward,
+    optimizer step, item) timed inside whole steps on each device, and the forward pass and the
+    optimizer step each timed alone in a loop, as microseconds per call and the device's extra
+    over the CPU: the device's cost per operator depends on how much other work runs between two
+    calls.
+
 Run: `make bench`, or `PYTHONPATH=build-torch/python .venv/bin/python bench/torch_bench.py`.
 Options: --iters N (allocation loop length, default 100000), --repeats N (default 5),
---mib N (copy size, default 64), --steps N (timed training steps, default 20), --history.
+--mib N (copy size, default 64), --steps N (timed training steps, default 20), --history,
+--parts.
 """
 import argparse
 import statistics
@@ -248,6 +255,8 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--history", action="store_true",
                         help="also measure the memory history's cost (section e)")
+    parser.add_argument("--parts", action="store_true",
+                        help="also split the MLP step into its parts (section f)")
     args = parser.parse_args()
     if not torch.opencl.is_available():
         print("no opencl device found", file=sys.stderr)
@@ -348,6 +357,8 @@ def main() -> int:
     print("    (targets: <= 1.3x on the default device, <= 1.6x for GPT-2 on two pthread devices)")
     if args.history:
         print_history_cost(args)
+    if args.parts:
+        print_mlp_parts(args)
     return 0
 
 
@@ -369,6 +380,58 @@ def print_history_cost(args) -> None:
           f"{alloc[2]:>7.2f}x")
     print(f"    {'MLP 32-64-4 SGD step':<36} {mlp[0] * 1e3:>7.2f} ms {mlp[1] * 1e3:>7.2f} ms "
           f"{mlp[2]:>7.2f}x")
+
+
+PARTS = ("zero_grad", "forward", "backward", "step", "item")
+
+
+def mlp_parts(device: str, steps: int) -> dict:
+    """Microseconds per call of each part of the MLP step, timed inside whole steps (after 100
+    warm-up steps), and of the forward pass and the optimizer step alone in a loop."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(),
+                                torch.nn.Linear(64, 4)).to(device)
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-4, momentum=0.9)
+    x, y = torch.randn(64, 32).to(device), torch.randint(0, 4, (64,)).to(device)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    spent = dict.fromkeys(PARTS, 0.0)
+    for i in range(steps + 100):
+        marks = [time.perf_counter()]
+        optimizer.zero_grad()
+        marks.append(time.perf_counter())
+        loss = loss_fn(model(x), y)
+        marks.append(time.perf_counter())
+        loss.backward()
+        marks.append(time.perf_counter())
+        optimizer.step()
+        marks.append(time.perf_counter())
+        loss.item()
+        marks.append(time.perf_counter())
+        if i >= 100:
+            for part, start, end in zip(PARTS, marks, marks[1:]):
+                spent[part] += end - start
+    result = {f"{part} (in the step)": seconds / steps * 1e6 for part, seconds in spent.items()}
+    result["forward alone"] = loop_seconds(lambda: loss_fn(model(x), y), steps) * 1e6
+    result["step alone"] = loop_seconds(optimizer.step, steps) * 1e6
+    return result
+
+
+def print_mlp_parts(args) -> None:
+    """Section (f): the MLP step's parts on each device (medians of --repeats runs)."""
+    steps = max(args.steps * 100, 1000)
+    runs = {"cpu": [], "opencl": []}
+    for repeat in range(args.repeats):
+        for device in (("cpu", "opencl") if repeat % 2 == 0 else ("opencl", "cpu")):
+            runs[device].append(mlp_parts(device, steps))
+    median = {device: {key: statistics.median(run[key] for run in results)
+                       for key in results[0]} for device, results in runs.items()}
+    print()
+    print(f"(f) the MLP step's parts, us per call  [{steps} steps, median of {args.repeats} runs "
+          "per device]")
+    print(f"    {'part':<24} {'cpu':>9} {'opencl':>9} {'extra':>9}")
+    for key, cpu in median["cpu"].items():
+        ocl = median["opencl"][key]
+        print(f"    {key:<24} {cpu:>9.1f} {ocl:>9.1f} {ocl - cpu:>+9.1f}")
 
 
 if __name__ == "__main__":
