@@ -113,6 +113,41 @@ template <class F, class... Tensors>
 void for_each_result(std::tuple<Tensors...>& results, F&& f) {
   std::apply([&](auto&... each) { (f(each), ...); }, results);
 }
+template <class F>
+void for_each_result(std::vector<at::Tensor>& results, F&& f) {
+  for (at::Tensor& result : results) f(result);
+}
+
+// The results of a CPU kernel run under ResultsOnDevice in `section`, made device tensors: each
+// written in a device block alone becomes the device tensor over that block (Note [Results
+// written in device memory]); then the section ends, since device_copy runs VM lists, and any
+// other result is copied to the device.
+template <class Result>
+void results_to_device(Result& result, std::optional<vm::HostSection>& section,
+                       const c10::Device& device) {
+  for_each_result(result, [&](at::Tensor& tensor) {
+    if (!tensor.defined()) return;  // an output the mask left out
+    at::Tensor adopted = adopt_result(tensor, device);
+    if (adopted.defined()) tensor = std::move(adopted);
+  });
+  section.reset();
+  for_each_result(result, [&](at::Tensor& tensor) {
+    if (tensor.defined() && tensor.is_cpu()) tensor = device_copy(tensor, device);
+  });
+}
+
+// Op through the boxed fallback `Fallback` with these arguments: what the dispatcher would have
+// called without the unboxed kernel.
+template <class Op, c10::BoxedKernel::BoxedKernelFunction* Fallback, class... Args>
+decltype(auto) call_boxed(Args&&... args) {
+  static const c10::TypedOperatorHandle<typename Op::schema> op =
+      c10::Dispatcher::singleton()
+          .findSchemaOrThrow(Op::name, Op::overload_name)
+          .template typed<typename Op::schema>();
+  return c10::impl::BoxedKernelWrapper<typename Op::schema>::call(
+      c10::BoxedKernel::makeFromFunction<Fallback>(), op, c10::DispatchKeySet(),
+      std::forward<Args>(args)...);
+}
 
 template <class Op, c10::BoxedKernel::BoxedKernelFunction* Fallback,
           class Signature = typename Op::schema>
@@ -173,27 +208,11 @@ struct HostKernel<Op, Fallback, Result(Args...)> {
           [](const auto&... host_args) { return Op::redispatch(kCpu, host_args...); },
           std::tuple<const std::decay_t<Args>&...>{on_host(args, hosts, next)...});
     }
-    for_each_result(result, [&](at::Tensor& tensor) {
-      if (!tensor.defined()) return;  // an output the mask left out
-      at::Tensor adopted = adopt_result(tensor, device);
-      if (adopted.defined()) tensor = std::move(adopted);
-    });
-    section.reset();  // device_copy runs VM lists
-    for_each_result(result, [&](at::Tensor& tensor) {
-      if (tensor.defined() && tensor.is_cpu()) tensor = device_copy(tensor, device);
-    });
+    results_to_device(result, section, device);
     return result;
   }
 
-  // The boxed fallback with these arguments (what the dispatcher would have called).
-  static Result boxed(Args... args) {
-    static const c10::TypedOperatorHandle<typename Op::schema> op =
-        c10::Dispatcher::singleton()
-            .findSchemaOrThrow(Op::name, Op::overload_name)
-            .template typed<typename Op::schema>();
-    return c10::impl::BoxedKernelWrapper<typename Op::schema>::call(
-        c10::BoxedKernel::makeFromFunction<Fallback>(), op, c10::DispatchKeySet(), args...);
-  }
+  static Result boxed(Args... args) { return call_boxed<Op, Fallback>(args...); }
 };
 
 // Note [Foreach operators without boxing]
@@ -355,27 +374,13 @@ struct HostListKernel<Op, Result(Args...)> {
         ResultsOnDevice on_device(*section, device.index());
         results = run();
       }
-      for (at::Tensor& tensor : results) {
-        at::Tensor adopted = adopt_result(tensor, device);
-        if (adopted.defined()) tensor = std::move(adopted);
-      }
-      section.reset();  // device_copy runs VM lists
-      for (at::Tensor& tensor : results) {
-        if (tensor.defined() && tensor.is_cpu()) tensor = device_copy(tensor, device);
-      }
+      results_to_device(results, section, device);
       return results;
     }
   }
 
   // The boxed fallback the operator is registered to otherwise (registration.cc).
-  static Result boxed(Args... args) {
-    static const c10::TypedOperatorHandle<typename Op::schema> op =
-        c10::Dispatcher::singleton()
-            .findSchemaOrThrow(Op::name, Op::overload_name)
-            .template typed<typename Op::schema>();
-    return c10::impl::BoxedKernelWrapper<typename Op::schema>::call(
-        c10::BoxedKernel::makeFromFunction<&cpu_fallback>(), op, c10::DispatchKeySet(), args...);
-  }
+  static Result boxed(Args... args) { return call_boxed<Op, &cpu_fallback>(args...); }
 };
 
 // Registers Op's HostKernel, with the boxed route it had (`routed`: the names the composite
