@@ -149,6 +149,65 @@ decltype(auto) call_boxed(Args&&... args) {
       std::forward<Args>(args)...);
 }
 
+// The device tensors of an argument: a Tensor's, an optional Tensor's, each of a TensorList's;
+// none for other values. `take` gets each defined tensor.
+template <class T, class F>
+void each_tensor(const T& value, F&& take) {
+  if constexpr (std::is_same_v<T, at::TensorList>) {
+    for (const at::Tensor& tensor : value) take(tensor);
+  } else if (const at::Tensor* tensor = tensor_of(value)) {
+    take(*tensor);
+  }
+}
+
+// The host side of an unboxed kernel's call: its device tensors' aliases, in the order they were
+// taken, and the host section they may be used in.
+struct OnHostCall {
+  c10::Device device;
+  std::vector<at::Tensor> hosts;
+  std::optional<vm::HostSection> section;
+};
+
+// The device tensors of one call of an unboxed kernel, borrowed as each_tensor walks its
+// arguments; enter() then aliases them and takes the section. Shared by HostKernel and
+// HostListKernel, and not a template: it is the same code for every operator.
+class DeviceOperands {
+ public:
+  // Takes `tensor`. Tensors other than device tensors of one device and CPU scalars (0-dim)
+  // make the call go the boxed way: its answer, an error or a result, stays the same.
+  void take(const at::Tensor& tensor) {
+    if (!tensor.defined() || (tensor.is_cpu() && tensor.dim() == 0)) return;
+    if (!is_device_tensor(tensor) || tensor.layout() != at::kStrided ||
+        !span_is_compact(tensor)) {
+      unusual_ = true;
+      return;
+    }
+    devices_.add(tensor);
+  }
+
+  // The aliases (carrying requires_grad: Note [Kernels that ask whether an input requires grad]
+  // in fallback.cc) and the section, counted as an unboxed call; nullopt when the fast path does
+  // not apply (an unusual tensor, none at all, a device without host addresses, no section to be
+  // had), and then nothing has happened.
+  std::optional<OnHostCall> enter() {
+    if (unusual_ || devices_.all().empty()) return std::nullopt;
+    const c10::Device device = devices_.all()[0].device();
+    std::vector<at::Tensor> hosts = host_aliases(devices_.all());  // one device, all addressable
+    if (hosts.empty()) return std::nullopt;
+    std::optional<vm::HostSection> section = host_section(device.index());
+    if (!section) return std::nullopt;
+    for (size_t k = 0; k < hosts.size(); ++k) {
+      if (devices_.all()[k].requires_grad()) hosts[k].set_requires_grad(true);
+    }
+    g_calls.fetch_add(1, std::memory_order_relaxed);
+    return OnHostCall{device, std::move(hosts), std::move(section)};
+  }
+
+ private:
+  BorrowedTensors devices_;
+  bool unusual_ = false;
+};
+
 template <class Op, c10::BoxedKernel::BoxedKernelFunction* Fallback,
           class Signature = typename Op::schema>
 struct HostKernel;
@@ -172,43 +231,20 @@ struct HostKernel<Op, Fallback, Result(Args...)> {
  private:
   // The fast path; nullopt when it does not apply (then nothing has happened).
   static std::optional<Result> try_on_host(Args... args) {
-    BorrowedTensors devices;
-    // Tensors other than device tensors of one device and CPU scalars (0-dim) go the boxed way:
-    // its answer, an error or a result, stays the same.
-    bool unusual = false;
-    const auto take = [&](const auto& value) {
-      const at::Tensor* tensor = tensor_of(value);
-      if (tensor == nullptr || !tensor->defined()) return;
-      if (tensor->is_cpu() && tensor->dim() == 0) return;
-      if (!is_device_tensor(*tensor) || tensor->layout() != at::kStrided ||
-          !span_is_compact(*tensor)) {
-        unusual = true;
-        return;
-      }
-      devices.add(*tensor);
-    };
-    (take(args), ...);
-    if (unusual || devices.all().empty()) return std::nullopt;
-    const c10::Device device = devices.all()[0].device();
-    std::vector<at::Tensor> hosts = host_aliases(devices.all());  // one device, all addressable
-    if (hosts.empty()) return std::nullopt;
-    std::optional<vm::HostSection> section = host_section(device.index());
-    if (!section) return std::nullopt;
-    for (size_t k = 0; k < hosts.size(); ++k) {
-      // Note [Kernels that ask whether an input requires grad] (fallback.cc)
-      if (devices.all()[k].requires_grad()) hosts[k].set_requires_grad(true);
-    }
-    g_calls.fetch_add(1, std::memory_order_relaxed);
+    DeviceOperands operands;
+    (each_tensor(args, [&](const at::Tensor& tensor) { operands.take(tensor); }), ...);
+    std::optional<OnHostCall> call = operands.enter();
+    if (!call) return std::nullopt;
     Result result;
     {
-      ResultsOnDevice on_device(*section, device.index());
+      ResultsOnDevice on_device(*call->section, call->device.index());
       size_t next = 0;
       // A braced list evaluates in order, so `next` walks the device tensors as `take` did.
       result = std::apply(
           [](const auto&... host_args) { return Op::redispatch(kCpu, host_args...); },
-          std::tuple<const std::decay_t<Args>&...>{on_host(args, hosts, next)...});
+          std::tuple<const std::decay_t<Args>&...>{on_host(args, call->hosts, next)...});
     }
-    results_to_device(result, section, device);
+    results_to_device(result, call->section, call->device);
     return result;
   }
 
@@ -234,19 +270,8 @@ struct HostKernel<Op, Fallback, Result(Args...)> {
 // to the boxed fallback, as before. The aliases carry requires_grad as HostKernel's do (Note
 // [Kernels that ask whether an input requires grad] in fallback.cc).
 
-// The device tensors of an argument, for HostListKernel: a Tensor's, each of a TensorList's, an
-// optional Tensor's; none for other values. `take` gets each defined tensor.
-template <class T, class F>
-void each_tensor(const T& value, F&& take) {
-  if constexpr (std::is_same_v<T, at::TensorList>) {
-    for (const at::Tensor& tensor : value) take(tensor);
-  } else if (const at::Tensor* tensor = tensor_of(value)) {
-    take(*tensor);
-  }
-}
-
 // What the CPU kernel gets for an argument of type T: the argument itself, or its host aliases
-// (the next ones of `hosts`, in the order each_tensor walked them).
+// (the next ones of `hosts`, in the order each_tensor walked them for DeviceOperands).
 template <class T>
 class OnHost {
  public:
@@ -334,33 +359,14 @@ struct HostListKernel<Op, Result(Args...)> {
 
   // The fast path (Note [Foreach operators without boxing]); not taken: nothing has happened.
   static Outcome try_on_host(Args... args) {
-    BorrowedTensors devices;
-    bool unusual = false;
-    const auto take = [&](const at::Tensor& tensor) {
-      if (!tensor.defined() || (tensor.is_cpu() && tensor.dim() == 0)) return;
-      if (!is_device_tensor(tensor) || tensor.layout() != at::kStrided ||
-          !span_is_compact(tensor)) {
-        unusual = true;
-        return;
-      }
-      devices.add(tensor);
-    };
-    (each_tensor(args, take), ...);
-    if (unusual || devices.all().empty()) return not_taken();
-    const c10::Device device = devices.all()[0].device();
-    std::vector<at::Tensor> hosts = host_aliases(devices.all());  // one device, all addressable
-    if (hosts.empty()) return not_taken();
-    std::optional<vm::HostSection> section = host_section(device.index());
-    if (!section) return not_taken();
-    for (size_t k = 0; k < hosts.size(); ++k) {
-      // Note [Kernels that ask whether an input requires grad] (fallback.cc)
-      if (devices.all()[k].requires_grad()) hosts[k].set_requires_grad(true);
-    }
-    g_calls.fetch_add(1, std::memory_order_relaxed);
+    DeviceOperands operands;
+    (each_tensor(args, [&](const at::Tensor& tensor) { operands.take(tensor); }), ...);
+    std::optional<OnHostCall> call = operands.enter();
+    if (!call) return not_taken();
     size_t next = 0;
     // A braced list evaluates in order, so `next` walks the device tensors as `take` did.
     const std::tuple<OnHost<std::decay_t<Args>>...> on_host_args{
-        OnHost<std::decay_t<Args>>(args, hosts, next)...};
+        OnHost<std::decay_t<Args>>(args, call->hosts, next)...};
     const auto run = [&] {
       return std::apply(
           [](const auto&... each) { return Op::redispatch(kCpu, each.get()...); }, on_host_args);
@@ -371,10 +377,10 @@ struct HostListKernel<Op, Result(Args...)> {
     } else {
       Result results;
       {
-        ResultsOnDevice on_device(*section, device.index());
+        ResultsOnDevice on_device(*call->section, call->device.index());
         results = run();
       }
-      results_to_device(results, section, device);
+      results_to_device(results, call->section, call->device);
       return results;
     }
   }

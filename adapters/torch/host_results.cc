@@ -20,11 +20,12 @@ namespace oclvm::torch_adapter {
 // and a second section per result. Instead, oclvm's CPU allocator stands in front of the one
 // torch had. On every thread, at every other time, it forwards to that allocator. While a
 // ResultsOnDevice scope lives on a thread — only around a CPU kernel that the fallback, or an
-// unboxed kernel (host_kernels.cc), runs in a host section — each allocation that thread makes is a block of the section's device, allocated by
-// an AllocateBlob run in the section (HostSection::run), and handed to the kernel as CPU memory
-// at the block's host address. The kernel writes its result there; adopt_result then makes the
-// device tensor over the same block, and the CPU storage gives the block up. No copy, no host
-// memory, and the allocation is counted in the device's statistics as every other.
+// unboxed kernel (host_kernels.cc), runs in a host section — each allocation that thread makes
+// is a block of the section's device, allocated by an AllocateBlob run in the section
+// (HostSection::run), and handed to the kernel as CPU memory at the block's host address. The
+// kernel writes its result there; adopt_result then makes the device tensor over the same
+// block, and the CPU storage gives the block up. No copy, no host memory, and the allocation is
+// counted in the device's statistics as every other.
 //
 // Temporaries the kernel allocates on that thread are device blocks too; the ones it frees
 // release when the section ends (a block in host form is always released detached, and the

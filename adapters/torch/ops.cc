@@ -599,14 +599,24 @@ void finish_on_host(std::vector<std::shared_ptr<HostMapping>>& mappings,
   if (builder.size() > 0) translate_errors([&] { runtime().run(builder.take()); });
 }
 
-void* host_address(const at::Tensor& device) {
-  if (device.numel() == 0 || !host_addressable(device.device().index())) return nullptr;
-  const c10::DataPtr& data = device.storage().data_ptr();
+namespace {
+
+// Where the host reaches the first byte of a storage's DataPtr (one this allocator made: the
+// block's start, since blocks are never moved); nullptr when its segment has no host address.
+char* host_start(const c10::DataPtr& data) {
   const CLDeviceAllocator::Block& block = CLDeviceAllocator::owner(data);
   if (block.host == nullptr) return nullptr;
   return static_cast<char*>(block.host) +
-         (reinterpret_cast<uintptr_t>(data.get()) - block.address) +
-         static_cast<size_t>(device.storage_offset()) * item_bytes(device);
+         (reinterpret_cast<uintptr_t>(data.get()) - block.address);
+}
+
+}  // namespace
+
+void* host_address(const at::Tensor& device) {
+  if (device.numel() == 0 || !host_addressable(device.device().index())) return nullptr;
+  char* start = host_start(device.storage().data_ptr());
+  if (start == nullptr) return nullptr;
+  return start + static_cast<size_t>(device.storage_offset()) * item_bytes(device);
 }
 
 std::vector<at::Tensor> host_aliases(c10::ArrayRef<at::Tensor> devices) {
@@ -634,12 +644,8 @@ std::vector<at::Tensor> host_aliases(c10::ArrayRef<at::Tensor> devices) {
     const c10::StorageImpl* key = tensor.storage().unsafeGetStorageImpl();
     auto known = find(key);
     if (known == storages.end()) {
-      const c10::DataPtr& data = tensor.storage().data_ptr();
-      const CLDeviceAllocator::Block& block = CLDeviceAllocator::owner(data);
-      if (block.host == nullptr) return {};
-      // The DataPtr is the block's start (blocks are never moved): its host start is the block's.
-      void* start = static_cast<char*>(block.host) +
-                    (reinterpret_cast<uintptr_t>(data.get()) - block.address);
+      void* start = host_start(tensor.storage().data_ptr());
+      if (start == nullptr) return {};
       storages.emplace_back(key, c10::Storage(c10::Storage::use_byte_size_t(),
                                               tensor.storage().nbytes(),
                                               c10::DataPtr(start, c10::Device(c10::kCPU)),
