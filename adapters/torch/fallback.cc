@@ -331,20 +331,16 @@ void results_to_device(const std::vector<std::pair<at::Tensor, at::Tensor>>& wri
 // Replaces each result written in a device block (Note [Results written in device memory]) by
 // the device tensor over that block.
 void adopt_results(const c10::Device& device, size_t return_count, torch::jit::Stack* stack) {
-  const auto adopt = [&](at::Tensor& tensor) {
-    at::Tensor adopted = adopt_result(tensor, device);
-    if (adopted.defined()) tensor = std::move(adopted);
-  };
   for (size_t i = stack->size() - return_count; i < stack->size(); ++i) {
     c10::IValue& value = (*stack)[i];
     if (value.isTensor()) {
       at::Tensor tensor = std::move(value).toTensor();
-      adopt(tensor);
+      adopt_result(tensor, device);
       value = std::move(tensor);
     } else if (value.isTensorList()) {
       std::vector<at::Tensor> tensors = value.toTensorList().vec();
       value = c10::IValue();  // the list held its tensors' storages too
-      for (at::Tensor& tensor : tensors) adopt(tensor);
+      for (at::Tensor& tensor : tensors) adopt_result(tensor, device);
       value = c10::List<at::Tensor>(std::move(tensors));
     }
   }

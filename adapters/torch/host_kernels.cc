@@ -127,8 +127,7 @@ void results_to_device(Result& result, std::optional<vm::HostSection>& section,
                        const c10::Device& device) {
   for_each_result(result, [&](at::Tensor& tensor) {
     if (!tensor.defined()) return;  // an output the mask left out
-    at::Tensor adopted = adopt_result(tensor, device);
-    if (adopted.defined()) tensor = std::move(adopted);
+    adopt_result(tensor, device);
   });
   section.reset();
   for_each_result(result, [&](at::Tensor& tensor) {

@@ -5,8 +5,8 @@
 //                                 one torch has (it forwards to it outside a ResultsOnDevice)
 //   ResultsOnDevice               a scope, on one thread, inside a host section of a device: the
 //                                 CPU allocations this thread makes meanwhile are device blocks
-//   adopt_result(tensor, device)  the device tensor over the block a CPU result was written in;
-//                                 undefined when the result is not such a block alone
+//   adopt_result(tensor, device)  makes a CPU result written in a block the device tensor over
+//                                 that block; false when the result is not such a block alone
 //   adopted_results()             how many results were adopted (a statistic for tests)
 //
 // Thread-safety: a ResultsOnDevice scope changes only its own thread's allocations; the
@@ -38,11 +38,12 @@ class ResultsOnDevice {
   friend class ResultsAllocator;
 };
 
-// A device tensor on `device` with `result`'s sizes, strides, offset and dtype over the block
-// `result` was written in, when `result` is a plain dense CPU tensor whose storage is a block a
-// ResultsOnDevice scope handed out and nothing else holds that storage; its storage gives the
-// block up. Undefined otherwise (the caller copies the result).
-at::Tensor adopt_result(const at::Tensor& result, const c10::Device& device);
+// When `result` is a plain dense CPU tensor whose storage is a block a ResultsOnDevice scope
+// handed out and nothing else holds that storage: makes `result` a device tensor on `device`
+// with its sizes, strides, offset and dtype over that block (the same TensorImpl when nothing
+// else holds it, else a new one; Note [Adopting a result in place]) and returns true. Else
+// returns false and changes nothing (the caller copies the result).
+bool adopt_result(at::Tensor& result, const c10::Device& device);
 // How many results adopt_result has made device tensors of, in this process.
 uint64_t adopted_results();
 

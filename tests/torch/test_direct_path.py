@@ -10,6 +10,7 @@ nothing held; an argument read and written by the same operator (x.add_(x)) read
 And on host-addressable devices, functional results written in device memory by the CPU kernel
 (Note [Results written in device memory]): counted as every allocation, no temporaries left.
 """
+import contextlib
 import gc
 import warnings
 
@@ -288,6 +289,34 @@ def test_functional_results_are_written_in_device_memory_and_equal_the_cpu():
         for e, g in zip(expected, got):
             assert g.device.type == DEVICE and g.stride() == e.stride(), name
             torch.testing.assert_close(g.cpu(), e, rtol=1e-6, atol=1e-6, msg=name)
+
+
+@needs_host_sections
+def test_an_adopted_result_is_a_device_tensor_in_every_respect():
+    # The CPU kernel's own TensorImpl and StorageImpl become the device tensor (Note [Adopting a
+    # result in place] in host_results.cc): its keys, storage, allocator and autograd must be a
+    # device tensor's, in and out of inference mode.
+    _, xd = _pair(64, 32)
+    for mode in (contextlib.nullcontext, torch.inference_mode):
+        with mode():
+            before = oclvm._C.adopted_results()
+            result = xd * 2
+            assert oclvm._C.adopted_results() - before == 1
+            fresh = torch.empty(64, 32, device=DEVICE)
+            assert torch._C._dispatch_keys(result) == torch._C._dispatch_keys(fresh)
+            assert result.is_inference() == fresh.is_inference()
+            assert result.device == xd.device and result.untyped_storage().device == xd.device
+            gc.collect()
+            allocated = torch.opencl.memory_allocated()
+            result.resize_(128, 32)  # grows through the device allocator: a new device block
+            assert result.device == xd.device
+            assert torch.opencl.memory_allocated() - allocated == 128 * 32 * 4 - 64 * 32 * 4
+            torch.testing.assert_close(result[:64].cpu(), xd.cpu() * 2)
+            del result, fresh
+    leaf = xd.clone().requires_grad_()
+    (leaf.relu() * 3).sum().backward()
+    assert leaf.grad.device == xd.device
+    torch.testing.assert_close(leaf.grad.cpu(), (xd.cpu() > 0).float() * 3)
 
 
 @needs_host_sections
