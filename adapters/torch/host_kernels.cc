@@ -207,15 +207,11 @@ class DeviceOperands {
   bool unusual_ = false;
 };
 
-template <class Op, c10::BoxedKernel::BoxedKernelFunction* Fallback,
-          class Signature = typename Op::schema>
+template <class Op, class Signature = typename Op::schema>
 struct HostKernel;
 
-// `Fallback` is what the operator was routed to before this kernel: cpu_fallback_on_one_device
-// for those with a composite kernel (Note [Composite kernels the CPU does not use] in ops.cc),
-// else cpu_fallback.
-template <class Op, c10::BoxedKernel::BoxedKernelFunction* Fallback, class Result, class... Args>
-struct HostKernel<Op, Fallback, Result(Args...)> {
+template <class Op, class Result, class... Args>
+struct HostKernel<Op, Result(Args...)> {
   static_assert(std::is_same_v<Result, at::Tensor> ||
                     std::is_same_v<Result, std::tuple<at::Tensor, at::Tensor>> ||
                     std::is_same_v<Result, std::tuple<at::Tensor, at::Tensor, at::Tensor>>,
@@ -247,7 +243,18 @@ struct HostKernel<Op, Fallback, Result(Args...)> {
     return result;
   }
 
-  static Result boxed(Args... args) { return call_boxed<Op, Fallback>(args...); }
+  // What the operator was routed to before this kernel: cpu_fallback_on_one_device for those
+  // with a composite kernel (Note [Composite kernels the CPU does not use] in ops.cc), else
+  // cpu_fallback. A flag rather than a template parameter, so that the kernel is compiled once
+  // per operator, not once per fallback.
+  static Result boxed(Args... args) {
+    if (routed_to_one_device) return call_boxed<Op, &cpu_fallback_on_one_device>(args...);
+    return call_boxed<Op, &cpu_fallback>(args...);
+  }
+
+ public:
+  // Set once by add(), at registration, before any call.
+  static inline bool routed_to_one_device = false;
 };
 
 // Note [Foreach operators without boxing]
@@ -393,11 +400,8 @@ struct HostListKernel<Op, Result(Args...)> {
 template <class Op>
 void add(torch::Library& m, const std::unordered_set<std::string>& routed) {
   const std::string name = aten_impl_name(Op::name, Op::overload_name);
-  if (routed.count(name) != 0) {
-    m.impl(name.c_str(), TORCH_FN((HostKernel<Op, &cpu_fallback_on_one_device>::call)));
-  } else {
-    m.impl(name.c_str(), TORCH_FN((HostKernel<Op, &cpu_fallback>::call)));
-  }
+  HostKernel<Op>::routed_to_one_device = routed.count(name) != 0;
+  m.impl(name.c_str(), TORCH_FN((HostKernel<Op>::call)));
 }
 
 // Registers Op's HostListKernel and adds its name to `registered`.
