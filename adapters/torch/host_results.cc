@@ -211,8 +211,10 @@ bool adopt_result(at::Tensor& result, const c10::Device& device) {
     impl->set_storage_keep_dtype(storage);  // the storage's device is now the tensor's
     impl->_change_backend_component_keys(device);
   } else {
+    // The host storage keeps the block's address, without owning it: another holder of this
+    // TensorImpl (a kernel that returned one tensor twice) is then copied from the block, which
+    // the adopted tensor keeps alive through the copy.
     const size_t bytes = host->nbytes();
-    host->set_data_ptr_noswap(c10::DataPtr(nullptr, c10::Device(c10::kCPU)));
     c10::Storage device_storage(c10::Storage::use_byte_size_t(), bytes, std::move(on_device),
                                 &CLDeviceAllocator::instance(), /*resizable=*/true);
     at::Tensor adopted = at::detail::make_tensor<c10::TensorImpl>(

@@ -320,6 +320,26 @@ def test_an_adopted_result_is_a_device_tensor_in_every_respect():
 
 
 @needs_host_sections
+def test_a_kernel_that_returns_one_result_twice_gives_two_equal_device_tensors():
+    # The first is adopted (a new device tensor, since the TensorImpl has two holders); the
+    # second is copied from the block. The copy used to read through a null pointer (segfault).
+    lib = torch.library.Library("oclvm_test_twice", "DEF")
+    lib.define("twice(Tensor x) -> (Tensor, Tensor)")
+
+    def twice(x):
+        doubled = x * 2
+        return doubled, doubled
+    lib.impl("twice", twice, "CPU")
+    x = torch.arange(6.0)
+    before = oclvm._C.adopted_results()
+    first, second = torch.ops.oclvm_test_twice.twice(x.to(DEVICE))
+    assert oclvm._C.adopted_results() - before == 1
+    assert first.device.type == DEVICE and second.device.type == DEVICE
+    torch.testing.assert_close(first.cpu(), x * 2)
+    torch.testing.assert_close(second.cpu(), x * 2)
+
+
+@needs_host_sections
 def test_results_in_device_memory_are_counted_as_every_allocation_and_leave_no_temporaries():
     _, xd = _pair(256, 64)
     gc.collect()
