@@ -125,10 +125,8 @@ void for_each_result(std::vector<at::Tensor>& results, F&& f) {
 template <class Result>
 void results_to_device(Result& result, std::optional<vm::HostSection>& section,
                        const c10::Device& device) {
-  for_each_result(result, [&](at::Tensor& tensor) {
-    if (!tensor.defined()) return;  // an output the mask left out
-    adopt_result(tensor, device);
-  });
+  // adopt_result leaves an undefined result (an output the mask left out) as it is.
+  for_each_result(result, [&](at::Tensor& tensor) { adopt_result(tensor, device); });
   section.reset();
   for_each_result(result, [&](at::Tensor& tensor) {
     if (tensor.defined() && tensor.is_cpu()) tensor = device_copy(tensor, device);

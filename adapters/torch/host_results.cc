@@ -177,8 +177,8 @@ bool adoptable_in_place(const at::Tensor& result) {
 // A result the CPU kernel made is, nearly always, a TensorImpl and a StorageImpl that nothing
 // else holds. Making a second pair for the device tensor (and dropping the first) cost, counted
 // by callgrind on the demo's MLP training step (16 results), about 15,000 of the step's
-// 1,269,000 instructions: roughly 900 per result. So such a
-// result becomes the device tensor itself: its storage takes the block's device DataPtr and the
+// 1,269,000 instructions (a few thousand of them run-to-run noise). So such a result becomes
+// the device tensor itself: its storage takes the block's device DataPtr and the
 // device allocator (so a later resize_ allocates on the device), the tensor takes that storage's
 // device and swaps its backend keys from CPU to PrivateUse1 (TensorImpl's
 // _change_backend_component_keys: the autograd and autocast keys follow the backend, as a new
