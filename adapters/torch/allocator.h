@@ -25,6 +25,7 @@
 #pragma once
 
 #include <c10/core/CachingDeviceAllocator.h>
+#include <ATen/core/Tensor.h>
 #include <c10/core/Storage.h>
 
 #include <boost/intrusive/set.hpp>
@@ -124,6 +125,17 @@ class CLDeviceAllocator final : public c10::DeviceAllocator {
     // safe_link: the deleter checks that a block it frees is not still there.
     boost::intrusive::set_member_hook<boost::intrusive::link_mode<boost::intrusive::safe_link>>
         host_hook;
+    // The block's bytes as CPU tensors, kept for the next operator (Note [Host aliases kept with
+    // their block] in ops.cc): a CPU storage over them and the last CPU tensors made over it.
+    // Read and written only by host_aliases, which runs in a host section on the block's device:
+    // the section excludes every other, so no lock. Destroyed with the block.
+    struct KeptAliases {
+      static constexpr size_t kTensors = 2;
+      c10::intrusive_ptr<c10::StorageImpl> storage;
+      at::Tensor tensors[kTensors];
+      uint8_t next = 0;  // the slot the next new tensor replaces
+    };
+    mutable KeptAliases kept_aliases;
   };
 
   c10::DataPtr allocate(size_t bytes) override;

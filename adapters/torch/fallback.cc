@@ -378,15 +378,15 @@ bool run_in_host_section(c10::DispatchKey cpu_key, OperatorFacts& facts,
                          torch::jit::Stack* stack) {
   if (!host_addressable(device.index()) || tensors[0].device() != device) return false;
   const std::vector<c10::Argument>& arguments = op.schema().arguments();
-  std::vector<at::Tensor> hosts = host_aliases(tensors);
-  if (hosts.empty()) return false;
   std::optional<vm::HostSection> section = host_section(device.index());
   if (!section) return false;
+  std::vector<at::Tensor> hosts = host_aliases(*section, tensors);
+  if (hosts.empty()) return false;
   std::vector<std::pair<at::Tensor, at::Tensor>> written;  // (device tensor, host alias)
   std::vector<const void*> spans;                           // each written alias's data
   for (size_t k = 0; k < tensors.size(); ++k) {
-    // Note [Kernels that ask whether an input requires grad]
-    if (tensors[k].requires_grad()) hosts[k].set_requires_grad(true);
+    // host_aliases carried requires_grad over (Note [Kernels that ask whether an input
+    // requires grad]).
     if (writes(arguments[places[k].argument])) {
       written.emplace_back(tensors[k], hosts[k]);
       spans.push_back(hosts[k].storage().data());
@@ -487,8 +487,8 @@ bool run_direct(c10::DispatchKey cpu_key, OperatorFacts& facts,
   std::vector<const void*> spans;                           // each written host copy's span
   std::vector<std::pair<at::Tensor, at::Tensor>> mapped_written;  // written through a mapping
   for (size_t k = 0; k < places.size(); ++k) {
-    // Note [Kernels that ask whether an input requires grad]
-    if (tensors[k].requires_grad()) hosts[k].set_requires_grad(true);
+    // host_aliases carried requires_grad over (Note [Kernels that ask whether an input
+    // requires grad]).
     if (writes(arguments[places[k].argument])) {
       if (how[k] == Staging::kMapWrite) {
         mapped_written.emplace_back(tensors[k], hosts[k]);

@@ -158,11 +158,13 @@ void each_tensor(const T& value, F&& take) {
 }
 
 // The host side of an unboxed kernel's call: its device tensors' aliases, in the order they were
-// taken, and the host section they may be used in.
+// taken, and the host section they may be used in. The aliases go first (members are destroyed
+// in reverse order): the blocks keep them for the next call once nothing else holds them (Note
+// [Host aliases kept with their block] in ops.cc), and that is best seen inside the section.
 struct OnHostCall {
   c10::Device device;
-  std::vector<at::Tensor> hosts;
   std::optional<vm::HostSection> section;
+  std::vector<at::Tensor> hosts;
 };
 
 // The device tensors of one call of an unboxed kernel, borrowed as each_tensor walks its
@@ -189,15 +191,14 @@ class DeviceOperands {
   std::optional<OnHostCall> enter() {
     if (unusual_ || devices_.all().empty()) return std::nullopt;
     const c10::Device device = devices_.all()[0].device();
-    std::vector<at::Tensor> hosts = host_aliases(devices_.all());  // one device, all addressable
-    if (hosts.empty()) return std::nullopt;
+    if (!host_addressable(device.index())) return std::nullopt;
     std::optional<vm::HostSection> section = host_section(device.index());
     if (!section) return std::nullopt;
-    for (size_t k = 0; k < hosts.size(); ++k) {
-      if (devices_.all()[k].requires_grad()) hosts[k].set_requires_grad(true);
-    }
+    // Empty when they are not all on one device or one has no host address.
+    std::vector<at::Tensor> hosts = host_aliases(*section, devices_.all());
+    if (hosts.empty()) return std::nullopt;
     g_calls.fetch_add(1, std::memory_order_relaxed);
-    return OnHostCall{device, std::move(hosts), std::move(section)};
+    return OnHostCall{device, std::move(section), std::move(hosts)};
   }
 
  private:
@@ -237,6 +238,7 @@ struct HostKernel<Op, Result(Args...)> {
           [](const auto&... host_args) { return Op::redispatch(kCpu, host_args...); },
           std::tuple<const std::decay_t<Args>&...>{on_host(args, call->hosts, next)...});
     }
+    call->hosts.clear();  // before the section ends (OnHostCall)
     results_to_device(result, call->section, call->device);
     return result;
   }

@@ -49,14 +49,18 @@ void finish_on_host(std::vector<std::shared_ptr<HostMapping>>& mappings,
 // The host address of a device tensor's element 0, or nullptr: its device is not zero-copy, its
 // segment has no host address, or it has no elements.
 void* host_address(const at::Tensor& device);
-// Each of `devices` as a CPU tensor over its own bytes, with its sizes, strides, storage offset
-// and bits; empty when one of them has no host address or they are not all on one device.
-// Tensors of one device storage get one CPU storage, so ATen's overlap checks see their aliasing
-// as they would on the CPU (x[1:].copy_(x[:-1]) is refused, not silently smeared). Valid while
-// the device tensors live; read or written only inside a host section. A kernel that grows one
-// (an out= argument of the wrong size) moves it to host memory of the CPU allocator, which the
-// caller then copies back (its storage's data is no longer the device's).
-std::vector<at::Tensor> host_aliases(c10::ArrayRef<at::Tensor> devices);
+// Each of `devices` as a CPU tensor over its own bytes, with its sizes, strides, storage offset,
+// bits and requires_grad (Note [Kernels that ask whether an input requires grad] in fallback.cc);
+// empty when one of them has no host address or they are not all on one device. Tensors of one
+// device storage get one CPU storage, so ATen's overlap checks see their aliasing
+// as they would on the CPU (x[1:].copy_(x[:-1]) is refused, not silently smeared). Called in
+// `section`, a host section on the tensors' device (the blocks keep what it makes for the next
+// call: Note [Host aliases kept with their block] in ops.cc). Valid while the device tensors
+// live; read or written only inside that section. A kernel that grows one (an out= argument of
+// the wrong size) moves it to host memory of the CPU allocator, which the caller then copies back
+// (its storage's data is no longer the device's).
+std::vector<at::Tensor> host_aliases(const vm::HostSection& section,
+                                     c10::ArrayRef<at::Tensor> devices);
 // A host section on the opencl device `index`, once its worker is idle (Runtime::host_section);
 // nullopt when the VM is shut down or this thread may not wait (an instruction callback).
 std::optional<vm::HostSection> host_section(c10::DeviceIndex index);

@@ -251,6 +251,74 @@ def test_an_out_argument_restrided_within_its_bytes_keeps_the_cpus_values_and_la
     assert out.shape == expected.shape
 
 
+def test_host_aliases_kept_with_their_block_follow_every_change_of_their_tensor():
+    # Note [Host aliases kept with their block] (ops.cc): a block keeps the CPU tensors its
+    # operands were handed over as, and the next operator takes one only if it is exactly what
+    # would be made. Each step below changes what a kept one would have to be.
+    x, xd = _pair(6, 4)
+    for _ in range(3):  # the tensor, its transpose, both in one call, the same tensor twice
+        assert torch.equal((xd @ xd.t()).cpu(), x @ x.t())
+        assert torch.equal((xd * xd).cpu(), x * x)
+        assert torch.equal(xd.t().sum(0).cpu(), x.t().sum(0))
+        assert torch.equal(xd[1:].sub(xd[:-1]).cpu(), x[1:].sub(x[:-1]))
+    # requires_grad, on and off over the same bytes (Note [Kernels that ask whether an input
+    # requires grad]); and a conjugate view over kept bytes
+    w, wd = x.clone().requires_grad_(), xd.clone().requires_grad_()
+    for _ in range(2):
+        assert torch.equal((wd * 3).detach().cpu(), (w * 3).detach())
+        assert torch.equal((wd.detach() * 3).cpu(), w.detach() * 3)
+    z = torch.randn(5, dtype=torch.complex64)
+    zd = z.to(DEVICE)
+    assert torch.equal((zd.conj() * 2).cpu(), z.conj() * 2)
+    assert torch.equal((zd * 2).cpu(), z * 2)
+    # an out= argument the kernel restrides within its bytes, then read again
+    out, expected = torch.empty(24, device=DEVICE), torch.empty(24)
+    with pytest.warns(UserWarning, match="was resized"):
+        torch.add(xd.t(), 0, out=out)
+    with pytest.warns(UserWarning, match="was resized"):
+        torch.add(x.t(), 0, out=expected)
+    assert torch.equal((out + 1).cpu(), expected + 1)
+    # an out= argument the kernel grows (its bytes move to new memory), then read again
+    grown, grown_cpu = torch.zeros(2, device=DEVICE), torch.zeros(2)
+    with pytest.warns(UserWarning, match="was resized"):
+        torch.mul(xd, 2, out=grown)
+    with pytest.warns(UserWarning, match="was resized"):
+        torch.mul(x, 2, out=grown_cpu)
+    assert torch.equal((grown * 1).cpu(), grown_cpu)
+    # in place on the same bytes through two views, then read through a third
+    xd.t().mul_(2)
+    x.t().mul_(2)
+    xd[0].add_(1)
+    x[0].add_(1)
+    assert torch.equal((xd.t() @ xd).cpu(), x.t() @ x)
+
+
+def test_threads_reading_one_tensor_at_once_get_the_cpus_results():
+    # Kept host aliases are taken only inside a host section and only when nothing else holds
+    # them: threads that read the same parameter at once each get the right values.
+    import threading
+    x, xd = _pair(32, 16)
+    expected = [x @ x.t(), x.t() * 2, x.sum(1)]
+    errors = []
+
+    def work():
+        try:
+            for _ in range(200):
+                got = [xd @ xd.t(), xd.t() * 2, xd.sum(1)]
+                for a, b in zip(got, expected):
+                    if not torch.allclose(a.cpu(), b):
+                        errors.append("values differ")
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[:3]
+
+
 def test_a_list_mixing_the_cpu_and_the_device_gives_a_device_result():
     # (CUDA refuses the mix; the adapter's one-device check does not look into lists yet.)
     big = torch.ones(20000, device=DEVICE)
