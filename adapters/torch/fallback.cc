@@ -404,10 +404,17 @@ bool run_in_host_section(c10::DispatchKey cpu_key, OperatorFacts& facts,
   } else {
     op.redispatchBoxed(c10::DispatchKeySet(cpu_key), stack);
   }
+  // Which written aliases the kernel grew, seen in the section: after it, another thread's
+  // section may grow the CPU storage a block keeps (Note [Host aliases kept with their block] in
+  // ops.cc), which an alias the kernel did not grow still shares.
+  std::vector<bool> grown(written.size());
+  for (size_t k = 0; k < written.size(); ++k) {
+    grown[k] = written[k].second.storage().data() != spans[k];
+  }
   section.reset();  // what follows runs VM lists
   for (size_t k = 0; k < written.size(); ++k) {
     const auto& [target, host] = written[k];
-    if (host.storage().data() != spans[k]) {
+    if (grown[k]) {
       at::_copy_from_and_resize(host, target);  // the kernel grew an out= argument: host memory
     } else if (!host.sizes().equals(target.sizes()) || !host.strides().equals(target.strides()) ||
                host.storage_offset() != target.storage_offset()) {

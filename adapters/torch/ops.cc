@@ -37,11 +37,13 @@
 #include <ATen/ops/view_as_complex_native.h>
 #include <ATen/ops/view_as_real_native.h>
 #include <ATen/ops/view_native.h>
+#include <c10/core/InferenceMode.h>
 #include <torch/library.h>
 
 #include <boost/container/small_vector.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <initializer_list>
 #include <optional>
@@ -654,15 +656,29 @@ at::Tensor new_host_alias(const at::Tensor& device, c10::intrusive_ptr<c10::Stor
   return host;
 }
 
+// Whether `host` has a Python object (a Python kernel, or a dispatch mode, saw it). Dropping the
+// last reference to such a tensor takes the GIL, which a thread in a host section must never wait
+// for (a thread holding the GIL may be waiting for the device): a block drops such a kept tensor
+// only when it is freed itself, and never reuses it.
+bool has_python_object(const at::Tensor& host) {
+  return const_cast<c10::TensorImpl*>(host.unsafeGetTensorImpl())->pyobj_slot()->load_pyobj() !=
+         nullptr;
+}
+
 // Whether the kept `host` can stand for `device` in this call (Note [Host aliases kept with
 // their block]): nothing else holds it, and it is what new_host_alias would make over `storage`.
 bool reusable(const at::Tensor& host, const at::Tensor& device, const c10::StorageImpl* storage) {
   if (!host.defined() || host.use_count() != 1 || host.weak_use_count() != 1) return false;
+  // What the last holder, maybe on another thread after its section, did to it happens before.
+  std::atomic_thread_fence(std::memory_order_acquire);
   const c10::TensorImpl& impl = *host.unsafeGetTensorImpl();
+  // Made in inference mode, a tensor is an inference tensor (no autograd keys, no version
+  // counter), and out of it one that may not be; one made now would be as the mode is now.
   return impl.storage().unsafeGetStorageImpl() == storage && impl.dtype() == device.dtype() &&
          impl.storage_offset() == device.storage_offset() &&
          impl.sizes().equals(device.sizes()) && impl.strides().equals(device.strides()) &&
-         !impl.is_conj() && !impl.is_neg();
+         !impl.is_conj() && !impl.is_neg() &&
+         host.is_inference() == c10::InferenceMode::is_enabled() && !has_python_object(host);
 }
 
 // The kept CPU storage over `block`'s bytes from `start`, made (and the kept tensors dropped)
@@ -672,7 +688,9 @@ const c10::intrusive_ptr<c10::StorageImpl>& host_storage(const Block& block, cha
   Block::KeptAliases& kept = block.kept_aliases;
   c10::StorageImpl* storage = kept.storage.get();
   if (storage == nullptr || storage->data() != start || storage->nbytes() != bytes) {
-    for (at::Tensor& tensor : kept.tensors) tensor.reset();
+    for (at::Tensor& tensor : kept.tensors) {
+      if (tensor.defined() && !has_python_object(tensor)) tensor.reset();
+    }
     kept.storage = c10::make_intrusive<c10::StorageImpl>(
         c10::StorageImpl::use_byte_size_t(), bytes, c10::DataPtr(start, c10::Device(c10::kCPU)),
         c10::GetCPUAllocator(), /*resizable=*/true);
@@ -693,10 +711,17 @@ at::Tensor host_alias(const Block& block, const at::Tensor& device,
       break;
     }
   }
-  if (host == nullptr) {
-    host = &kept.tensors[kept.next];
-    *host = new_host_alias(device, storage);
+  for (size_t tried = 0; host == nullptr && tried < Block::KeptAliases::kTensors; ++tried) {
+    at::Tensor& slot = kept.tensors[kept.next];
     kept.next = static_cast<uint8_t>((kept.next + 1) % Block::KeptAliases::kTensors);
+    if (slot.defined() && has_python_object(slot)) continue;  // kept until the block is freed
+    slot = new_host_alias(device, storage);
+    host = &slot;
+  }
+  if (host == nullptr) {  // every slot holds a tensor Python saw: this one is not kept
+    at::Tensor fresh = new_host_alias(device, storage);
+    if (device.requires_grad()) fresh.set_requires_grad(true);
+    return fresh;
   }
   // Note [Kernels that ask whether an input requires grad] in fallback.cc. Only the block holds
   // the tensor, so changing the flag is seen by no one else.

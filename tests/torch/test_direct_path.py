@@ -293,6 +293,29 @@ def test_host_aliases_kept_with_their_block_follow_every_change_of_their_tensor(
     assert torch.equal((xd.t() @ xd).cpu(), x.t() @ x)
 
 
+def test_a_host_alias_kept_in_inference_mode_serves_training_afterwards():
+    # Made in inference mode, a host alias is an inference tensor, which may not be made to
+    # require grad outside it: a kept one is taken only in the mode it was made in.
+    w, wd = _pair(4)
+    with torch.inference_mode():
+        assert torch.equal((wd * 2).cpu(), w * 2)
+    wd.requires_grad_()
+    w.requires_grad_()
+    (wd * 2).sum().backward()
+    (w * 2).sum().backward()
+    assert torch.equal(wd.grad.cpu(), w.grad)
+    assert torch.equal(wd.detach().cpu(), w.detach())
+    with torch.inference_mode():
+        assert torch.equal((wd * 3).cpu(), w.detach() * 3)
+
+
+def test_a_host_alias_is_not_taken_for_another_dtype_over_the_same_bytes():
+    x, xd = _pair(8)
+    for _ in range(2):
+        assert torch.equal((xd * 1).cpu(), x * 1)
+        assert torch.equal((xd.view(torch.int32) + 1).cpu(), x.view(torch.int32) + 1)
+
+
 def test_threads_reading_one_tensor_at_once_get_the_cpus_results():
     # Kept host aliases are taken only inside a host section and only when nothing else holds
     # them: threads that read the same parameter at once each get the right values.
