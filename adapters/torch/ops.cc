@@ -72,8 +72,10 @@ size_t item_bytes(const at::Tensor& t) { return t.dtype().itemsize(); }
 // never negative in ATen.
 int64_t span_elements(const at::Tensor& t) {
   if (t.numel() == 0) return 0;
+  const c10::IntArrayRef sizes = t.sizes();
+  const c10::IntArrayRef strides = t.strides();
   int64_t span = 1;
-  for (int64_t d = 0; d < t.dim(); ++d) span += (t.size(d) - 1) * t.stride(d);
+  for (size_t d = 0; d < sizes.size(); ++d) span += (sizes[d] - 1) * strides[d];
   return span;
 }
 
@@ -666,8 +668,10 @@ bool has_python_object(const at::Tensor& host) {
 }
 
 // Whether the kept `host` can stand for `device` in this call (Note [Host aliases kept with
-// their block]): nothing else holds it, and it is what new_host_alias would make over `storage`.
-bool reusable(const at::Tensor& host, const at::Tensor& device, const c10::StorageImpl* storage) {
+// their block]): nothing else holds it, and it is what new_host_alias would make over `storage`
+// now (`inference`: whether inference mode is on).
+bool reusable(const at::Tensor& host, const at::Tensor& device, const c10::StorageImpl* storage,
+              bool inference) {
   if (!host.defined() || host.use_count() != 1 || host.weak_use_count() != 1) return false;
   // What the last holder, maybe on another thread after its section, did to it happens before.
   std::atomic_thread_fence(std::memory_order_acquire);
@@ -677,8 +681,8 @@ bool reusable(const at::Tensor& host, const at::Tensor& device, const c10::Stora
   return impl.storage().unsafeGetStorageImpl() == storage && impl.dtype() == device.dtype() &&
          impl.storage_offset() == device.storage_offset() &&
          impl.sizes().equals(device.sizes()) && impl.strides().equals(device.strides()) &&
-         !impl.is_conj() && !impl.is_neg() &&
-         host.is_inference() == c10::InferenceMode::is_enabled() && !has_python_object(host);
+         !impl.is_conj() && !impl.is_neg() && host.is_inference() == inference &&
+         !has_python_object(host);
 }
 
 // The kept CPU storage over `block`'s bytes from `start`, made (and the kept tensors dropped)
@@ -699,14 +703,15 @@ const c10::intrusive_ptr<c10::StorageImpl>& host_storage(const Block& block, cha
 }
 
 // `device` as a plain CPU tensor over `storage`, the kept CPU storage of `block`, requiring grad
-// as `device` does: a kept tensor when one is reusable, else a new one, kept in place of the
-// oldest.
+// as `device` does (`requires_grad`): a kept tensor when one is reusable, else a new one, kept in
+// place of the oldest.
 at::Tensor host_alias(const Block& block, const at::Tensor& device,
-                      const c10::intrusive_ptr<c10::StorageImpl>& storage) {
+                      const c10::intrusive_ptr<c10::StorageImpl>& storage, bool requires_grad,
+                      bool inference) {
   Block::KeptAliases& kept = block.kept_aliases;
   at::Tensor* host = nullptr;
   for (at::Tensor& tensor : kept.tensors) {
-    if (reusable(tensor, device, storage.get())) {
+    if (reusable(tensor, device, storage.get(), inference)) {
       host = &tensor;
       break;
     }
@@ -718,14 +723,13 @@ at::Tensor host_alias(const Block& block, const at::Tensor& device,
     slot = new_host_alias(device, storage);
     host = &slot;
   }
+  at::Tensor unkept;
   if (host == nullptr) {  // every slot holds a tensor Python saw: this one is not kept
-    at::Tensor fresh = new_host_alias(device, storage);
-    if (device.requires_grad()) fresh.set_requires_grad(true);
-    return fresh;
+    unkept = new_host_alias(device, storage);
+    host = &unkept;
   }
-  // Note [Kernels that ask whether an input requires grad] in fallback.cc. Only the block holds
-  // the tensor, so changing the flag is seen by no one else.
-  const bool requires_grad = device.requires_grad();
+  // Note [Kernels that ask whether an input requires grad] in fallback.cc. Only the block (or
+  // this call) holds the tensor, so changing the flag is seen by no one else.
   if (host->requires_grad() != requires_grad) host->set_requires_grad(requires_grad);
   return *host;
 }
@@ -757,6 +761,7 @@ std::vector<at::Tensor> host_aliases(const vm::HostSection& /*section: held*/,
     const auto it = index.find(key);
     return it == index.end() ? storages.end() : storages.begin() + it->second;
   };
+  const bool inference = c10::InferenceMode::is_enabled();
   hosts.reserve(devices.size());
   for (const at::Tensor& tensor : devices) {
     if (tensor.device() != device || tensor.numel() == 0) return {};
@@ -775,8 +780,12 @@ std::vector<at::Tensor> host_aliases(const vm::HostSection& /*section: held*/,
       }
       known = storages.end() - 1;
     }
-    at::Tensor host = with_bits_of(tensor, host_alias(*known->block, tensor, *known->host));
-    if (tensor.requires_grad() && !host.requires_grad()) host.set_requires_grad(true);  // a view
+    const bool requires_grad = tensor.requires_grad();
+    at::Tensor host = host_alias(*known->block, tensor, *known->host, requires_grad, inference);
+    if (tensor.is_conj() || tensor.is_neg()) {
+      host = with_bits_of(tensor, std::move(host));
+      if (requires_grad) host.set_requires_grad(true);  // a view, made without it
+    }
     hosts.push_back(std::move(host));
   }
   return hosts;
@@ -833,6 +842,7 @@ at::Tensor device_copy(const at::Tensor& host, const c10::Device& device) {
 }
 
 bool span_is_compact(const at::Tensor& t) {
+  if (t.is_contiguous()) return true;  // its span is its elements (on every operand: the quick way)
   constexpr int64_t kSlack = 64;  // elements: small tensors are always worth one transfer
   return span_elements(t) <= 2 * t.numel() + kSlack;
 }

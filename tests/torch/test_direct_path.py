@@ -203,29 +203,41 @@ def test_a_kernel_that_raises_on_mapped_operands_leaves_nothing_mapped():
     assert torch.equal(bigd.cpu(), big + 1)
 
 
-def test_two_threads_updating_one_tensor_in_place_never_interleave():
-    # Each in-place operator is one host section (or one list pair on the copy path, where the
-    # VM orders the lists): two threads adding to one tensor lose no update, as two kernels on one
-    # stream lose none. (On the CPU the same loop is a data race.)
+
+def _in_threads(work, count):
+    """Runs work(errors) on `count` threads at once; returns what they appended to errors, and
+    any exception one raised."""
     import threading
-    counter = torch.zeros(1 << 14, device=DEVICE)
-    step = torch.ones(1 << 14, device=DEVICE)
-    rounds = 300
     errors = []
 
-    def work():
+    def run():
         try:
-            for _ in range(rounds):
-                counter.add_(step)
-                _ = counter * 2  # a functional operator in between: allocation and release
-        except Exception as e:  # pragma: no cover - reported below
+            work(errors)
+        except Exception as e:  # pragma: no cover - reported by the caller
             errors.append(e)
 
-    threads = [threading.Thread(target=work) for _ in range(3)]
+    threads = [threading.Thread(target=run) for _ in range(count)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
+    return errors
+
+
+def test_two_threads_updating_one_tensor_in_place_never_interleave():
+    # Each in-place operator is one host section (or one list pair on the copy path, where the
+    # VM orders the lists): two threads adding to one tensor lose no update, as two kernels on one
+    # stream lose none. (On the CPU the same loop is a data race.)
+    counter = torch.zeros(1 << 14, device=DEVICE)
+    step = torch.ones(1 << 14, device=DEVICE)
+    rounds = 300
+
+    def work(errors):
+        for _ in range(rounds):
+            counter.add_(step)
+            _ = counter * 2  # a functional operator in between: allocation and release
+
+    errors = _in_threads(work, 3)
     assert not errors, errors
     if torch.opencl.get_device_properties(0).host_sections:
         assert torch.equal(counter.cpu(), torch.full((1 << 14,), 3.0 * rounds))
@@ -319,26 +331,17 @@ def test_a_host_alias_is_not_taken_for_another_dtype_over_the_same_bytes():
 def test_threads_reading_one_tensor_at_once_get_the_cpus_results():
     # Kept host aliases are taken only inside a host section and only when nothing else holds
     # them: threads that read the same parameter at once each get the right values.
-    import threading
     x, xd = _pair(32, 16)
     expected = [x @ x.t(), x.t() * 2, x.sum(1)]
-    errors = []
 
-    def work():
-        try:
-            for _ in range(200):
-                got = [xd @ xd.t(), xd.t() * 2, xd.sum(1)]
-                for a, b in zip(got, expected):
-                    if not torch.allclose(a.cpu(), b):
-                        errors.append("values differ")
-        except Exception as e:  # pragma: no cover - reported below
-            errors.append(e)
+    def work(errors):
+        for _ in range(200):
+            got = [xd @ xd.t(), xd.t() * 2, xd.sum(1)]
+            for a, b in zip(got, expected):
+                if not torch.allclose(a.cpu(), b):
+                    errors.append("values differ")
 
-    threads = [threading.Thread(target=work) for _ in range(3)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    errors = _in_threads(work, 3)
     assert not errors, errors[:3]
 
 
