@@ -57,25 +57,6 @@ bool is_device_tensor(const at::Tensor& tensor) {
   return tensor.defined() && tensor.device().type() == kType;
 }
 
-// Tensors that alias arguments without owning a reference: no reference count changes while
-// they live (MaybeOwned's borrows). Destroyed without a decrement.
-class BorrowedTensors {
- public:
-  BorrowedTensors() = default;
-  BorrowedTensors(const BorrowedTensors&) = delete;
-  BorrowedTensors& operator=(const BorrowedTensors&) = delete;
-  ~BorrowedTensors() {
-    for (at::Tensor& tensor : tensors_) c10::MaybeOwnedTraits<at::Tensor>::destroyBorrow(tensor);
-  }
-  void add(const at::Tensor& tensor) {
-    tensors_.push_back(c10::MaybeOwnedTraits<at::Tensor>::createBorrow(tensor));
-  }
-  c10::ArrayRef<at::Tensor> all() const { return tensors_; }
-
- private:
-  c10::SmallVector<at::Tensor, 4> tensors_;
-};
-
 // The argument the CPU kernel gets for `value`: its host alias when it is a device tensor (the
 // next one of `hosts`), else itself.
 template <class T>

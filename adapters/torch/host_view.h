@@ -1,11 +1,14 @@
 // adapters/torch/host_view.h — the fallback's staging between device and host (ops.cc): device
 // tensors handed to CPU kernels laid out as they are on the device (copies of their spans, or
-// their own memory mapped), and CPU results uploaded into new device tensors.
+// their own memory mapped), and CPU results uploaded into new device tensors. BorrowedTensors:
+// how the operators pass device tensors along without touching their reference counts.
 //
 // Thread-safety: as the copies (the VM orders them).
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <c10/util/MaybeOwned.h>
+#include <c10/util/SmallVector.h>
 
 #include <cstdint>
 #include <memory>
@@ -17,6 +20,28 @@
 #include "oclvm/vm/host_section.h"
 
 namespace oclvm::torch_adapter {
+
+// Tensors that alias others without owning a reference: no reference count changes while they
+// live (MaybeOwned's borrows), and so no Python object is touched. Copying a tensor Python holds
+// takes its count from 1 to 2, which in torch 2.13 also increfs its Python object and so takes
+// the GIL the binding released (Note [Unboxed host kernels] in host_kernels.cc). Destroyed
+// without a decrement; the tensors they alias must outlive them.
+class BorrowedTensors {
+ public:
+  BorrowedTensors() = default;
+  BorrowedTensors(const BorrowedTensors&) = delete;
+  BorrowedTensors& operator=(const BorrowedTensors&) = delete;
+  ~BorrowedTensors() {
+    for (at::Tensor& tensor : tensors_) c10::MaybeOwnedTraits<at::Tensor>::destroyBorrow(tensor);
+  }
+  void add(const at::Tensor& tensor) {
+    tensors_.push_back(c10::MaybeOwnedTraits<at::Tensor>::createBorrow(tensor));
+  }
+  c10::ArrayRef<at::Tensor> all() const { return tensors_; }
+
+ private:
+  c10::SmallVector<at::Tensor, 4> tensors_;
+};
 
 // How stage_on_host hands a device tensor to a CPU kernel: a host copy of its span, or the
 // device's own memory mapped (Note [Zero-copy operands] in fallback.cc) for reading, or for

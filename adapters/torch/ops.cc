@@ -45,6 +45,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <functional>
 #include <initializer_list>
 #include <optional>
 #include <string>
@@ -190,14 +191,17 @@ bool same_bits(const at::Tensor& a, const at::Tensor& b) {
 // `fn` on the aliases of `devices` (all of one device) and returns true; false, having done
 // nothing, when a tensor has no host address or no section can be had (the caller then takes its
 // lists).
+// The device tensors are borrowed, not copied (BorrowedTensors: no GIL for item() of a tensor
+// Python holds).
 template <typename Fn>
-bool on_host(std::initializer_list<at::Tensor> devices, Fn&& fn) {
-  const c10::ArrayRef<at::Tensor> tensors(devices);
-  const c10::DeviceIndex index = tensors[0].device().index();
+bool on_host(std::initializer_list<std::reference_wrapper<const at::Tensor>> devices, Fn&& fn) {
+  BorrowedTensors tensors;
+  for (const at::Tensor& tensor : devices) tensors.add(tensor);
+  const c10::DeviceIndex index = tensors.all()[0].device().index();
   if (!host_addressable(index)) return false;
   std::optional<vm::HostSection> section = host_section(index);
   if (!section) return false;
-  std::vector<at::Tensor> hosts = host_aliases(*section, tensors);
+  std::vector<at::Tensor> hosts = host_aliases(*section, tensors.all());
   if (hosts.empty()) return false;
   fn(hosts);
   return true;
