@@ -5,8 +5,6 @@
 #include <ATen/Operators.h>
 #include <ATen/core/boxing/KernelFunction.h>
 #include <c10/core/DispatchKeySet.h>
-#include <c10/util/MaybeOwned.h>
-#include <c10/util/SmallVector.h>
 
 #include <atomic>
 #include <optional>

@@ -735,6 +735,7 @@ at::Tensor host_alias(const Block& block, const at::Tensor& device,
   // Note [Kernels that ask whether an input requires grad] in fallback.cc. Only the block (or
   // this call) holds the tensor, so changing the flag is seen by no one else.
   if (host->requires_grad() != requires_grad) host->set_requires_grad(requires_grad);
+  if (host == &unkept) return unkept;  // moved, not copied
   return *host;
 }
 
