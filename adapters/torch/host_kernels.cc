@@ -17,6 +17,7 @@
 
 #include "adapters/torch/allocator.h"
 #include "adapters/torch/fallback.h"
+#include "adapters/torch/foreach_loops.h"
 #include "adapters/torch/host_results.h"
 #include "adapters/torch/host_view.h"
 
@@ -301,6 +302,34 @@ class OnHost<at::TensorList> {
   std::vector<at::Tensor> items_;
 };
 
+// The device's own loop for Op, where it has one (Note [Fused foreach loops] in
+// foreach_loops.cc): false, having done nothing, when it does not take the call.
+template <class Op>
+struct FusedLoop {
+  template <class... Args>
+  static bool run(const Args&... /*args*/) {
+    return false;
+  }
+};
+template <>
+struct FusedLoop<at::_ops::_foreach_add__List> {
+  static bool run(at::TensorList self, at::TensorList other, const at::Scalar& alpha) {
+    return fused_foreach_add_(self, other, alpha);
+  }
+};
+template <>
+struct FusedLoop<at::_ops::_foreach_add__Scalar> {
+  static bool run(at::TensorList self, const at::Scalar& scalar) {
+    return fused_foreach_add_(self, scalar);
+  }
+};
+template <>
+struct FusedLoop<at::_ops::_foreach_mul__Scalar> {
+  static bool run(at::TensorList self, const at::Scalar& scalar) {
+    return fused_foreach_mul_(self, scalar);
+  }
+};
+
 template <class Op, class Signature = typename Op::schema>
 struct HostListKernel;
 
@@ -323,6 +352,10 @@ struct HostListKernel<Op, Result(Args...)> {
 
   static Result call(Args... args) {
     if constexpr (std::is_same_v<Result, void>) {
+      if (FusedLoop<Op>::run(args...)) {
+        g_calls.fetch_add(1, std::memory_order_relaxed);
+        return;
+      }
       if (!try_on_host(args...)) boxed(args...);
     } else {
       std::optional<Result> result = try_on_host(args...);

@@ -20,6 +20,8 @@
 //                              (Note [Results written in device memory]; tests)
 //   host_kernel_calls() -> int calls that took an unboxed host kernel's fast path, since start
 //                              (Note [Unboxed host kernels]; tests)
+//   fused_foreach_calls() -> int    calls of those that ran the device's own _foreach_ loops
+//                              (Note [Fused foreach loops]; tests)
 //   device_of_address(int) -> int   the PrivateUse1 hooks' getDeviceFromPtr (tests); RuntimeError
 //                              for an address outside opencl memory
 //   device_properties(int) -> dict  name, platform, version, total_memory, max_allocation,
@@ -59,6 +61,7 @@
 
 #include "adapters/torch/allocator.h"
 #include "adapters/torch/device.h"
+#include "adapters/torch/foreach_loops.h"
 #include "adapters/torch/generator.h"
 #include "adapters/torch/host_kernels.h"
 #include "adapters/torch/host_results.h"
@@ -266,6 +269,10 @@ PyObject* py_host_kernel_calls(PyObject*, PyObject*) {
   return PyLong_FromUnsignedLongLong(host_kernel_calls());
 }
 
+PyObject* py_fused_foreach_calls(PyObject*, PyObject*) {
+  return PyLong_FromUnsignedLongLong(fused_foreach_calls());
+}
+
 PyObject* py_live_blocks(PyObject*, PyObject*) {
   return PyLong_FromSize_t(CLDeviceAllocator::instance().live_blocks());
 }
@@ -435,6 +442,8 @@ PyMethodDef kMethods[] = {
      "Results CPU kernels wrote straight into device blocks, since start."},
     {"host_kernel_calls", py_host_kernel_calls, METH_NOARGS,
      "Calls that took an unboxed host kernel's fast path, since start."},
+    {"fused_foreach_calls", py_fused_foreach_calls, METH_NOARGS,
+     "Calls that ran the device's own _foreach_ loops, since start."},
     {"device_of_address", py_device_of_address, METH_O, "Device index of an opencl address."},
     {"device_properties", py_device_properties, METH_O, "What the driver says of a device."},
     {"manual_seed", py_manual_seed, METH_VARARGS, "Seed a device's default generator."},

@@ -660,16 +660,134 @@ def test_foreach_kernels_leave_bad_and_unusual_lists_to_the_fallback():
     torch._foreach_add_(ad, 1.0)
     for got, expected in zip(ad, snapshot):
         assert torch.equal(got.cpu(), expected + 1.0)
-    # Empty tensors and scattered views take the boxed fallback, with the CPU's results.
+    # Empty tensors and scattered views take the boxed fallback, with the CPU's results (the
+    # device's own add_ loop, which takes an empty tensor, is not asked: the list is of halves).
     before = _unboxed_calls()
     columns = [torch.randn(8, 64)]
     columns_d = [columns[0].to(DEVICE)]
     torch._foreach_add_([columns[0][:, ::16]], 1.0)
     torch._foreach_add_([columns_d[0][:, ::16]], 1.0)
     assert torch.equal(columns_d[0].cpu(), columns[0])
-    empty = [torch.empty(0, device=DEVICE)]
+    empty = [torch.empty(0, device=DEVICE, dtype=torch.half)]
     torch._foreach_add_(empty, 1.0)
     assert _unboxed_calls() == before
+
+
+# The device's own loops for SGD's operators (foreach_loops.cc, Note [Fused foreach loops]).
+
+def _fused_calls():
+    return oclvm._C.fused_foreach_calls()
+
+
+@needs_host_sections
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_sgds_foreach_operators_run_the_devices_loops_and_equal_the_cpu_bit_for_bit(dtype):
+    """Lengths that end inside and on a vector, one past the intra-op grain (split over the
+    threads), an empty tensor; alphas and scalars of every kind the loops take."""
+    torch.manual_seed(11)
+    sizes = [(1,), (7,), (3, 11), (64, 32), (40000,), (0,)]
+    cases = {
+        "add_ a list, alpha -0.1": lambda a, b: torch._foreach_add_(a, b, alpha=-0.1),
+        "add_ a list, alpha 1": lambda a, b: torch._foreach_add_(a, b),
+        "add_ a list, integer alpha": lambda a, b: torch._foreach_add_(a, b, alpha=3),
+        "add_ a scalar": lambda a, b: torch._foreach_add_(a, 1e-8),
+        "add_ an integer": lambda a, b: torch._foreach_add_(a, -2),
+        "mul_ a scalar": lambda a, b: torch._foreach_mul_(a, 0.9),
+        "mul_ an integer": lambda a, b: torch._foreach_mul_(a, 3),
+        "mul_ by infinity": lambda a, b: torch._foreach_mul_(a, float("inf")),
+    }
+    for name, case in cases.items():
+        a = [torch.randn(s, dtype=dtype) for s in sizes]
+        b = [torch.randn(s, dtype=dtype) for s in sizes]
+        ad, bd = [t.to(DEVICE) for t in a], [t.to(DEVICE) for t in b]
+        ptrs = [t.data_ptr() for t in ad]
+        case(a, b)
+        before = _fused_calls()
+        case(ad, bd)
+        assert _fused_calls() - before == 1, name
+        assert [t.data_ptr() for t in ad] == ptrs, name
+        for got, expected in zip(ad, a):
+            assert torch.equal(got.cpu(), expected), name
+        for got, expected in zip(bd, b):
+            assert torch.equal(got.cpu(), expected), name  # read, not written
+
+
+@needs_host_sections
+def test_sgd_with_momentum_steps_on_the_devices_loops_as_the_cpu_steps():
+    """torch's foreach SGD on the device (its default there) against the CPU's per-tensor SGD
+    (its default): the same parameters, bit for bit, after each step."""
+    def steps(device):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(),
+                                    torch.nn.Linear(64, 4)).to(device)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9,
+                                    weight_decay=1e-4)
+        x, y = torch.randn(64, 32).to(device), torch.randint(0, 4, (64,)).to(device)
+        for _ in range(4):
+            optimizer.zero_grad()
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+            optimizer.step()
+            yield [p.detach().cpu() for p in model.parameters()]
+    before = _fused_calls()
+    for got, expected in zip(steps(DEVICE), steps("cpu")):
+        for g, e in zip(got, expected):
+            assert torch.equal(g, e)
+    assert _fused_calls() - before >= 8  # two add_ a step at least, after the first
+
+
+@needs_host_sections
+def test_what_the_devices_loops_do_not_take_runs_as_before_with_the_cpus_answer():
+    """Each list or value the loops leave alone: the result, or the error, is the CPU's, and
+    the loops ran nothing."""
+    torch.manual_seed(12)
+    base = torch.arange(9.0)
+    base_d = base.to(DEVICE)
+    overlapping = ([base[1:5]], [base[0:4]]), ([base_d[1:5]], [base_d[0:4]])
+    cases = {
+        "halves": ([torch.randn(5, dtype=torch.half)], [torch.randn(5, dtype=torch.half)], 0.5),
+        "a transposed tensor": ([torch.randn(4, 6).t()], [torch.randn(6, 4)], 0.5),
+        "other broadcast": ([torch.randn(2, 5)], [torch.randn(5)], 0.5),
+        "other of another dtype": ([torch.randn(5)], [torch.randn(5, dtype=torch.float64)], 0.5),
+        "a boolean alpha": ([torch.randn(5)], [torch.randn(5)], True),
+        "a complex alpha": ([torch.randn(5)], [torch.randn(5)], 1j),
+        "an alpha beyond float": ([torch.randn(5)], [torch.randn(5)], 1e300),
+        "integers": ([torch.arange(5)], [torch.arange(5)], 2),
+        "a pair that partly overlaps": (*overlapping[0], 0.5),
+    }
+    for name, (a, b, alpha) in cases.items():
+        if name == "a pair that partly overlaps":
+            lists = {"cpu": overlapping[0], DEVICE: overlapping[1]}
+        else:
+            lists = {"cpu": ([t.clone() for t in a], b),
+                     DEVICE: ([t.to(DEVICE) for t in a], [t.to(DEVICE) for t in b])}
+        outcomes = {}
+        for device, (x, y) in lists.items():
+            before = _fused_calls()
+            try:
+                torch._foreach_add_(x, y, alpha=alpha)
+                outcomes[device] = [t.cpu() for t in x]
+            except RuntimeError as error:
+                outcomes[device] = str(error).split("\n")[0]
+            if device == DEVICE:
+                assert _fused_calls() == before, name
+        if isinstance(outcomes["cpu"], str):
+            assert outcomes[DEVICE] == outcomes["cpu"], name
+        else:
+            assert all(torch.equal(g, e) for g, e in zip(outcomes[DEVICE], outcomes["cpu"])), name
+    assert torch.equal(base_d.cpu(), base)
+    # A scale beyond float's range: the CPU's answer, whatever it is, and no loop.
+    x = [torch.randn(5)]
+    xd = [x[0].to(DEVICE)]
+    outcomes = []
+    for lst in (x, xd):
+        try:
+            torch._foreach_mul_(lst, 1e300)
+            outcomes.append(lst[0].cpu())
+        except RuntimeError as error:
+            outcomes.append(str(error))
+    assert type(outcomes[0]) is type(outcomes[1])
+    assert outcomes[0] == outcomes[1] if isinstance(outcomes[0], str) else \
+        torch.equal(outcomes[0], outcomes[1])
 
 
 @needs_host_sections
