@@ -4,6 +4,7 @@
 
 #include <ATen/Parallel.h>
 #include <ATen/TensorIterator.h>
+#include <ATen/Version.h>
 #include <c10/core/ScalarType.h>
 #include <c10/util/SmallVector.h>
 
@@ -13,6 +14,7 @@
 #include <cstdint>
 #include <limits>
 #include <optional>
+#include <string>
 
 #include "adapters/torch/device.h"
 #include "adapters/torch/host_view.h"
@@ -33,18 +35,22 @@ namespace {
 //
 // The loops compute what the CPU's kernels compute, bit for bit: a product of two values of the
 // tensor's type (the scalar converted first, as the CPU converts its wrapped number), a sum, and
-// for add_ with alpha one fused multiply-add, self + alpha * other rounded once, as the CPU's
-// vectorised and scalar add kernels both do. They take float and double tensors, contiguous, all
-// on one host-addressable device, pairs of equal sizes that are either one tensor or disjoint,
-// and real scalars that fit the type; anything else (another dtype, a view with gaps, a pair that
-// partly overlaps, which the CPU refuses) is left to HostListKernel, unchanged. Pairs run in list
-// order, as the CPU's loop runs them, so a tensor named twice is updated twice. A tensor of at
-// least at::internal::GRAIN_SIZE elements is split over the intra-op threads, as the CPU splits
-// it.
+// for add_ with alpha, self + alpha * other as the CPU's add kernel rounds it: once (a fused
+// multiply-add) where ATen runs its AVX2 or AVX512 kernels, twice where it runs its DEFAULT ones
+// (a machine without AVX2, or ATEN_CPU_CAPABILITY=default); on other architectures' vector
+// kernels the loops leave add_ with alpha alone. They take float and double tensors, contiguous,
+// all on one host-addressable device, pairs of equal sizes that are either one tensor (the same
+// address and strides) or disjoint, and real scalars that fit the type; anything else (another
+// dtype, a view with gaps, a pair that partly overlaps, which the CPU refuses) is left to
+// HostListKernel, unchanged. Pairs run in list order, as the CPU's loop runs them, so a tensor
+// named twice is updated twice. A tensor of at least at::internal::GRAIN_SIZE elements is split
+// over the intra-op threads, as the CPU splits it. HostListKernel bumps the versions of the list
+// written (Note [Versions of lists written in place] in host_kernels.cc).
 //
 // The loops are compiled twice (GCC's target_clones on x86-64): for x86-64-v3, where the fused
-// multiply-add is an instruction and the loop is vectorised, and for any x86-64, where std::fma
-// is a library call with the same result.
+// multiply-add is an instruction and the loops are vectorised, and for any x86-64, where std::fma
+// is a library call with the same result. The file is compiled with -ffp-contract=off, so that a
+// multiply and an add the code keeps apart are never fused by the compiler.
 
 std::atomic<uint64_t> g_calls{0};
 
@@ -59,6 +65,14 @@ OCLVM_LOOP_CLONES void axpy(float* self, const float* other, float alpha, int64_
 }
 OCLVM_LOOP_CLONES void axpy(double* self, const double* other, double alpha, int64_t n) {
   for (int64_t i = 0; i < n; ++i) self[i] = std::fma(other[i], alpha, self[i]);
+}
+OCLVM_LOOP_CLONES void axpy_rounding_twice(float* self, const float* other, float alpha,
+                                           int64_t n) {
+  for (int64_t i = 0; i < n; ++i) self[i] = self[i] + alpha * other[i];
+}
+OCLVM_LOOP_CLONES void axpy_rounding_twice(double* self, const double* other, double alpha,
+                                           int64_t n) {
+  for (int64_t i = 0; i < n; ++i) self[i] = self[i] + alpha * other[i];
 }
 OCLVM_LOOP_CLONES void add(float* self, float value, int64_t n) {
   for (int64_t i = 0; i < n; ++i) self[i] += value;
@@ -147,6 +161,9 @@ bool for_each_span(at::TensorList self, const at::TensorList* other, const Opera
     void* mine = host_address(self[i]);
     const void* theirs = other != nullptr ? host_address((*other)[i]) : nullptr;
     if (mine == nullptr || (other != nullptr && theirs == nullptr)) return false;
+    if (theirs == mine && !(*other)[i].strides().equals(self[i].strides())) {
+      return false;  // one address, two layouts (a size-1 dimension's stride): the CPU refuses
+    }
     if (theirs != nullptr && theirs != mine) {
       const size_t bytes = static_cast<size_t>(numel) * self[i].element_size();
       const auto* a = static_cast<const char*>(mine);
@@ -172,17 +189,35 @@ const T* element(const void* base, int64_t index) {
   return static_cast<const T*>(base) + index;
 }
 
+// How the CPU's add kernel rounds self + alpha * other on this machine (Note [Fused foreach
+// loops]); nullopt where the loops do not know.
+std::optional<bool> cpu_fuses_multiply_add() {
+  const std::string capability = at::get_cpu_capability();  // as ATen chose its kernels
+  if (capability == "DEFAULT") return false;
+#if defined(__x86_64__)
+  if (capability == "AVX2" || capability == "AVX512") return true;
+#endif
+  return std::nullopt;
+}
+
 }  // namespace
 
 bool fused_foreach_add_(at::TensorList self, at::TensorList other, const at::Scalar& alpha) {
+  static const std::optional<bool> fuses = cpu_fuses_multiply_add();
+  if (!fuses) return false;
   const Operand a(alpha);
   return for_each_span(self, &other, a, [&](const Span& span, int64_t begin, int64_t end) {
+    const int64_t n = end - begin;
     if (span.is_float) {
-      axpy(element<float>(span.self, begin), element<float>(span.other, begin), *a.as_float,
-           end - begin);
+      float* mine = element<float>(span.self, begin);
+      const float* theirs = element<float>(span.other, begin);
+      *fuses ? axpy(mine, theirs, *a.as_float, n)
+             : axpy_rounding_twice(mine, theirs, *a.as_float, n);
     } else {
-      axpy(element<double>(span.self, begin), element<double>(span.other, begin), *a.as_double,
-           end - begin);
+      double* mine = element<double>(span.self, begin);
+      const double* theirs = element<double>(span.other, begin);
+      *fuses ? axpy(mine, theirs, *a.as_double, n)
+             : axpy_rounding_twice(mine, theirs, *a.as_double, n);
     }
   });
 }

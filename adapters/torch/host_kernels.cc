@@ -5,6 +5,7 @@
 #include <ATen/Operators.h>
 #include <ATen/core/boxing/KernelFunction.h>
 #include <c10/core/DispatchKeySet.h>
+#include <c10/core/InferenceMode.h>
 
 #include <atomic>
 #include <optional>
@@ -352,11 +353,15 @@ struct HostListKernel<Op, Result(Args...)> {
 
   static Result call(Args... args) {
     if constexpr (std::is_same_v<Result, void>) {
+      // In place: the first argument is the list written (Tensor(a!)[] self).
+      const at::TensorList written = std::get<0>(std::forward_as_tuple(args...));
+      refuse_inference_writes(written);
       if (FusedLoop<Op>::run(args...)) {
         g_calls.fetch_add(1, std::memory_order_relaxed);
-        return;
+      } else if (!try_on_host(args...)) {
+        boxed(args...);
       }
-      if (!try_on_host(args...)) boxed(args...);
+      bump_versions(written);
     } else {
       std::optional<Result> result = try_on_host(args...);
       if (result) return std::move(*result);
@@ -478,5 +483,30 @@ std::unordered_set<std::string> register_host_kernels(torch::Library& m) {
 }
 
 uint64_t host_kernel_calls() { return g_calls.load(std::memory_order_relaxed); }
+
+// Note [Versions of lists written in place]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// torch has no ADInplaceOrView kernel for the _foreach_ operators: on the CPU their composite
+// kernel calls the per-tensor in-place operators, and those bump each tensor's version (and
+// refuse an inference tensor outside inference mode); a device's own kernel must do both itself,
+// as CUDA's do. Without it, autograd did not see a saved tensor changed by an optimizer's
+// _foreach_mul_, and computed a wrong gradient where the CPU raises. Every in-place _foreach_
+// operator of this device (the unboxed ones, the device's loops, and the boxed fallback's:
+// registration.cc) refuses an inference tensor before writing anything, with torch's message,
+// where the CPU writes the first tensors and then raises, and bumps the versions of the list it
+// wrote once it has written it.
+void refuse_inference_writes(at::TensorList written) {
+  if (c10::InferenceMode::is_enabled()) return;
+  for (const at::Tensor& tensor : written) {
+    // Bumping an inference tensor outside inference mode throws torch's error; nothing else is.
+    if (tensor.defined() && tensor.is_inference()) tensor.unsafeGetTensorImpl()->bump_version();
+  }
+}
+
+void bump_versions(at::TensorList written) {
+  for (const at::Tensor& tensor : written) {
+    if (tensor.defined()) tensor.unsafeGetTensorImpl()->bump_version();
+  }
+}
 
 }  // namespace oclvm::torch_adapter

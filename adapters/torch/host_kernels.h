@@ -24,4 +24,11 @@ std::unordered_set<std::string> register_host_kernels(torch::Library& m);
 // How many calls took the unboxed fast path, in this process (tests read it).
 uint64_t host_kernel_calls();
 
+// Note [Versions of lists written in place] in host_kernels.cc: before an in-place _foreach_
+// operator writes `written`, throws torch's own error for an inference tensor outside inference
+// mode (nothing written yet); after it, bumps each tensor's version, as the CPU's per-tensor
+// operators do.
+void refuse_inference_writes(at::TensorList written);
+void bump_versions(at::TensorList written);
+
 }  // namespace oclvm::torch_adapter

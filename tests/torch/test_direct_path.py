@@ -743,6 +743,10 @@ def test_what_the_devices_loops_do_not_take_runs_as_before_with_the_cpus_answer(
     base = torch.arange(9.0)
     base_d = base.to(DEVICE)
     overlapping = ([base[1:5]], [base[0:4]]), ([base_d[1:5]], [base_d[0:4]])
+    # Contiguous both, and at one address, but a size-1 dimension's stride differs: ATen calls
+    # that a partial overlap.
+    same_address = tuple(([t[:4].view(1, 4)], [t.as_strided((1, 4), (1, 1))])
+                         for t in (base, base_d))
     cases = {
         "halves": ([torch.randn(5, dtype=torch.half)], [torch.randn(5, dtype=torch.half)], 0.5),
         "a transposed tensor": ([torch.randn(4, 6).t()], [torch.randn(6, 4)], 0.5),
@@ -753,10 +757,13 @@ def test_what_the_devices_loops_do_not_take_runs_as_before_with_the_cpus_answer(
         "an alpha beyond float": ([torch.randn(5)], [torch.randn(5)], 1e300),
         "integers": ([torch.arange(5)], [torch.arange(5)], 2),
         "a pair that partly overlaps": (*overlapping[0], 0.5),
+        "one address, two layouts": (*same_address[0], 0.5),
     }
     for name, (a, b, alpha) in cases.items():
         if name == "a pair that partly overlaps":
             lists = {"cpu": overlapping[0], DEVICE: overlapping[1]}
+        elif name == "one address, two layouts":
+            lists = {"cpu": same_address[0], DEVICE: same_address[1]}
         else:
             lists = {"cpu": ([t.clone() for t in a], b),
                      DEVICE: ([t.to(DEVICE) for t in a], [t.to(DEVICE) for t in b])}
@@ -779,15 +786,76 @@ def test_what_the_devices_loops_do_not_take_runs_as_before_with_the_cpus_answer(
     x = [torch.randn(5)]
     xd = [x[0].to(DEVICE)]
     outcomes = []
+    before = _fused_calls()
     for lst in (x, xd):
         try:
             torch._foreach_mul_(lst, 1e300)
             outcomes.append(lst[0].cpu())
         except RuntimeError as error:
             outcomes.append(str(error))
+    assert _fused_calls() == before
     assert type(outcomes[0]) is type(outcomes[1])
     assert outcomes[0] == outcomes[1] if isinstance(outcomes[0], str) else \
         torch.equal(outcomes[0], outcomes[1])
+
+
+FUSED_UNDER_DEFAULT_KERNELS = """
+import torch, oclvm
+assert torch.backends.cpu.get_cpu_capability() == "DEFAULT"
+torch.manual_seed(13)
+for dtype in (torch.float32, torch.float64):
+    a, b = [torch.randn(1000, dtype=dtype)], [torch.randn(1000, dtype=dtype)]
+    ad, bd = [a[0].to("opencl")], [b[0].to("opencl")]
+    before = oclvm._C.fused_foreach_calls()
+    torch._foreach_add_(a, b, alpha=-0.1)
+    torch._foreach_add_(ad, bd, alpha=-0.1)
+    assert oclvm._C.fused_foreach_calls() - before == 1
+    assert torch.equal(ad[0].cpu(), a[0]), dtype
+print("equal")
+"""
+
+
+@needs_host_sections
+def test_add_with_alpha_rounds_as_the_cpus_default_kernels_round():
+    """ATen's DEFAULT kernels (no AVX2) round alpha's product and the sum apart; the device's
+    loop follows the kernels ATen chose (Note [Fused foreach loops])."""
+    import os
+    import subprocess
+    import sys
+    env = dict(os.environ, ATEN_CPU_CAPABILITY="default")
+    done = subprocess.run([sys.executable, "-c", FUSED_UNDER_DEFAULT_KERNELS], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split("\n")[-2] == "equal"
+
+
+@needs_host_sections
+@pytest.mark.parametrize("op", [
+    pytest.param(lambda t: torch._foreach_mul_(t, 2.0), id="mul_ (the device's loop)"),
+    pytest.param(lambda t: torch._foreach_div_(t, 2.0), id="div_ (host aliases)"),
+    pytest.param(lambda t: torch._foreach_clamp_min_(t, 0.0), id="clamp_min_ (boxed)"),
+])
+def test_foreach_operators_in_place_bump_versions_and_refuse_inference_tensors(op):
+    """As the CPU's per-tensor operators do: autograd then sees a saved tensor changed, and an
+    inference tensor is refused outside inference mode (before anything is written, where the
+    CPU writes first)."""
+    outcomes = {}
+    for device in ("cpu", DEVICE):
+        torch.manual_seed(14)
+        w = torch.randn(3, device=device)
+        x = torch.randn(3, device=device, requires_grad=True)
+        y = (x * w).sum()
+        op([w])
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            y.backward()
+        with torch.inference_mode():
+            frozen = torch.ones(3, device=device)
+        with pytest.raises(RuntimeError, match="Inplace update to inference tensor") as error:
+            op([frozen])
+        outcomes[device] = (w._version, str(error.value))
+        if device == DEVICE:
+            assert torch.equal(frozen.cpu(), torch.ones(3))  # nothing written
+    assert outcomes[DEVICE] == outcomes["cpu"]
 
 
 @needs_host_sections
