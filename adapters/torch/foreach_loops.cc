@@ -37,8 +37,8 @@ namespace {
 // tensor's type (the scalar converted first, as the CPU converts its wrapped number), a sum, and
 // for add_ with alpha, self + alpha * other as the CPU's add kernel rounds it: once (a fused
 // multiply-add) where ATen runs its AVX2 or AVX512 kernels, twice where it runs its DEFAULT ones
-// (a machine without AVX2, or ATEN_CPU_CAPABILITY=default); on other architectures' vector
-// kernels the loops leave add_ with alpha alone. They take float and double tensors, contiguous,
+// (a machine without AVX2, or ATEN_CPU_CAPABILITY=default); on other architectures the loops
+// leave add_ with alpha alone. They take float and double tensors, contiguous,
 // all on one host-addressable device, pairs of equal sizes that are either one tensor (the same
 // address and strides) or disjoint, and real scalars that fit the type; anything else (another
 // dtype, a view with gaps, a pair that partly overlaps, which the CPU refuses) is left to
@@ -189,12 +189,13 @@ const T* element(const void* base, int64_t index) {
   return static_cast<const T*>(base) + index;
 }
 
-// How the CPU's add kernel rounds self + alpha * other on this machine (Note [Fused foreach
-// loops]); nullopt where the loops do not know.
+// Whether the CPU's add kernel rounds self + alpha * other once (fused) on this machine (Note
+// [Fused foreach loops]); nullopt where the loops do not know: every architecture but x86-64,
+// whose DEFAULT kernels (on aarch64, say) may well fuse.
 std::optional<bool> cpu_fuses_multiply_add() {
+#if defined(__x86_64__)
   const std::string capability = at::get_cpu_capability();  // as ATen chose its kernels
   if (capability == "DEFAULT") return false;
-#if defined(__x86_64__)
   if (capability == "AVX2" || capability == "AVX512") return true;
 #endif
   return std::nullopt;
