@@ -141,8 +141,10 @@ def op_key(op):
 class _InPlaceForeach:
     """The in-place variant of a `_foreach_` OpInfo (`_foreach_add_` beside `_foreach_add`),
     as an item of its own: the optimizers call these. It returns nothing, so what is compared is
-    what it wrote into the sample's tensors; no gradients (in-place on leaves that require grad
-    is an error on both sides, and not what optimizers do)."""
+    what it wrote into the sample's tensors, and how many times it bumped their versions (torch
+    has no ADInplaceOrView kernel for these; a device's kernel bumps them itself, and autograd
+    relies on it to refuse a saved tensor changed in place); no gradients (in-place on leaves
+    that require grad is an error on both sides, and not what optimizers do)."""
 
     def __init__(self, op):
         self._op = op
@@ -293,6 +295,11 @@ def _tensors(value):
     return []
 
 
+def _versions(value):
+    """The version counters of the tensors in a nested value, in order."""
+    return [t._version for t in _tensors(value)]
+
+
 def _call(op, sample, seeded):
     import torch
     try:
@@ -431,12 +438,23 @@ def run_item(op, dtype_name, max_samples, random_keys, on_sample=None):
             except Exception as error:  # noqa: BLE001
                 raise AssertionError(f"{where}: moving the sample to {DEVICE} raised "
                                      f"{_Raised(error).describe()}") from None
+            written = isinstance(op, _InPlaceForeach)
+            dev_versions = _versions(dev_sample.input) if written else None
+            cpu_versions = _versions(sample.input) if written else None
             dev_out = _call(op, dev_sample, seeded)
             cpu_out = _call(op, sample, seeded)
             if _check_pair(dev_out, cpu_out, f"{where} output", metadata_reason is not None,
                            on_device):
                 result["both_raised"] += 1
                 continue
+            if written:
+                dev_bumps = [after - before for before, after
+                             in zip(dev_versions, _versions(dev_sample.input))]
+                cpu_bumps = [after - before for before, after
+                             in zip(cpu_versions, _versions(sample.input))]
+                if dev_bumps != cpu_bumps:
+                    raise AssertionError(f"{where}: the written tensors' versions went up by "
+                                         f"{dev_bumps} on {DEVICE}, by {cpu_bumps} on the CPU")
             if metadata_reason:
                 continue
             # Arguments the operator mutated (running statistics, in-place random fills, out=)
@@ -780,7 +798,8 @@ def write_table(results, path, command, max_samples):
         "",
         "Per sample: the device's output against the CPU's (`assert_close`, PyTorch's default "
         "tolerances per dtype, exact for int64 and bool), the sample's tensors after the call "
-        "(what the operator wrote back), and for differentiable floating/complex operators the "
+        "(what the operator wrote back; for the in-place `_foreach_` operators also how far "
+        "their versions went up), and for differentiable floating/complex operators the "
         "gradients. \"pass\" includes samples where both sides raised the same exception type "
         "and operators compared by metadata only (both listed under \"Passes with a note\"). "
         "% passing = pass / (run − no samples).",
