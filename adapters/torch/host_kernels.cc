@@ -238,6 +238,52 @@ struct HostKernel<Op, Result(Args...)> {
   static inline bool routed_to_one_device = false;
 };
 
+// Note [In-place operators without boxing]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// The in-place arithmetic a per-tensor optimizer and user code call (x.add_(y), x.mul_(0.9):
+// add_, sub_, mul_ and div_ of a tensor, a Python number arriving as a wrapped 0-dim CPU tensor)
+// took the boxed fallback's host-section path, boxing and all (Note [Unboxed host kernels]).
+// HostInPlaceKernel runs them as HostKernel runs functional operators: every device tensor
+// borrowed and aliased, the CPU kernel run in place on the aliases in one host section, and the
+// caller's own device tensor returned. self must be a device tensor (a CPU scalar written in place
+// goes the boxed way, whose answer stays the CPU's); these operators never resize or restride
+// self, so the device tensor needs nothing after the section. Its version is bumped above, by
+// torch's ADInplaceOrView kernel. A call the fast path cannot take goes to the boxed fallback.
+template <class Op, class Signature = typename Op::schema>
+struct HostInPlaceKernel;
+
+template <class Op, class... Rest>
+struct HostInPlaceKernel<Op, at::Tensor&(at::Tensor&, Rest...)> {
+  static at::Tensor& call(at::Tensor& self, Rest... rest) {
+    if (try_on_host(self, rest...)) return self;
+    return call_boxed<Op, &cpu_fallback>(self, rest...);
+  }
+
+ private:
+  // The fast path; false when it does not apply (then nothing has happened).
+  static bool try_on_host(const at::Tensor& self, Rest... rest) {
+    if (!is_device_tensor(self)) return false;
+    DeviceOperands operands;
+    operands.take(self);
+    (each_tensor(rest, [&](const at::Tensor& tensor) { operands.take(tensor); }), ...);
+    std::optional<OnHostCall> call = operands.enter();
+    if (!call) return false;
+    at::Tensor& host_self = call->hosts[0];
+    size_t next = 1;
+    // A braced list evaluates in order, so `next` walks the device tensors as `take` did.
+    std::apply([&](const auto&... host_rest) { Op::redispatch(kCpu, host_self, host_rest...); },
+               std::tuple<const std::decay_t<Rest>&...>{on_host(rest, call->hosts, next)...});
+    return true;
+  }
+};
+
+// Registers Op's HostInPlaceKernel.
+template <class Op>
+void add_in_place(torch::Library& m) {
+  const std::string name = aten_impl_name(Op::name, Op::overload_name);
+  m.impl(name.c_str(), TORCH_FN((HostInPlaceKernel<Op>::call)));
+}
+
 // Note [Foreach operators without boxing]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // The optimizers' _foreach_ operators reach the boxed fallback whole (Note [Foreach operators in
@@ -461,6 +507,10 @@ std::unordered_set<std::string> register_host_kernels(torch::Library& m) {
   add<at::_ops::nll_loss_backward>(m, routed);
   add<at::_ops::native_layer_norm>(m, routed);
   add<at::_ops::native_layer_norm_backward>(m, routed);
+  add_in_place<at::_ops::add__Tensor>(m);
+  add_in_place<at::_ops::sub__Tensor>(m);
+  add_in_place<at::_ops::mul__Tensor>(m);
+  add_in_place<at::_ops::div__Tensor>(m);
   // The _foreach_ operators of the foreach paths of SGD, Adam and AdamW (torch/optim), and of
   // clip_grad_norm_'s norms and scaling (Note [Foreach operators without boxing]).
   std::unordered_set<std::string> lists;

@@ -567,6 +567,47 @@ def test_unboxed_kernels_with_optional_tensors_and_several_results_equal_the_cpu
     assert results[DEVICE][3] >= 8
 
 
+@needs_host_sections
+def test_in_place_arithmetic_takes_the_unboxed_kernels_and_equals_the_cpu():
+    """add_, sub_, mul_ and div_ of a tensor or a Python number (Note [In-place operators without
+    boxing]): the caller's own tensor, bumped once, the CPU's bits, one unboxed call each; and
+    what the fast path leaves alone gives the CPU's answer."""
+    cases = {
+        "add_ alpha": lambda x, y: x.add_(y, alpha=-0.1),
+        "sub_": lambda x, y: x.sub_(y),
+        "mul_ broadcast": lambda x, y: x.mul_(y[0]),
+        "div_": lambda x, y: x.div_(y.abs() + 1),
+        "mul_ a number": lambda x, y: x.mul_(0.9),
+        "add_ itself": lambda x, y: x.add_(x),
+    }
+    for name, case in cases.items():
+        x, xd = _pair(6, 5)
+        y = torch.randn(6, 5, generator=torch.Generator().manual_seed(21))
+        yd = y.to(DEVICE)
+        version, ptr = xd._version, xd.data_ptr()
+        expected = case(x, y)
+        before = _unboxed_calls()
+        got = case(xd, yd)
+        assert _unboxed_calls() - before >= 1, name
+        assert got is xd and xd.data_ptr() == ptr and xd._version == version + 1, name
+        assert torch.equal(xd.cpu(), expected), name
+    # Left to the boxed fallback, with the CPU's answers: a CPU scalar written in place, integers
+    # given a float, shapes that do not broadcast into self.
+    outcomes = {}
+    for device in ("cpu", DEVICE):
+        answers = []
+        for case in (lambda: torch.tensor(2.0).add_(torch.ones((), device=device)),
+                     lambda: torch.arange(4, device=device).add_(0.5),
+                     lambda: torch.ones(3, device=device).mul_(torch.ones(2, 3, device=device))):
+            try:
+                answers.append(case().cpu())
+            except RuntimeError as error:
+                answers.append(str(error).split("\n")[0])
+        outcomes[device] = answers
+    for got, expected in zip(outcomes[DEVICE], outcomes["cpu"]):
+        assert got == expected if isinstance(expected, str) else torch.equal(got, expected)
+
+
 # ---------------------------------------------------------------------------------------------
 # Unboxed _foreach_ kernels (host_kernels.cc, Note [Foreach operators without boxing]).
 
