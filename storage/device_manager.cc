@@ -16,6 +16,7 @@ DeviceManager& DeviceManager::instance() {
 DeviceManager::DeviceManager(const Options& options) : options_(options) {
   opencl::DiscoveredPlatform platform = opencl::discover(options_);
   platform_name_ = std::move(platform.name);
+  why_no_device_ = std::move(platform.why_none);
   opencl_ = std::move(platform.backends);
   host_ = std::make_unique<HostBackend>();
   if (options_.faults.any()) {

@@ -34,6 +34,9 @@ class DeviceManager {
   const Options& options() const { return options_; }
   // Name of the chosen OpenCL platform; empty when there is none.
   const std::string& platform_name() const { return platform_name_; }
+  // When there is no OpenCL device: what discovery found, the environment that chose it, and
+  // what to change (for the error of the first use of a device). Empty when there are devices.
+  const std::string& why_no_device() const { return why_no_device_; }
   // opencl:0 .. opencl:N-1, then cpu.
   std::vector<Device> devices() const;
   size_t opencl_device_count() const { return opencl_.size(); }
@@ -46,6 +49,7 @@ class DeviceManager {
  private:
   Options options_;
   std::string platform_name_;
+  std::string why_no_device_;
   std::vector<std::unique_ptr<MemoryBackend>> opencl_;
   std::unique_ptr<MemoryBackend> host_;
 };

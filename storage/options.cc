@@ -172,6 +172,12 @@ Options Options::from_environment() {
   if (const char* conf = std::getenv("PYTORCH_ALLOC_CONF")) {
     options.alloc_conf = AllocConf::parse(conf, "PYTORCH_ALLOC_CONF");
   }
+  for (const char* name : {"POCL_DEVICES", "OCL_ICD_VENDORS", "OCL_ICD_FILENAMES"}) {
+    const char* value = std::getenv(name);
+    if (value == nullptr) continue;
+    if (!options.driver_environment.empty()) options.driver_environment += ", ";
+    options.driver_environment += std::string(name) + "='" + value + "'";
+  }
   return options;
 }
 

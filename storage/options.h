@@ -8,6 +8,8 @@
 //   OCLVM_MEMORY_LIMIT   per-device limit in bytes, K/M/G suffixes (1024-based); 0 = none
 //   OCLVM_FAULTS         fault injection rules for every device (storage/faults.h)  (default: none)
 //   PYTORCH_ALLOC_CONF   PyTorch's allocator settings; those the caching allocator has (AllocConf)
+//   OCL_ICD_VENDORS, OCL_ICD_FILENAMES  read by the OpenCL ICD loader itself; named (with
+//                        POCL_DEVICES) in the error that says why no device was found.
 //   POCL_DEVICES         read by PoCL itself. If unset, oclvm sets it to `basic` before its first
 //                        OpenCL call (PoCL's basic driver has ~100x lower command latency than the
 //                        default pthread driver); a user's value is never overwritten.
@@ -55,6 +57,10 @@ struct Options {
   std::string pocl_default_devices = "basic";
   // PYTORCH_ALLOC_CONF's settings for the caching allocator.
   AllocConf alloc_conf;
+  // The OpenCL loader's and PoCL's own variables that are set, as "NAME='value'" joined by ", "
+  // (POCL_DEVICES, OCL_ICD_VENDORS, OCL_ICD_FILENAMES): read for the error that says why no
+  // device was found, never to choose one. Empty when none is set.
+  std::string driver_environment;
 
   // Reads the variables listed above over the defaults. Throws InvalidArgument naming the
   // variable when one is malformed (e.g. OCLVM_MEMORY_LIMIT=12Q).

@@ -309,6 +309,7 @@ int run_devices(const std::vector<std::string_view>& args) {
                     (manager->platform_name().empty() ? std::string("(no OpenCL platform)")
                                                       : manager->platform_name()) +
                     "\n";
+  if (!manager->why_no_device().empty()) out += "no OpenCL device: " + manager->why_no_device() + "\n";
   for (const Device& device : manager->devices()) {
     const DeviceProperties& p = manager->backend(device).properties();
     auto line = [&out](const char* key, const std::string& value) {

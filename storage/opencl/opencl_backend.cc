@@ -311,12 +311,15 @@ DiscoveredPlatform discover(const Options& options) {
   else check_cl(err, "clGetPlatformIDs", "platform discovery");
 
   DiscoveredPlatform result;
-  std::string seen;
+  std::string seen;   // the platforms' names, for OCLVM_PLATFORM's error
+  std::string found;  // each platform with its device count, for why_none
   for (const cl::Platform& platform : platforms) {
     const std::string name = platform_name(platform);
     seen += (seen.empty() ? "'" : ", '") + name + "'";
     if (!options.platform.empty() && name.find(options.platform) == std::string::npos) continue;
     std::vector<cl::Device> devices = platform_devices(platform);
+    found += (found.empty() ? "'" : ", '") + name + "' with " + std::to_string(devices.size()) +
+             (devices.size() == 1 ? " device" : " devices");
     if (devices.empty()) continue;
     result.name = name;
     for (size_t i = 0; i < devices.size(); ++i) {
@@ -328,6 +331,21 @@ DiscoveredPlatform discover(const Options& options) {
     throw InvalidArgument("Expected OCLVM_PLATFORM='" + options.platform +
                           "' to match an OpenCL platform with devices, but the platforms are: " +
                           (seen.empty() ? std::string("none") : seen));
+  }
+  const std::string environment =
+      options.driver_environment.empty() ? std::string("none of POCL_DEVICES, OCL_ICD_VENDORS, "
+                                                       "OCL_ICD_FILENAMES is set")
+                                         : options.driver_environment;
+  if (platforms.empty()) {
+    result.why_none = "the OpenCL ICD loader found no platform (environment: " + environment +
+                      "); install an OpenCL driver (Debian: pocl-opencl-icd for the CPU), or "
+                      "point OCL_ICD_VENDORS at the folder of its .icd file; `clinfo -l` lists "
+                      "what the loader finds";
+  } else {
+    result.why_none = "no OpenCL platform has a device (platforms: " + found + "; environment: " +
+                      environment + "); PoCL exposes the drivers POCL_DEVICES names: unset it, "
+                      "or set it to 'basic', 'pthread' or 'basic basic'; `clinfo -l` lists "
+                      "what the loader finds";
   }
   return result;
 }

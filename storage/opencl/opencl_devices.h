@@ -16,6 +16,9 @@ namespace oclvm::opencl {
 struct DiscoveredPlatform {
   std::string name;                                       // empty when no platform has devices
   std::vector<std::unique_ptr<MemoryBackend>> backends;  // one per device, opencl:0..N-1
+  // When `backends` is empty: what was found (each platform and its device count), the
+  // environment that chose it, and what to change. Empty otherwise.
+  std::string why_none;
 };
 
 // Chooses the platform (see DeviceManager) and builds one backend per device, each with an

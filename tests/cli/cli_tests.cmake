@@ -249,6 +249,13 @@ oclvm_cli_test(devices_two 0
   ARGS devices
   ENV "POCL_DEVICES=basic basic"
   STDOUT "\nopencl:0\n" "\nopencl:1\n" "\ncpu\n")
+# With no device, the listing says what was found and what to change (issue 33's "no device,
+# no reason").
+oclvm_cli_test(devices_none 0
+  ARGS devices
+  ENV "POCL_DEVICES="
+  STDOUT "^platform: \\(no OpenCL platform\\)\n"
+         "no OpenCL device: no OpenCL platform has a device \\(platforms: 'Portable Computing Language' with 0 devices; environment: POCL_DEVICES=''\\); PoCL exposes the drivers POCL_DEVICES names")
 oclvm_cli_test(devices_extra_argument 2
   ARGS devices --all
   STDERR "Expected no arguments after 'devices', but got '--all'")
