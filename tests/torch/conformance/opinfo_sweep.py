@@ -506,18 +506,32 @@ def run_item(op, dtype_name, max_samples, random_keys, on_sample=None):
 # server's {"exit": code} once the worker is gone (code < 0: killed by signal -code).
 
 def _server(max_samples):
-    """The fork server: reads one JSON list of [op key, dtype] per line from stdin and forks a
-    worker for each. Anything else written to fd 1 goes to stderr."""
+    """The OpInfo sweep's fork server (`serve` over op_db)."""
+    def load():
+        op_db = all_ops()
+        by_key = {op_key(op): op for op in op_db}
+        random_keys = random_ops(op_db)
+
+        def run(key, dtype_name, on_sample):
+            return run_item(by_key[key], dtype_name, max_samples, random_keys, on_sample)
+        return all_items(op_db), run
+    serve(load)
+
+
+def serve(load):
+    """A fork server (Note [The fork server]): `load()`, called once after torch is imported,
+    returns (every [key, dtype name] item, `run(key, dtype name, on_sample)` -> result dict);
+    then it reads one JSON list of items per line from stdin and forks a worker for each, which
+    runs them. Anything else written to fd 1 goes to stderr. The module sweep
+    (module_sweep.py) serves module_db through it."""
     out = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)
     sys.stdout = sys.stderr
     import warnings
     warnings.simplefilter("ignore")
     import torch  # noqa: F401  (autoloads the oclvm backend)
-    op_db = all_ops()
-    by_key = {op_key(op): op for op in op_db}
-    random_keys = random_ops(op_db)
-    out.write(json.dumps({"ready": True, "items": all_items(op_db)}) + "\n")
+    all_keys, run = load()
+    out.write(json.dumps({"ready": True, "items": all_keys}) + "\n")
     for request in sys.stdin:
         items = json.loads(request)
         pid = os.fork()
@@ -532,8 +546,7 @@ def _server(max_samples):
                 for key, dtype_name in items:
                     out.write(json.dumps({"start": [key, dtype_name]}) + "\n")
                     began = time.monotonic()
-                    result = run_item(by_key[key], dtype_name, max_samples, random_keys,
-                                      on_sample)
+                    result = run(key, dtype_name, on_sample)
                     result["seconds"] = round(time.monotonic() - began, 2)
                     out.write(json.dumps(result) + "\n")
                 out.write(json.dumps({"done": True}) + "\n")
@@ -573,16 +586,19 @@ def load_results(path):
 
 
 def sweep(ops=None, dtypes=None, max_samples=None, out=None, resume=False,
-          timeout=DEFAULT_TIMEOUT, progress=True):
+          timeout=DEFAULT_TIMEOUT, progress=True, script=None, finish=None):
     """Runs the items in forked workers, one at a time (Note [The fork server]), and returns
     every result (with `resume`, those already in `out` first). Each result is also appended to
-    `out` as it arrives."""
-    server = _Server(max_samples)  # it knows op_db: the parent never imports it
+    `out` as it arrives. `script` is the harness whose `--server` serves the items (default:
+    this one, op_db); `finish(result, max_samples)` applies its expected failures (default:
+    `_finish`, with EXPECTED_FAILURES)."""
+    finish = finish or _finish
+    server = _Server(max_samples, script)  # it knows the corpus: the parent never imports it
     items = select_items(server.items, ops, dtypes)
     if not items:
         server.close()
-        raise ValueError(f"Expected --ops {ops} and --dtypes {dtypes} to select operators of "
-                         "op_db, but they select none")
+        raise ValueError(f"Expected --ops {ops} and --dtypes {dtypes} to select items of the "
+                         "corpus, but they select none")
     previous = load_results(out) if resume else []
     done = {(r["op"], r["dtype"]) for r in previous}
     pending = [item for item in items if tuple(item) not in done]
@@ -595,7 +611,7 @@ def sweep(ops=None, dtypes=None, max_samples=None, out=None, resume=False,
     started = time.monotonic()
 
     def record(result):
-        _finish(result, max_samples)
+        finish(result, max_samples)
         results.append(result)
         counts[result["status"]] = counts.get(result["status"], 0) + 1
         if sink:
@@ -610,7 +626,7 @@ def sweep(ops=None, dtypes=None, max_samples=None, out=None, resume=False,
     try:
         while pending:
             if server is None:
-                server = _Server(max_samples)
+                server = _Server(max_samples, script)
             pending = server.run(pending, timeout, record)
             if server.gone:
                 server.close()
@@ -633,8 +649,8 @@ class _Server:
 
     STARTS = 5
 
-    def __init__(self, max_samples):
-        command = [sys.executable, os.path.abspath(__file__), "--server"]
+    def __init__(self, max_samples, script=None):
+        command = [sys.executable, os.path.abspath(script or __file__), "--server"]
         if max_samples is not None:
             command += ["--max-samples", str(max_samples)]
         for attempt in range(self.STARTS):
@@ -845,30 +861,54 @@ def write_table(results, path, command, max_samples):
     pathlib.Path(path).write_text("\n".join(lines).rstrip() + "\n")
 
 
+def pthread_driver_refused(program):
+    """True, after saying why, when POCL_DEVICES names PoCL's pthread driver: the fork server's
+    import of the corpus finds the devices, and that driver starts its scheduler threads then;
+    a forked worker has none of them, and its first command waits forever (Note [The fork
+    server])."""
+    if "pthread" not in os.environ.get("POCL_DEVICES", ""):
+        return False
+    print(f"{program}: PoCL's pthread driver cannot run under the fork server (its threads do "
+          "not survive fork); run the sweep on basic devices, e.g. POCL_DEVICES=\"basic basic\" "
+          "for two", file=sys.stderr)
+    return True
+
+
+def add_sweep_arguments(parser, item, sample_bound):
+    """The options a sweep's command shares with this one's: `item` names an item ("(op,
+    dtype)"), `sample_bound` what --max-samples bounds."""
+    parser.add_argument("--max-samples", type=int, default=None, help=f"per {sample_bound}")
+    parser.add_argument("--out", default=None, help=f"results, one JSON line per {item}")
+    parser.add_argument("--table", default=None, help="Markdown table to (re)write")
+    parser.add_argument("--resume", action="store_true", help="skip items already in --out")
+    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT,
+                        help=f"seconds per {item}")
+    parser.add_argument("--table-only", action="store_true",
+                        help="only rewrite --table from the results in --out")
+    parser.add_argument("--server", action="store_true", help=argparse.SUPPRESS)
+
+
+def rewrite_table(write, results, path, script, argv, max_samples):
+    """Rewrites the report at `path` with `write(results, path, command, bound)`: the command
+    that regenerates it (tests/torch/conformance/`script` with `argv`) and the sample bound the
+    results were made with."""
+    command = f".venv/bin/python tests/torch/conformance/{script} " + " ".join(
+        a for a in (argv if argv is not None else sys.argv[1:]) if a != "--table-only")
+    bounds = {r.get("max_samples") for r in results} or {max_samples}
+    write(results, path, command.strip(),
+          bounds.pop() if len(bounds) == 1 else max(b or 0 for b in bounds))
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dtypes", nargs="+", choices=DTYPE_NAMES, default=list(DTYPE_NAMES))
     parser.add_argument("--ops", nargs="+", help="op keys or fnmatch patterns (default: all)")
-    parser.add_argument("--max-samples", type=int, default=None, help="per (op, dtype)")
-    parser.add_argument("--out", default=None, help="results, one JSON line per (op, dtype)")
-    parser.add_argument("--table", default=None, help="Markdown table to (re)write")
-    parser.add_argument("--resume", action="store_true", help="skip items already in --out")
-    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT,
-                        help="seconds per (op, dtype)")
-    parser.add_argument("--table-only", action="store_true",
-                        help="only rewrite --table from the results in --out")
-    parser.add_argument("--server", action="store_true", help=argparse.SUPPRESS)
+    add_sweep_arguments(parser, "(op, dtype)", "(op, dtype)")
     args = parser.parse_args(argv)
     if args.server:
         _server(args.max_samples)
         return 0
-    if "pthread" in os.environ.get("POCL_DEVICES", "") and not args.table_only:
-        # The fork server's import of op_db finds the devices, and PoCL's pthread driver starts
-        # its scheduler threads then; a forked worker has none of them, and its first command
-        # waits forever (Note [The fork server]).
-        print("opinfo_sweep: PoCL's pthread driver cannot run under the fork server (its threads "
-              "do not survive fork); run the sweep on basic devices, e.g. "
-              "POCL_DEVICES=\"basic basic\" for two", file=sys.stderr)
+    if not args.table_only and pthread_driver_refused("opinfo_sweep"):
         return 2
     if args.table_only:
         results = load_results(args.out)
@@ -879,11 +919,8 @@ def main(argv=None):
         except ValueError as error:
             parser.error(str(error))
     if args.table:
-        command = ".venv/bin/python tests/torch/conformance/opinfo_sweep.py " + " ".join(
-            a for a in (argv if argv is not None else sys.argv[1:]) if a != "--table-only")
-        bounds = {r.get("max_samples") for r in results} or {args.max_samples}
-        write_table(results, args.table, command.strip(),
-                    bounds.pop() if len(bounds) == 1 else max(b or 0 for b in bounds))
+        rewrite_table(write_table, results, args.table, "opinfo_sweep.py", argv,
+                      args.max_samples)
     for dtype, e in summarize(results).items():
         print(f"{dtype}: run {e['run']}, pass {e[PASS]}, fail {e[FAIL]}, expected failure "
               f"{e[XFAIL]}, unexpected pass {e[XPASS]}, died {e[DIED]}, timeout {e[TIMEOUT]}, "
