@@ -91,7 +91,9 @@ def move_to_device(model: torch.nn.Module) -> torch.nn.Module:
 def max_difference(got: torch.Tensor, expected: torch.Tensor) -> float:
     if got.dtype == torch.bool or not got.dtype.is_floating_point:
         return float((got.cpu().long() - expected.long()).abs().max()) if got.numel() else 0.0
-    return float((got.cpu().double() - expected.double()).abs().max()) if got.numel() else 0.0
+    if got.numel() == 0:
+        return 0.0
+    return float((got.detach().cpu().double() - expected.detach().double()).abs().max())
 
 
 def assert_state_close(device_model, cpu_model, tolerance=EXACT) -> None:

@@ -1,12 +1,19 @@
 """Models written by others train on the `opencl` device exactly as on the CPU.
 
 Every model is a small random-initialised configuration built in this file (nothing is
-downloaded): transformers' GPT-2 (tied embeddings; training and greedy generation with a KV
-cache), BERT masked LM (padding in the attention mask), T5 (encoder-decoder with labels) and ViT;
-torch.nn LSTM and GRU language models (dropout between layers) and a channels-last CNN with
-BatchNorm2d; then the training machinery around a model: SGD with momentum, Adam and AdamW with
-and without foreach, gradient clipping, activation checkpointing over dropout, bfloat16 autocast,
-and state_dict round trips through torch.save / torch.load in both directions.
+downloaded): transformers' GPT-2 (tied embeddings), BERT masked LM (padding in the attention
+mask), T5 (encoder-decoder with labels), ViT, a Llama-style decoder (RoPE, RMSNorm, grouped-query
+attention) and Mixtral (a mixture of experts, top-2 of 4, trained with the routers' load-balancing
+loss, which counts tokens with torch.histc on int32 off the CPU); GPT-2, Llama and Mixtral also
+generate greedily with a KV cache. diffusers' UNet2DConditionModel (cross-attention) trains on the
+denoising loss with DDPMScheduler.add_noise, and one DDPMScheduler step runs on the device (an
+unconditional UNet2DModel with self-attention is a strict expected failure, for the adapter bug
+its reason names); peft's LoRA adapters on GPT-2 (c_attn) and Llama (q_proj, v_proj) train alone
+and merge_and_unload folds them in. torch.nn LSTM and GRU language models (dropout between layers)
+and a channels-last CNN with BatchNorm2d; then the training machinery around a model: SGD with
+momentum, Adam and AdamW with and without foreach, gradient clipping, activation checkpointing
+over dropout, bfloat16 autocast, and state_dict round trips through torch.save / torch.load in
+both directions.
 
 Every training scenario (tests/torch/model_families_util.py) builds the model on the CPU, moves a
 deep copy with `model.to("opencl")`, makes the device optimizer before or after that move, seeds
@@ -17,7 +24,10 @@ trains 100 steps and asserts that the allocated bytes do not grow between step 1
 """
 import copy
 import io
+import warnings
 
+import diffusers
+import peft
 import pytest
 import torch
 import transformers
@@ -32,6 +42,7 @@ from model_families_util import (BF16, DEV, EXACT, Family, assert_memory_returns
 pytestmark = pytest.mark.usefixtures("nothing_leaks")
 
 transformers.logging.set_verbosity_error()
+diffusers.logging.set_verbosity_error()
 
 VOCAB = 64
 
@@ -57,7 +68,9 @@ def gpt2_config():
                                    pad_token_id=0)
 
 
-def gpt2_batches(n):
+def causal_lm_batches(n):
+    """Token ids that are their own labels, without an attention mask (Mixtral then counts the
+    tokens per expert with torch.histc; with a mask it takes scatter_add_)."""
     g = generator()
     batches = []
     for _ in range(n):
@@ -133,10 +146,121 @@ def build_vit():
         attention_probs_dropout_prob=0.1, num_labels=5))
 
 
-GPT2 = Family("gpt2", seeded(11, build_gpt2), gpt2_batches, hf_loss)
+GPT2 = Family("gpt2", seeded(11, build_gpt2), causal_lm_batches, hf_loss)
 BERT = Family("bert_mlm", seeded(12, build_bert), bert_batches, hf_loss)
 T5 = Family("t5", seeded(13, build_t5), t5_batches, hf_loss)
 VIT = Family("vit", seeded(14, build_vit), vit_batches, hf_loss)
+
+
+def build_llama():
+    """RoPE, RMSNorm, a SwiGLU MLP and grouped-query attention: 4 query heads share 2 key/value
+    heads."""
+    return transformers.LlamaForCausalLM(transformers.LlamaConfig(
+        vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32, bos_token_id=1,
+        eos_token_id=2, pad_token_id=0))
+
+
+def build_mixtral():
+    """Llama's layers with a mixture of 4 experts, 2 per token, in place of the MLP (transformers'
+    default "grouped_mm" experts). output_router_logits=True adds the routers' load-balancing
+    loss (router_aux_loss_coef times aux_loss) to the loss; off the CPU, aux_loss counts the tokens
+    per expert with torch.histc on int32."""
+    return transformers.MixtralForCausalLM(transformers.MixtralConfig(
+        vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2,
+        max_position_embeddings=32, output_router_logits=True, router_aux_loss_coef=0.02,
+        bos_token_id=1, eos_token_id=2, pad_token_id=0))
+
+
+LLAMA = Family("llama_gqa", seeded(15, build_llama), causal_lm_batches, hf_loss)
+MIXTRAL = Family("mixtral_moe", seeded(16, build_mixtral), causal_lm_batches, hf_loss)
+
+
+# ---------------------------------------------------------------------------------------------
+# diffusers
+
+def build_unet():
+    """A two-level UNet2DConditionModel: ResNet blocks with GroupNorm, cross-attention to a
+    5-token text embedding in the first down block and the last up block, and a timestep
+    embedding."""
+    return diffusers.UNet2DConditionModel(
+        sample_size=8, in_channels=4, out_channels=4, block_out_channels=(32, 64),
+        layers_per_block=1, norm_num_groups=8, cross_attention_dim=16, attention_head_dim=8,
+        down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"),
+        up_block_types=("UpBlock2D", "CrossAttnUpBlock2D"))
+
+
+def latent_batches(n):
+    g = generator()
+    return [{"latents": torch.randn(2, 4, 8, 8, generator=g),
+             "text": torch.randn(2, 5, 16, generator=g)} for _ in range(n)]
+
+
+def ddpm():
+    """A fresh scheduler per use: add_noise keeps its alphas_cumprod on the samples' device."""
+    return diffusers.DDPMScheduler(num_train_timesteps=1000)
+
+
+def denoising_loss(model, batch):
+    """diffusers' training step: noise and timesteps drawn on the batch's device, the noisy
+    latents from DDPMScheduler.add_noise, and the MSE of the predicted noise."""
+    latents = batch["latents"]
+    scheduler = ddpm()
+    noise = torch.randn_like(latents)
+    timesteps = torch.randint(0, scheduler.config.num_train_timesteps, (latents.shape[0],),
+                              device=latents.device)
+    noisy = scheduler.add_noise(latents, noise, timesteps)
+    text = batch["text"]
+    predicted = (model(noisy, timesteps) if text is None
+                 else model(noisy, timesteps, encoder_hidden_states=text)).sample
+    return torch.nn.functional.mse_loss(predicted, noise)
+
+
+def build_unet_self_attention():
+    """An unconditional UNet2DModel with self-attention in the second down block, the mid block
+    and the first up block: diffusers' Attention on 4-d input gives back channels-last strides
+    (a transpose reshaped), so the GroupNorm after it normalises a channels-last tensor."""
+    return diffusers.UNet2DModel(
+        sample_size=8, in_channels=4, out_channels=4, block_out_channels=(32, 64),
+        layers_per_block=1, norm_num_groups=8, attention_head_dim=8,
+        down_block_types=("DownBlock2D", "AttnDownBlock2D"),
+        up_block_types=("AttnUpBlock2D", "UpBlock2D"))
+
+
+def unconditional_denoising_loss(model, batch):
+    return denoising_loss(model, {**batch, "text": None})
+
+
+UNET = Family("unet2d_conditional", seeded(17, build_unet), latent_batches, denoising_loss)
+UNET_SELF_ATTENTION = Family("unet2d_self_attention", seeded(18, build_unet_self_attention),
+                             latent_batches, unconditional_denoising_loss)
+
+
+# ---------------------------------------------------------------------------------------------
+# peft
+
+def with_lora(build, **config):
+    """`build()`'s model wrapped by peft.get_peft_model with rank-4 LoRA adapters (dropout 0.1)
+    on `target_modules`; every other parameter is frozen."""
+    def make():
+        model = build()
+        with warnings.catch_warnings():
+            # peft 0.21 reads transformers' deprecated `is_gradient_checkpointing`
+            warnings.filterwarnings("ignore", "`is_gradient_checkpointing` is deprecated",
+                                    FutureWarning)
+            return peft.get_peft_model(model, peft.LoraConfig(r=4, lora_alpha=8,
+                                                              lora_dropout=0.1, **config))
+    return make
+
+
+# GPT-2's c_attn is a transformers Conv1D, whose weight is stored transposed (fan_in_fan_out)
+LORA_GPT2 = Family("lora_gpt2", seeded(41, with_lora(build_gpt2, target_modules=["c_attn"],
+                                                     fan_in_fan_out=True)),
+                   causal_lm_batches, hf_loss)
+LORA_LLAMA = Family("lora_llama", seeded(42, with_lora(build_llama,
+                                                       target_modules=["q_proj", "v_proj"])),
+                    causal_lm_batches, hf_loss)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -239,10 +363,15 @@ def adamw(params):
     return torch.optim.AdamW(params, lr=1e-3)
 
 
+def adamw_trainable(params):
+    """AdamW over the parameters that require gradients, as peft's examples make it."""
+    return adamw([p for p in params if p.requires_grad])
+
+
 # ---------------------------------------------------------------------------------------------
 # the tests
 
-FAMILIES = [GPT2, BERT, T5, VIT, LSTM, GRU, CNN]
+FAMILIES = [GPT2, BERT, T5, VIT, LLAMA, MIXTRAL, UNET, LORA_GPT2, LORA_LLAMA, LSTM, GRU, CNN]
 by_name = pytest.mark.parametrize("family", FAMILIES, ids=lambda f: f.name)
 both_orders = pytest.mark.parametrize("optimizer_before_move", [False, True],
                                       ids=["opt_after_to", "opt_before_to"])
@@ -275,24 +404,83 @@ def cnn_eval_matches(cpu, dev):
     assert dev[0].weight.is_contiguous(memory_format=torch.channels_last)
 
 
-EXTRA_CHECKS = {CNN.name: cnn_eval_matches}
+def mixtral_routing_matches(cpu, dev):
+    """After training: in eval mode the logits, every layer's router logits and the
+    load-balancing loss (torch.histc on int32 on the device, on float32 on the CPU) equal the
+    CPU's."""
+    batch = causal_lm_batches(1)[0]
+    cpu.eval()
+    dev.eval()
+    with torch.no_grad():
+        expected = cpu(**batch)
+        got = dev(**{k: v.to(DEV) for k, v in batch.items()})
+    assert got.aux_loss.device.type == DEV
+    for name in ("loss", "aux_loss", "logits"):
+        assert_close(getattr(got, name).cpu(), getattr(expected, name), **EXACT, msg=name)
+    assert len(got.router_logits) == len(expected.router_logits) == 2
+    for layer, (g, e) in enumerate(zip(got.router_logits, expected.router_logits)):
+        assert_close(g.cpu(), e, **EXACT, msg=f"router_logits of layer {layer}")
+
+
+def lora_merges_as_on_cpu(family):
+    """After training: only the adapters were trainable and only they moved (the base weights
+    equal a fresh build's); merge_and_unload folds them into the base weights as on the CPU: the
+    merged models' weights and eval logits equal the CPU's, and equal the unmerged model's
+    logits."""
+    def check(cpu, dev):
+        fresh = dict(family.build().named_parameters())
+        trainable = [name for name, p in dev.named_parameters() if p.requires_grad]
+        assert trainable and all(".lora_" in name for name in trainable), trainable
+        for name, p in dev.named_parameters():
+            changed = not torch.equal(p.cpu(), fresh[name])
+            assert changed == p.requires_grad, (
+                f"Expected {name} {'to move' if p.requires_grad else 'to stay'}, but it did not")
+        ids = causal_lm_batches(1)[0]["input_ids"]
+        cpu.eval()
+        dev.eval()
+        with torch.no_grad():
+            unmerged = dev(input_ids=ids.to(DEV)).logits.cpu()
+            merged_cpu = cpu.merge_and_unload()
+            merged_dev = dev.merge_and_unload()
+            assert not any("lora_" in name for name, _ in merged_dev.named_parameters())
+            assert_state_close(merged_dev, merged_cpu)
+            expected = merged_cpu(input_ids=ids).logits
+            got = merged_dev(input_ids=ids.to(DEV)).logits.cpu()
+        assert_close(got, expected, **EXACT)
+        assert_close(got, unmerged, **EXACT)
+    return check
+
+
+EXTRA_CHECKS = {CNN.name: cnn_eval_matches, MIXTRAL.name: mixtral_routing_matches,
+                LORA_GPT2.name: lora_merges_as_on_cpu(LORA_GPT2),
+                LORA_LLAMA.name: lora_merges_as_on_cpu(LORA_LLAMA)}
+
+
+def optimizer_for(family):
+    """AdamW for the transformers and diffusers models (over the adapters only under LoRA), SGD
+    with momentum for the torch.nn models."""
+    if family in (LORA_GPT2, LORA_LLAMA):
+        return adamw_trainable
+    return adamw if family in (GPT2, BERT, T5, VIT, LLAMA, MIXTRAL, UNET) else sgd
 
 
 @by_name
 @both_orders
 def test_family_trains_as_on_cpu(family, optimizer_before_move):
-    """Three steps (AdamW for the transformers, SGD with momentum for the torch.nn models) give
-    the CPU's losses, parameters and buffers; tied weights stay tied; memory comes back."""
-    make_optimizer = adamw if family in (GPT2, BERT, T5, VIT) else sgd
-    train_both_and_compare(family, make_optimizer, steps=3, seed=5,
+    """Three steps give the CPU's losses, parameters and buffers; tied weights stay tied; memory
+    comes back."""
+    train_both_and_compare(family, optimizer_for(family), steps=3, seed=5,
                            optimizer_before_move=optimizer_before_move,
                            check=EXTRA_CHECKS.get(family.name))
 
 
-def test_gpt2_greedy_generation_with_kv_cache():
-    """generate(do_sample=False, use_cache=True) on the device picks the CPU's tokens."""
+@pytest.mark.parametrize("family", [GPT2, LLAMA, MIXTRAL], ids=lambda f: f.name)
+def test_greedy_generation_with_kv_cache(family):
+    """generate(do_sample=False, use_cache=True) on the device picks the CPU's tokens (GPT-2's
+    learned positions, Llama's rotary positions over a grouped-query cache, Mixtral's routing one
+    token at a time)."""
     def scenario():
-        cpu = GPT2.build().eval()
+        cpu = family.build().eval()
         dev = move_to_device(copy.deepcopy(cpu))
         ids, mask = padded_tokens(generator(3), [5, 5], 5)
         kwargs = dict(do_sample=False, use_cache=True, max_new_tokens=8, pad_token_id=0)
@@ -300,6 +488,55 @@ def test_gpt2_greedy_generation_with_kv_cache():
         got = dev.generate(input_ids=ids.to(DEV), attention_mask=mask.to(DEV), **kwargs)
         assert got.device.type == DEV
         assert torch.equal(got.cpu(), expected), f"{got.cpu().tolist()} vs {expected.tolist()}"
+    assert_memory_returns(scenario)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "bug: GroupNorm's backward on a channels-last input differs from the CPU's in the last bits: "
+    "the autograd formula of aten::native_group_norm (derivatives.yaml) makes the gradient and the "
+    "input contiguous in input.suggest_memory_format() on the CPU but in contiguous_format on any "
+    "other device, so the device runs the CPU's NCHW kernel where the CPU runs its channels-last "
+    "kernel; AdamW amplifies the difference past rtol 1e-5"))
+@pytest.mark.filterwarnings("ignore:Converting a tensor with requires_grad=True to a scalar")
+def test_unet_with_self_attention_trains_as_on_cpu():
+    failure = None
+    try:
+        train_both_and_compare(UNET_SELF_ATTENTION, adamw, steps=3, seed=5)
+    except AssertionError as e:
+        # the failure's traceback would hold the device models past the test (nothing_leaks
+        # checks memory after an expected failure too): raise its message without it
+        failure = str(e)
+    assert failure is None, failure
+
+
+def test_ddpm_scheduler_step_as_on_cpu():
+    """DDPMScheduler on the device as on the CPU: add_noise at the timesteps of set_timesteps, the
+    UNet's noise prediction, and one step of the reverse process, whose variance noise comes from
+    a generator of the samples' device."""
+    def scenario():
+        cpu = UNET.build().eval()
+        dev = move_to_device(copy.deepcopy(cpu))
+        batch = latent_batches(1)[0]
+        noise = torch.randn(batch["latents"].shape, generator=generator(4))
+
+        def one_step(model, device):
+            scheduler = ddpm()
+            scheduler.set_timesteps(10, device=device)
+            t = scheduler.timesteps[2]
+            latents, text = batch["latents"].to(device), batch["text"].to(device)
+            noisy = scheduler.add_noise(latents, noise.to(device), t.expand(latents.shape[0]))
+            with torch.no_grad():
+                predicted = model(noisy, t, encoder_hidden_states=text).sample
+            out = scheduler.step(predicted, t, noisy,
+                                 generator=torch.Generator(device).manual_seed(6))
+            return [x.cpu() for x in (noisy, predicted, out.prev_sample,
+                                      out.pred_original_sample)]
+
+        expected = one_step(cpu, "cpu")
+        got = one_step(dev, DEV)
+        for name, g, e in zip(["noisy", "predicted", "prev_sample", "pred_original_sample"],
+                              got, expected):
+            assert_close(g, e, **EXACT, msg=name)
     assert_memory_returns(scenario)
 
 
