@@ -30,26 +30,39 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
-# Python environment. torch is pinned to the CPU build that lies on this machine's disk; pip is
-# told the exact version so it can never resolve a newer (CUDA) build.
-venv_stamp="$stamp_dir/venv-torch-2.13.0-skbuild"
-if [ ! -f "$venv_stamp" ] || [ ! -x .venv/bin/python ]; then
-  echo "setup: creating .venv with torch==2.13.0, pytest, numpy, scikit-build-core"
-  python3 -m venv .venv
-  .venv/bin/pip install -q "torch==2.13.0" pytest numpy "scikit-build-core>=0.9"
-  .venv/bin/python -c "import torch; assert torch.__version__.startswith('2.13.0'), torch.__version__"
+# Python environments. torch is pinned to a build that lies on this machine's disk; pip is told
+# the exact version so it can never resolve a newer (CUDA) build. `setup.sh` makes .venv with
+# torch 2.13.0 (the CPU build); `setup.sh --torch 2.14.1 --venv DIR` makes DIR with torch 2.14.1
+# (a CUDA build of about 5.5 GB: `make test-torch-2.14`).
+torch_version=2.13.0
+venv=.venv
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --torch) torch_version=$2; shift 2 ;;
+    --venv) venv=$2; shift 2 ;;
+    *) echo "setup.sh: expected --torch VERSION or --venv DIR, but got '$1'" >&2; exit 2 ;;
+  esac
+done
+venv_stamp="$stamp_dir/$(basename "$venv")-torch-$torch_version-skbuild"
+if [ ! -f "$venv_stamp" ] || [ ! -x "$venv/bin/python" ]; then
+  echo "setup: creating $venv with torch==$torch_version, pytest, numpy, scikit-build-core"
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install -q "torch==$torch_version" pytest numpy "scikit-build-core>=0.9"
+  "$venv/bin/python" -c "import torch; assert torch.__version__.startswith('$torch_version'), torch.__version__"
   touch "$venv_stamp"
 fi
 
 # Test dependencies of the conformance suite (design/conformance.md): PyTorch's OpInfo database
 # needs expecttest and hypothesis to import; the model families build Hugging Face transformers
-# models from small random-initialised configs (pure Python, nothing downloaded at run time).
+# models from small random-initialised configs (pure Python, nothing downloaded at run time);
+# accelerate's batch-size search reads the device's out-of-memory errors (test_memory.py);
+# diffusers (a UNet and its scheduler) and peft (LoRA) join the model families.
 # Pinned so that a new release cannot change what make test runs.
-test_deps=("transformers==5.23.0" "expecttest==0.3.0" "hypothesis==6.170.15")
-deps_stamp="$stamp_dir/venv-test-deps-$(echo "${test_deps[*]}" | md5sum | cut -c1-12)"
+test_deps=("transformers==5.23.0" "expecttest==0.3.0" "hypothesis==6.170.15" "accelerate==1.15.0" "diffusers==0.42.1" "peft==0.21.2")
+deps_stamp="$stamp_dir/$(basename "$venv")-test-deps-$(echo "${test_deps[*]}" | md5sum | cut -c1-12)"
 if [ ! -f "$deps_stamp" ]; then
-  echo "setup: installing test dependencies into .venv: ${test_deps[*]}"
-  .venv/bin/pip install -q "${test_deps[@]}"
-  .venv/bin/python -c "import transformers, expecttest, hypothesis"
+  echo "setup: installing test dependencies into $venv: ${test_deps[*]}"
+  "$venv/bin/pip" install -q "${test_deps[@]}"
+  "$venv/bin/python" -c "import transformers, expecttest, hypothesis, accelerate, diffusers, peft"
   touch "$deps_stamp"
 fi

@@ -153,10 +153,12 @@ CLDeviceAllocator::Block* CLDeviceAllocator::new_storage(c10::DeviceIndex index,
   // More than one allocation may hold is out of memory to torch users (as on CUDA), not a bad
   // argument; nothing reaches the allocator, so no statistic changes (num_ooms included).
   const uint64_t max_alloc = max_allocation_bytes(index);  // checks the index first
-  TORCH_CHECK_WITH(OutOfMemoryError, bytes <= max_alloc, "Out of memory on opencl:",
-                   static_cast<int>(index), ": tried to allocate ", bytes,
-                   " bytes, more than the device's largest single allocation (", max_alloc,
-                   " bytes)");
+  TORCH_CHECK_WITH(OutOfMemoryError, bytes <= max_alloc,
+                   out_of_memory_text("opencl:" + std::to_string(index) + ": tried to allocate " +
+                                      std::to_string(bytes) +
+                                      " bytes, more than the device's largest single "
+                                      "allocation (" +
+                                      std::to_string(max_alloc) + " bytes)"));
   Block* storage = translate_errors([&] {
     vm::VirtualMachine& vm = runtime().vm();
     InstructionsBuilder builder(vm);
@@ -345,18 +347,37 @@ BlobRef blob_of(const c10::Storage& storage, size_t byte_offset) {
   return ref;
 }
 
+// Note [Storages torch makes around device memory]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Not every opencl storage comes from this allocator: torch wraps device memory it did not
+// allocate in storages of its own, with their own deleter. Its legacy serialization (what
+// pickle of a tensor uses, and torch.load of an old checkpoint with map_location) copies a
+// storage's bytes through at::from_blob over the storage's data pointer; torch.from_dlpack wraps
+// the address a DLPack capsule carries. Their memory is inside a live block of this allocator
+// (the storage wrapped keeps it alive, as on CUDA), so an operator finds the block through the
+// registry by address, as copy_data does. Such a storage never reaches the host paths that keep
+// state per block (host aliases: Note [Host aliases kept with their block] in ops.cc); its
+// operands are copied. Memory in no live block (freed under the wrapper) is refused with the
+// address.
 BlobRef blob_of_data(const c10::DataPtr& data) {
-  const CLDeviceAllocator::Block& owner = CLDeviceAllocator::owner(data);
+  const CLDeviceAllocator::Block* owner = CLDeviceAllocator::made_by_us(data);
+  if (owner == nullptr) [[unlikely]] return CLDeviceAllocator::instance().find(data.get());
   // The DataPtr may point past the block start only if someone moved it; blocks here never do.
-  const size_t base = static_cast<size_t>(reinterpret_cast<uintptr_t>(data.get()) - owner.address);
-  return BlobRef{owner.blob(), base};
+  const size_t base = static_cast<size_t>(reinterpret_cast<uintptr_t>(data.get()) - owner->address);
+  return BlobRef{owner->blob(), base};
+}
+
+const CLDeviceAllocator::Block* CLDeviceAllocator::made_by_us(const c10::DataPtr& data) {
+  if (data.get_deleter() != &delete_handle || data.get_context() == nullptr) return nullptr;
+  return static_cast<const Block*>(data.get_context());
 }
 
 const CLDeviceAllocator::Block& CLDeviceAllocator::owner(const c10::DataPtr& data) {
-  TORCH_CHECK(data.get_deleter() == &delete_handle && data.get_context() != nullptr,
+  const Block* block = made_by_us(data);
+  TORCH_CHECK(block != nullptr,
               "Expected an opencl storage made by oclvm's allocator, but got one with another "
               "deleter");
-  return *static_cast<const Block*>(data.get_context());
+  return *block;
 }
 
 }  // namespace oclvm::torch_adapter

@@ -156,6 +156,9 @@ class CLDeviceAllocator final : public c10::DeviceAllocator {
   // The block behind a non-empty DataPtr this allocator made (no reference taken); throws
   // c10::Error for any other DataPtr.
   static const Block& owner(const c10::DataPtr& data);
+  // The same, or nullptr for a DataPtr this allocator did not make (Note [Storages torch makes
+  // around device memory] in allocator.cc).
+  static const Block* made_by_us(const c10::DataPtr& data);
   c10::DeleterFnPtr raw_deleter() const override { return &delete_handle; }
   // Device-to-device copy of `count` bytes between two addresses of live blocks of this
   // allocator (used by storage resize and clone of storages).
@@ -206,10 +209,12 @@ class CLDeviceAllocator final : public c10::DeviceAllocator {
 void resize_storage_bytes(const c10::Storage& storage, size_t bytes);
 
 // The blob behind a PrivateUse1 tensor's storage, with the byte offset of the tensor's element 0.
-// Throws c10::Error when the storage was not made by CLDeviceAllocator. Null blob for an empty
-// storage.
+// Throws c10::Error when the storage's memory is in no live block of CLDeviceAllocator. Null blob
+// for an empty storage.
 BlobRef blob_of(const c10::Storage& storage, size_t byte_offset);
-// The blob behind a non-empty DataPtr made by CLDeviceAllocator and the offset of its data in it.
+// The blob behind a non-empty DataPtr and the offset of its data in it: the DataPtr's own block
+// when CLDeviceAllocator made it, else the live block holding its address (Note [Storages torch
+// makes around device memory] in allocator.cc); throws c10::Error when none holds it.
 BlobRef blob_of_data(const c10::DataPtr& data);
 
 }  // namespace oclvm::torch_adapter

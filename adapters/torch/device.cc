@@ -33,7 +33,7 @@ namespace {
 struct Discovery {
   std::unique_ptr<DeviceManager> devices;  // until runtime() takes them; null when it failed
   c10::DeviceIndex count = 0;
-  std::string error;  // why there are no devices; empty when discovery succeeded
+  std::string error;  // why there are no devices; empty when there are some
 };
 
 // Thread-safety: made once (a function-local static); only runtime()'s own one-time
@@ -44,6 +44,7 @@ Discovery& discovery() noexcept {
     try {
       result->devices = std::make_unique<DeviceManager>(Options::from_environment());
       result->count = static_cast<c10::DeviceIndex>(result->devices->opencl_device_count());
+      if (result->count == 0) result->error = result->devices->why_no_device();
     } catch (const std::exception& e) {
       result->devices.reset();
       result->error = e.what();
@@ -138,10 +139,38 @@ uint64_t max_allocation_bytes(c10::DeviceIndex index) {
   return per_device[static_cast<size_t>(index)];
 }
 
+// Note [Out-of-memory messages]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Libraries tell an out-of-memory error from others by its words, not only its type: accelerate's
+// find_executable_batch_size shrinks the batch when the message holds " out of memory." (CUDA's
+// "CUDA out of memory. Tried to allocate ..."). So the message of every torch.OutOfMemoryError
+// the adapter raises starts "OpenCL out of memory. ", and oclvm's own account follows: the
+// device, the request, the limit and what the allocator holds. oclvm's account opens with
+// "Out of memory on DEVICE: ", after the instruction that failed when the VM ran one
+// ("AllocateBlob (...) on opencl:0/compute: "); the text keeps the device and puts the
+// instruction last: "OpenCL out of memory. opencl:0: tried to allocate ...; while running
+// AllocateBlob (...) on opencl:0/compute".
+std::string out_of_memory_text(std::string_view details) {
+  constexpr std::string_view kOclvmOpening = "Out of memory on ";
+  const size_t opening = details.find(kOclvmOpening);
+  if (opening == std::string_view::npos) return "OpenCL out of memory. " + std::string(details);
+  std::string_view context = details.substr(0, opening);
+  while (!context.empty() && (context.back() == ' ' || context.back() == ':')) {
+    context.remove_suffix(1);
+  }
+  std::string text = "OpenCL out of memory. ";
+  text += details.substr(opening + kOclvmOpening.size());
+  if (!context.empty()) {
+    text += "; while running ";
+    text += context;
+  }
+  return text;
+}
+
 void throw_c10_error(const ErrorInfo& error) {
   switch (error.type) {
     case ErrorInfo::Type::kOutOfMemory:
-      C10_THROW_ERROR(OutOfMemoryError, error.message);
+      C10_THROW_ERROR(OutOfMemoryError, out_of_memory_text(error.message));
     case ErrorInfo::Type::kInvalidArgument:
       C10_THROW_ERROR(ValueError, error.message);
     default:

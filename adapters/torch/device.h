@@ -24,6 +24,8 @@
 #include <c10/util/Exception.h>
 
 #include <cstdint>
+#include <string>
+#include <string_view>
 
 #include "oclvm/instructions/runtime.h"
 #include "oclvm/storage/device.h"
@@ -67,8 +69,13 @@ bool zero_copy(c10::DeviceIndex index);
 bool host_addressable(c10::DeviceIndex index);
 
 // Throws the c10 error matching an oclvm one (OutOfMemoryError -> c10::OutOfMemoryError,
-// InvalidArgument -> c10::ValueError, others -> c10::Error) with its message.
+// InvalidArgument -> c10::ValueError, others -> c10::Error) with its message; an out-of-memory
+// message is worded as torch users' libraries expect (out_of_memory_text).
 [[noreturn]] void throw_c10_error(const ErrorInfo& error);
+
+// The text of a torch.OutOfMemoryError: CUDA's opening words, then oclvm's `details` (Note
+// [Out-of-memory messages] in device.cc).
+std::string out_of_memory_text(std::string_view details);
 
 // Runs `fn`, turning oclvm exceptions into the matching c10 errors (throw_c10_error); any other
 // exception passes through unchanged.

@@ -3,9 +3,12 @@
 #include "adapters/torch/fallback.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/op_registration/adaption.h>
 #include <ATen/native/CPUFallback.h>
+#include <ATen/native/Resize.h>
 
 #include <algorithm>
+#include <array>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -23,6 +26,160 @@ namespace oclvm::torch_adapter {
 namespace {
 
 constexpr c10::DeviceType kType = c10::DeviceType::PrivateUse1;
+
+// kExactSameDevice and kTensorIteratorDevice: sorted "name.overload" strings, written into the
+// build tree by device_checks.py when the build is configured.
+#include "oclvm_torch/device_checks.inc"
+
+// Note [Device checks as on CUDA]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// torch's code generation gives each CUDA kernel the device check its entry in
+// native_functions.yaml asks for; the CPU kernels the fallback runs check nothing (everything
+// they see is on the CPU), so `torch.cat([device, cpu])` returned a device tensor where CUDA
+// raises, and code that passed here failed there. So the fallback makes the check the CUDA
+// kernel would have made, before anything moves, from the lists adapters/torch/device_checks.py
+// writes at configure time from the yaml of the torch built against:
+//   - kExactSameDevice (the yaml's default): every defined tensor argument, in lists too, on one
+//     device, with torch's own check and words ("Expected all tensors to be on the same device,
+//     but found at least two devices, ...");
+//   - kTensorIteratorDevice: the same, a zero-dimensional CPU tensor aside, which TensorIterator
+//     takes as a scalar (check_one_device).
+// Operators in neither list (copies and conversions, indexing with CPU indices) take tensors of
+// several devices on purpose and are not checked; composite operators never reach the fallback,
+// and their parts are checked as they run.
+enum class DeviceCheck : uint8_t { kNone, kExactSame, kTensorIterator };
+
+// Note [Dtypes the CPU kernels lack]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A few operators have CUDA kernels for dtypes their CPU kernels refuse ("histogram_cpu" not
+// implemented for 'Int'), and libraries call them with those dtypes on every device but the CPU:
+// transformers' mixture-of-experts routers count tokens per expert with torch.histc of an
+// integer tensor. For those (operator, dtype) pairs the fallback answers as CUDA does: the
+// arguments of that dtype are converted on the device to a wider one the CPU kernel takes, the
+// kernel runs, and the results of the wider dtype are converted back (out= arguments are written
+// through a wider stand-in). The wider dtype holds every value exactly (integers up to 2^53 in
+// float64; float16 and bfloat16 in float32), so only the kernel's own arithmetic differs from a
+// kernel of the narrow dtype, as CUDA's kernels also compute these in float32 or wider. The
+// table holds the pairs where torch 2.13's OpInfo database lists a dtype for CUDA and not for the
+// CPU (tests/torch/test_cuda_parity.py walks them); complex32 and the float16 FFTs stay refused
+// (CUDA's own are partial: power-of-two FFTs only). One pair is no widening: nansum of a complex
+// tensor, which the CPU refuses outright; CUDA counts an element with a NaN part as zero, so the
+// device sums where(isnan(x), 0, x) with the same arguments (nanmean, a composite, divides it).
+enum class Widen : uint8_t {
+  kNone,
+  kIntegralToDouble,  // uint8, int8, int16, int32, int64 -> float64
+  kHalfToFloat,       // float16, bfloat16 -> float32
+  kBoolToByte,        // bool -> uint8 (abs; trace sums into int64 either way)
+  kComplexNanSum,     // complex nansum: a sum with NaN elements as zero (run_complex_nansum)
+};
+
+struct WidenedOperator {
+  std::string_view name;  // "name" or "name.overload", as in native_functions.yaml
+  Widen widen;
+};
+
+constexpr std::array kWidenedOperators{
+    WidenedOperator{"_upsample_bilinear2d_aa", Widen::kHalfToFloat},
+    WidenedOperator{"_upsample_bilinear2d_aa.out", Widen::kHalfToFloat},
+    WidenedOperator{"_upsample_bilinear2d_aa_backward", Widen::kHalfToFloat},
+    WidenedOperator{"_upsample_bilinear2d_aa_backward.grad_input", Widen::kHalfToFloat},
+    WidenedOperator{"abs", Widen::kBoolToByte},
+    WidenedOperator{"abs.out", Widen::kBoolToByte},
+    WidenedOperator{"avg_pool3d", Widen::kHalfToFloat},
+    WidenedOperator{"avg_pool3d.out", Widen::kHalfToFloat},
+    WidenedOperator{"avg_pool3d_backward", Widen::kHalfToFloat},
+    WidenedOperator{"avg_pool3d_backward.grad_input", Widen::kHalfToFloat},
+    WidenedOperator{"histc", Widen::kIntegralToDouble},
+    WidenedOperator{"histc.out", Widen::kIntegralToDouble},
+    WidenedOperator{"multi_margin_loss", Widen::kHalfToFloat},
+    WidenedOperator{"multi_margin_loss.out", Widen::kHalfToFloat},
+    WidenedOperator{"multi_margin_loss_backward", Widen::kHalfToFloat},
+    WidenedOperator{"multi_margin_loss_backward.grad_input", Widen::kHalfToFloat},
+    WidenedOperator{"multilabel_margin_loss_backward", Widen::kHalfToFloat},
+    WidenedOperator{"multilabel_margin_loss_backward.grad_input", Widen::kHalfToFloat},
+    WidenedOperator{"multilabel_margin_loss_forward", Widen::kHalfToFloat},
+    WidenedOperator{"multilabel_margin_loss_forward.output", Widen::kHalfToFloat},
+    WidenedOperator{"nansum", Widen::kComplexNanSum},
+    WidenedOperator{"nansum.out", Widen::kComplexNanSum},
+    WidenedOperator{"polygamma", Widen::kHalfToFloat},
+    WidenedOperator{"polygamma.out", Widen::kHalfToFloat},
+    WidenedOperator{"round.decimals", Widen::kHalfToFloat},
+    WidenedOperator{"round.decimals_out", Widen::kHalfToFloat},
+    WidenedOperator{"rrelu_with_noise", Widen::kHalfToFloat},
+    WidenedOperator{"rrelu_with_noise.out", Widen::kHalfToFloat},
+    WidenedOperator{"rrelu_with_noise_", Widen::kHalfToFloat},
+    WidenedOperator{"rrelu_with_noise_backward", Widen::kHalfToFloat},
+    WidenedOperator{"trace", Widen::kBoolToByte},
+};
+
+// The dtype `widen` takes `type` to; nullopt when it leaves `type` alone.
+std::optional<c10::ScalarType> widened(Widen widen, c10::ScalarType type) {
+  switch (widen) {
+    case Widen::kIntegralToDouble:
+      if (c10::isIntegralType(type, /*includeBool=*/false)) return c10::kDouble;
+      return std::nullopt;
+    case Widen::kHalfToFloat:
+      if (type == c10::kHalf || type == c10::kBFloat16) return c10::kFloat;
+      return std::nullopt;
+    case Widen::kBoolToByte:
+      if (type == c10::kBool) return c10::kByte;
+      return std::nullopt;
+    case Widen::kComplexNanSum:
+    case Widen::kNone:
+      break;
+  }
+  return std::nullopt;
+}
+
+// "name" or "name.overload" of an aten operator; empty for other namespaces.
+std::string aten_name(const c10::FunctionSchema& schema) {
+  constexpr std::string_view kNamespace = "aten::";
+  const std::string& qualified = schema.name();
+  if (qualified.compare(0, kNamespace.size(), kNamespace) != 0) return {};
+  std::string name = qualified.substr(kNamespace.size());
+  if (!schema.overload_name().empty()) name += "." + schema.overload_name();
+  return name;
+}
+
+Widen widen_of(const c10::FunctionSchema& schema) {
+  const std::string name = aten_name(schema);
+  for (const WidenedOperator& entry : kWidenedOperators) {
+    if (entry.name == name) return entry.widen;
+  }
+  return Widen::kNone;
+}
+
+DeviceCheck device_check_of(const c10::FunctionSchema& schema) {
+  const std::string name = aten_name(schema);
+  if (name.empty()) return DeviceCheck::kNone;
+  const auto listed = [&name](const auto& list) {
+    return std::binary_search(list.begin(), list.end(), std::string_view(name));
+  };
+  if (listed(kExactSameDevice)) return DeviceCheck::kExactSame;
+  if (listed(kTensorIteratorDevice)) return DeviceCheck::kTensorIterator;
+  return DeviceCheck::kNone;
+}
+
+void check_exact_same_device(const c10::OperatorHandle& op, const torch::jit::Stack& stack,
+                             size_t begin) {
+  const std::vector<c10::Argument>& arguments = op.schema().arguments();
+  const std::string& method = op.schema().name();
+  std::optional<c10::Device> common;
+  for (size_t i = 0; i < arguments.size(); ++i) {
+    const c10::IValue& value = stack[begin + i];
+    const char* argument = arguments[i].name().c_str();
+    if (value.isTensor()) {
+      c10::impl::check_and_update_common_device(common, value.toTensor(), method.c_str(), argument);
+    } else if (value.isTensorList()) {
+      for (const at::Tensor& tensor : value.toTensorList()) {
+        c10::impl::check_and_update_common_device(common, tensor, method.c_str(), argument);
+      }
+    } else if (value.isOptionalTensorList()) {
+      c10::impl::check_and_update_common_device(common, value.toOptionalTensorList(),
+                                                method.c_str(), argument);
+    }
+  }
+}
 
 // Note [Mutations the schema does not mark]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -57,6 +214,8 @@ struct OperatorFacts {
   // No argument written, marked or not: the results are new tensors (Note [Results written in
   // device memory] in host_results.cc).
   bool functional = false;
+  DeviceCheck device_check = DeviceCheck::kNone;  // Note [Device checks as on CUDA]
+  Widen widen = Widen::kNone;                     // Note [Dtypes the CPU kernels lack]
 };
 
 bool is_generator(const c10::TypePtr& type) {
@@ -117,6 +276,8 @@ OperatorFacts learn(const c10::OperatorHandle& op) {
     }
   }
   facts.functional = !schema.is_mutable() && facts.unmarked_writes.empty();
+  facts.device_check = device_check_of(schema);
+  facts.widen = widen_of(schema);
   return facts;
 }
 
@@ -346,11 +507,6 @@ void adopt_results(const c10::Device& device, size_t return_count, torch::jit::S
   }
 }
 
-bool writes(const c10::Argument& argument) {
-  const c10::AliasInfo* alias = argument.alias_info();
-  return alias != nullptr && alias->isWrite();
-}
-
 // Note [Operators in a host section]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // On a device whose memory the host addresses directly (host_addressable: fine-grained SVM on a
@@ -530,12 +686,119 @@ bool run_direct(c10::DispatchKey cpu_key, OperatorFacts& facts,
   return true;
 }
 
+// Raises as the composites did when `op`'s tensor arguments are on more than one device (a CPU
+// 0-dim tensor aside).
+void check_one_device(const c10::OperatorHandle& op, const torch::jit::Stack& stack) {
+  const size_t count = op.schema().arguments().size();
+  std::optional<c10::Device> device;
+  for (size_t i = stack.size() - count; i < stack.size(); ++i) {
+    const c10::IValue& value = stack[i];
+    if (!value.isTensor()) continue;
+    const at::Tensor& tensor = value.toTensor();
+    if (!tensor.defined() || (tensor.is_cpu() && tensor.dim() == 0)) continue;
+    if (!device) {
+      device = tensor.device();
+      continue;
+    }
+    TORCH_CHECK(tensor.device() == *device, "Expected all tensors to be on the same device, but "
+                "found at least two devices, ", *device, " and ", tensor.device(), "!");
+  }
+}
+
+void fallback_to(c10::DispatchKey cpu_key, const c10::OperatorHandle& op, torch::jit::Stack* stack);
+
+// Note [Dtypes the CPU kernels lack]: runs `op` with its device tensors of a dtype `widen` takes
+// converted to the wider one, when it has any; returns whether it ran `op`.
+bool run_widened(Widen widen, c10::DispatchKey cpu_key, const c10::OperatorHandle& op,
+                 size_t begin, torch::jit::Stack* stack) {
+  const std::vector<c10::Argument>& arguments = op.schema().arguments();
+  std::optional<c10::ScalarType> narrow;
+  for (size_t i = 0; i < arguments.size() && !narrow; ++i) {
+    const c10::IValue& value = (*stack)[begin + i];
+    if (!value.isTensor()) continue;
+    const at::Tensor& tensor = value.toTensor();
+    if (tensor.defined() && tensor.device().type() == kType &&
+        widened(widen, tensor.scalar_type())) {
+      narrow = tensor.scalar_type();
+    }
+  }
+  if (!narrow) return false;
+  const c10::ScalarType wide = *widened(widen, *narrow);
+  std::vector<std::pair<at::Tensor, at::Tensor>> written;  // (out= argument, wide stand-in)
+  for (size_t i = 0; i < arguments.size(); ++i) {
+    c10::IValue& value = (*stack)[begin + i];
+    if (!value.isTensor()) continue;
+    const at::Tensor tensor = value.toTensor();
+    if (!tensor.defined() || tensor.scalar_type() != *narrow) continue;
+    at::Tensor stand_in = tensor.to(wide);
+    if (writes(arguments[i])) written.emplace_back(tensor, stand_in);
+    value = std::move(stand_in);
+  }
+  fallback_to(cpu_key, op, stack);
+  for (auto& [target, stand_in] : written) {
+    at::native::resize_output(target, stand_in.sizes());
+    target.copy_(stand_in);
+  }
+  const size_t results = op.schema().returns().size();
+  for (size_t r = stack->size() - results; r < stack->size(); ++r) {
+    c10::IValue& value = (*stack)[r];
+    if (!value.isTensor()) continue;
+    const at::Tensor result = value.toTensor();
+    const auto out = std::find_if(written.begin(), written.end(), [&](const auto& pair) {
+      return pair.second.is_same(result);
+    });
+    if (out != written.end()) {
+      value = out->first;
+    } else if (result.defined() && result.scalar_type() == wide) {
+      value = result.to(*narrow);
+    }
+  }
+  return true;
+}
+
+// Note [Dtypes the CPU kernels lack]: nansum (and nansum.out) of a complex device tensor as
+// CUDA computes it; returns false for any other input.
+bool run_complex_nansum(const c10::OperatorHandle& op, size_t begin, torch::jit::Stack* stack) {
+  const at::Tensor self = (*stack)[begin].toTensor();
+  if (!self.is_complex() || self.device().type() != kType) return false;
+  const c10::IValue& dim_value = (*stack)[begin + 1];
+  const std::vector<int64_t> dims = dim_value.isNone() ? std::vector<int64_t>{}
+                                                       : dim_value.toIntVector();
+  const at::OptionalIntArrayRef dim =
+      dim_value.isNone() ? at::OptionalIntArrayRef() : at::OptionalIntArrayRef(dims);
+  const bool keepdim = (*stack)[begin + 2].toBool();
+  const std::optional<c10::ScalarType> dtype = (*stack)[begin + 3].toOptional<c10::ScalarType>();
+  const at::Tensor cleaned = at::where(at::isnan(self), at::zeros({}, self.options()), self);
+  const size_t count = op.schema().arguments().size();
+  at::Tensor result;
+  if (count == 5) {  // nansum.out
+    at::Tensor out = (*stack)[begin + 4].toTensor();
+    at::sum_out(out, cleaned, dim, keepdim, dtype);
+    result = out;
+  } else {
+    result = at::sum(cleaned, dim, keepdim, dtype);
+  }
+  torch::jit::drop(*stack, count);
+  stack->emplace_back(std::move(result));
+  return true;
+}
+
 // The fallback body: runs `op`'s kernel of `cpu_key` on the host (the functions below).
 void fallback_to(c10::DispatchKey cpu_key, const c10::OperatorHandle& op,
                  torch::jit::Stack* stack) {
   OperatorFacts& facts = facts_of(op);
   const c10::FunctionSchema& schema = op.schema();
   const size_t begin = stack->size() - schema.arguments().size();
+  if (facts.device_check == DeviceCheck::kExactSame) {
+    check_exact_same_device(op, *stack, begin);
+  } else if (facts.device_check == DeviceCheck::kTensorIterator) {
+    check_one_device(op, *stack);
+  }
+  if (facts.widen == Widen::kComplexNanSum) {
+    if (run_complex_nansum(op, begin, stack)) return;
+  } else if (facts.widen != Widen::kNone && run_widened(facts.widen, cpu_key, op, begin, stack)) {
+    return;
+  }
   if (!facts.generators.empty()) substitute_generators(facts, begin, stack);
   const c10::Device device(kType, device_of_arguments(*stack, begin));
   // Note [Mutations the schema does not mark]: the kernel updates CPU stand-ins, written back.
@@ -579,29 +842,6 @@ void sparse_compressed_cpu_fallback(const c10::OperatorHandle& op, torch::jit::S
   fallback_to(c10::DispatchKey::SparseCsrCPU, op, stack);
 }
 
-namespace {
-
-// Raises as the composites did when `op`'s tensor arguments are on more than one device (a CPU
-// 0-dim tensor aside).
-void check_one_device(const c10::OperatorHandle& op, const torch::jit::Stack& stack) {
-  const size_t count = op.schema().arguments().size();
-  std::optional<c10::Device> device;
-  for (size_t i = stack.size() - count; i < stack.size(); ++i) {
-    const c10::IValue& value = stack[i];
-    if (!value.isTensor()) continue;
-    const at::Tensor& tensor = value.toTensor();
-    if (!tensor.defined() || (tensor.is_cpu() && tensor.dim() == 0)) continue;
-    if (!device) {
-      device = tensor.device();
-      continue;
-    }
-    TORCH_CHECK(tensor.device() == *device, "Expected all tensors to be on the same device, but "
-                "found at least two devices, ", *device, " and ", tensor.device(), "!");
-  }
-}
-
-}  // namespace
-
 void cpu_fallback_on_one_device(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   check_one_device(op, *stack);
   cpu_fallback(op, stack);
@@ -644,6 +884,11 @@ std::vector<std::string> cpu_kernels_under_composites(c10::DispatchKey cpu_key,
     names.push_back(aten_impl_name(name.name, name.overload_name));
   }
   return names;
+}
+
+bool writes(const c10::Argument& argument) {
+  const c10::AliasInfo* alias = argument.alias_info();
+  return alias != nullptr && alias->isWrite();
 }
 
 }  // namespace oclvm::torch_adapter

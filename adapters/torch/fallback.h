@@ -23,6 +23,9 @@
 
 namespace oclvm::torch_adapter {
 
+// Whether the schema marks `argument` written (Tensor(a!), Tensor(a!)[]).
+bool writes(const c10::Argument& argument);
+
 // The fallback registered for every PrivateUse1 operator without a native kernel, and used by
 // native kernels that only need to route an operator to the CPU.
 void cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);

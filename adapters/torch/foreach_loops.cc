@@ -201,6 +201,20 @@ std::optional<bool> cpu_fuses_multiply_add() {
   return std::nullopt;
 }
 
+// `loop(element 0, value, count)` over each of `self` with `scalar` as its type takes it; the
+// scalar operators' for_each_span.
+template <class Loop>
+bool for_each_with_scalar(at::TensorList self, const at::Scalar& scalar, Loop&& loop) {
+  const Operand value(scalar);
+  return for_each_span(self, nullptr, value, [&](const Span& span, int64_t begin, int64_t end) {
+    if (span.is_float) {
+      loop(element<float>(span.self, begin), *value.as_float, end - begin);
+    } else {
+      loop(element<double>(span.self, begin), *value.as_double, end - begin);
+    }
+  });
+}
+
 }  // namespace
 
 bool fused_foreach_add_(at::TensorList self, at::TensorList other, const at::Scalar& alpha) {
@@ -224,24 +238,14 @@ bool fused_foreach_add_(at::TensorList self, at::TensorList other, const at::Sca
 }
 
 bool fused_foreach_add_(at::TensorList self, const at::Scalar& scalar) {
-  const Operand value(scalar);
-  return for_each_span(self, nullptr, value, [&](const Span& span, int64_t begin, int64_t end) {
-    if (span.is_float) {
-      add(element<float>(span.self, begin), *value.as_float, end - begin);
-    } else {
-      add(element<double>(span.self, begin), *value.as_double, end - begin);
-    }
+  return for_each_with_scalar(self, scalar, [](auto* data, auto value, int64_t n) {
+    add(data, value, n);
   });
 }
 
 bool fused_foreach_mul_(at::TensorList self, const at::Scalar& scalar) {
-  const Operand factor(scalar);
-  return for_each_span(self, nullptr, factor, [&](const Span& span, int64_t begin, int64_t end) {
-    if (span.is_float) {
-      scale(element<float>(span.self, begin), *factor.as_float, end - begin);
-    } else {
-      scale(element<double>(span.self, begin), *factor.as_double, end - begin);
-    }
+  return for_each_with_scalar(self, scalar, [](auto* data, auto factor, int64_t n) {
+    scale(data, factor, n);
   });
 }
 

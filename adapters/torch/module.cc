@@ -33,6 +33,9 @@
 //   set_rng_state(int, bytes)  sets it; ValueError for bytes of another length, nothing changed
 //   drain_autograd()           waits until autograd's opencl threads hold no finished backward
 //                              (called at interpreter exit: Note [Autograd threads at exit])
+//   _note_finalizing_thread()  records the calling thread as the one finalizing the interpreter
+//                              (an atexit handler; Note [Daemon threads at exit] in
+//                              daemon_exit.cc, whose terminate handler loading the module installs)
 //   _record_trace_start(str, int), _record_trace_stop() -> int   the allocation trace of
 //                              torch.opencl.memory.record_trace (trace_recorder.h); RuntimeError
 //                              for a file that cannot be written or a second recording
@@ -60,6 +63,7 @@
 #include <utility>
 
 #include "adapters/torch/allocator.h"
+#include "adapters/torch/daemon_exit.h"
 #include "adapters/torch/device.h"
 #include "adapters/torch/foreach_loops.h"
 #include "adapters/torch/generator.h"
@@ -409,6 +413,11 @@ PyObject* py_set_rng_state(PyObject*, PyObject* args) {
 // package runs this (atexit): a tiny backward on each device, built in C++ so it holds no Python
 // object, with the GIL released. Each device thread handles it only after it has dropped the
 // previous backward, releasing whatever Python objects that held while the interpreter is whole.
+PyObject* py_note_finalizing_thread(PyObject*, PyObject*) {
+  note_finalizing_thread();
+  Py_RETURN_NONE;
+}
+
 PyObject* py_drain_autograd(PyObject*, PyObject*) {
   std::string failure;
   Py_BEGIN_ALLOW_THREADS
@@ -452,6 +461,8 @@ PyMethodDef kMethods[] = {
     {"get_rng_state", py_get_rng_state, METH_O, "The state of a device's default generator."},
     {"set_rng_state", py_set_rng_state, METH_VARARGS, "Set a device's default generator state."},
     {"drain_autograd", py_drain_autograd, METH_NOARGS, "Wait for autograd's device threads."},
+    {"_note_finalizing_thread", py_note_finalizing_thread, METH_NOARGS,
+     "Record the thread finalizing the interpreter (an atexit handler)."},
     {"_record_trace_start", py_record_trace_start, METH_VARARGS,
      "Start writing the device's allocations to an oclvm-trace v1 file."},
     {"_record_trace_stop", py_record_trace_stop, METH_NOARGS,
@@ -469,4 +480,7 @@ PyModuleDef kModule = {PyModuleDef_HEAD_INIT, "_C", "oclvm's PyTorch backend (na
 }  // namespace
 }  // namespace oclvm::torch_adapter
 
-PyMODINIT_FUNC PyInit__C() { return PyModule_Create(&oclvm::torch_adapter::kModule); }
+PyMODINIT_FUNC PyInit__C() {
+  oclvm::torch_adapter::park_daemon_threads_at_exit();  // Note [Daemon threads at exit]
+  return PyModule_Create(&oclvm::torch_adapter::kModule);
+}

@@ -30,6 +30,8 @@
 #include <ATen/EmptyTensor.h>
 #include <ATen/native/CPUFallback.h>
 #include <ATen/native/Resize.h>
+#include <ATen/native/ResizeCommon.h>
+#include <ATen/native/TensorFactories.h>
 #include <ATen/ops/_reshape_alias_native.h>
 #include <ATen/ops/as_strided_native.h>
 #include <ATen/ops/set_native.h>
@@ -256,6 +258,23 @@ void write_from_host(const at::Tensor& dst, const at::Tensor& src) {
   write_span(dst, host);
 }
 
+// Note [Uninitialized memory under deterministic algorithms]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Under torch.use_deterministic_algorithms(True), with torch.utils.deterministic.
+// fill_uninitialized_memory on (its default), the CPU and CUDA fill what empty and resize_ hand
+// out: NaN for floating and complex types, the largest value for integers and bool. The device
+// does the same, with its own fill_, so that a program reads the same bytes on every device.
+bool deterministic_fill() {
+  const at::Context& context = at::globalContext();
+  return context.deterministicAlgorithms() && context.deterministicFillUninitializedMemory();
+}
+
+void fill_if_deterministic(at::Tensor& result) {
+  if (C10_UNLIKELY(deterministic_fill()) && result.numel() != 0) {
+    at::native::fill_empty_deterministic_(result);
+  }
+}
+
 at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<c10::ScalarType> dtype,
                                std::optional<c10::Layout> layout,
                                std::optional<c10::Device> device, std::optional<bool> pin_memory,
@@ -273,8 +292,10 @@ at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<c10::ScalarT
                 "required rank 5 tensor to use channels_last_3d format");
   }
   c10::DeviceGuard guard(where);
-  return at::detail::empty_generic(size, &CLDeviceAllocator::instance(), kKeys,
-                                   c10::dtype_or_default(dtype), memory_format);
+  at::Tensor result = at::detail::empty_generic(size, &CLDeviceAllocator::instance(), kKeys,
+                                                c10::dtype_or_default(dtype), memory_format);
+  fill_if_deterministic(result);
+  return result;
 }
 
 at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride,
@@ -284,8 +305,10 @@ at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride,
   TORCH_CHECK(where.type() == c10::DeviceType::PrivateUse1, "Expected an opencl device, but got ",
               where);
   c10::DeviceGuard guard(where);
-  return at::detail::empty_strided_generic(size, stride, &CLDeviceAllocator::instance(), kKeys,
-                                           c10::dtype_or_default(dtype));
+  at::Tensor result = at::detail::empty_strided_generic(
+      size, stride, &CLDeviceAllocator::instance(), kKeys, c10::dtype_or_default(dtype));
+  fill_if_deterministic(result);
+  return result;
 }
 
 at::Tensor as_strided(const at::Tensor& self, c10::SymIntArrayRef size,
@@ -329,7 +352,13 @@ const at::Tensor& resize_(const at::Tensor& self, c10::SymIntArrayRef sym_size,
   try {
     const size_t needed = at::detail::computeStorageNbytes(
         impl->sizes(), impl->strides(), item_bytes(self), impl->storage_offset());
-    if (needed > self.storage().nbytes()) resize_storage_bytes(self.storage(), needed);
+    const size_t old_bytes = self.storage().nbytes();
+    if (needed > old_bytes) {
+      resize_storage_bytes(self.storage(), needed);
+      if (C10_UNLIKELY(deterministic_fill())) {
+        at::native::fill_resize_deterministic_(self, static_cast<int64_t>(old_bytes));
+      }
+    }
   } catch (...) {
     impl->set_sizes_and_strides(old_sizes, old_strides);
     throw;
@@ -612,12 +641,14 @@ void finish_on_host(std::vector<std::shared_ptr<HostMapping>>& mappings,
 namespace {
 
 // Where the host reaches the first byte of a storage's DataPtr (one this allocator made: the
-// block's start, since blocks are never moved); nullptr when its segment has no host address.
+// block's start, since blocks are never moved); nullptr when its segment has no host address or
+// the DataPtr is not this allocator's (Note [Storages torch makes around device memory] in
+// allocator.cc).
 char* host_start(const c10::DataPtr& data) {
-  const CLDeviceAllocator::Block& block = CLDeviceAllocator::owner(data);
-  if (block.host == nullptr) return nullptr;
-  return static_cast<char*>(block.host) +
-         (reinterpret_cast<uintptr_t>(data.get()) - block.address);
+  const CLDeviceAllocator::Block* block = CLDeviceAllocator::made_by_us(data);
+  if (block == nullptr || block->host == nullptr) return nullptr;
+  return static_cast<char*>(block->host) +
+         (reinterpret_cast<uintptr_t>(data.get()) - block->address);
 }
 
 }  // namespace

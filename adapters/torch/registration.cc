@@ -37,6 +37,7 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -91,6 +92,22 @@ torch::Library* lasting_library(const char* ns, c10::DispatchKey key,
   return library;
 }
 
+// The boxed fallback of an in-place _foreach_ operator: the lists it writes checked before and
+// their versions bumped after (Note [Versions of lists written in place] in host_kernels.cc).
+void foreach_in_place_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const auto& arguments = op.schema().arguments();
+  std::vector<at::Tensor> written;
+  const size_t first = stack->size() - arguments.size();
+  for (size_t i = 0; i < arguments.size(); ++i) {
+    const c10::IValue& value = (*stack)[first + i];
+    if (!writes(arguments[i]) || !value.isTensorList()) continue;
+    for (const at::Tensor& tensor : value.toTensorList()) written.push_back(tensor);
+  }
+  refuse_inference_writes(written);
+  cpu_fallback(op, stack);
+  bump_versions(written);
+}
+
 // Note [Foreach operators in one host section]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // The _foreach_ operators (the optimizers' default on this device: torch counts PrivateUse1 among
@@ -104,31 +121,6 @@ torch::Library* lasting_library(const char* ns, c10::DispatchKey key,
 // registered by then). The ones the optimizers call most have unboxed kernels of their own
 // (`unboxed`: Note [Foreach operators without boxing] in host_kernels.cc), which go to this
 // boxed fallback when their fast path does not apply.
-// The boxed fallback of an in-place _foreach_ operator: the lists it writes checked before and
-// their versions bumped after (Note [Versions of lists written in place] in host_kernels.cc).
-void foreach_in_place_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  const auto& arguments = op.schema().arguments();
-  std::vector<at::Tensor> written;
-  const size_t first = stack->size() - arguments.size();
-  for (size_t i = 0; i < arguments.size(); ++i) {
-    const c10::AliasInfo* alias = arguments[i].alias_info();
-    const c10::IValue& value = (*stack)[first + i];
-    if (alias == nullptr || !alias->isWrite() || !value.isTensorList()) continue;
-    for (const at::Tensor& tensor : value.toTensorList()) written.push_back(tensor);
-  }
-  refuse_inference_writes(written);
-  cpu_fallback(op, stack);
-  bump_versions(written);
-}
-
-// Whether the operator writes one of its arguments.
-bool writes_an_argument(const c10::FunctionSchema& schema) {
-  for (const c10::Argument& argument : schema.arguments()) {
-    if (argument.alias_info() != nullptr && argument.alias_info()->isWrite()) return true;
-  }
-  return false;
-}
-
 void register_foreach_operators(torch::Library& m,
                                 const std::unordered_set<std::string>& unboxed) {
   constexpr std::string_view kPrefix = "aten::_foreach_";
@@ -136,8 +128,8 @@ void register_foreach_operators(torch::Library& m,
     if (std::string_view(name.name).substr(0, kPrefix.size()) != kPrefix) continue;
     const std::string impl_name = aten_impl_name(name.name, name.overload_name);
     if (unboxed.count(impl_name) != 0) continue;
-    const c10::OperatorHandle op = c10::Dispatcher::singleton().findOp(name).value();
-    if (writes_an_argument(op.schema())) {
+    const auto& arguments = c10::Dispatcher::singleton().findOp(name)->schema().arguments();
+    if (std::any_of(arguments.begin(), arguments.end(), writes)) {
       m.impl(impl_name.c_str(),
              torch::CppFunction::makeFromBoxedFunction<&foreach_in_place_fallback>());
     } else {

@@ -23,17 +23,30 @@ the storage methods.
   manual_seed_all, seed, seed_all, initial_seed, get_rng_state, set_rng_state, get_rng_state_all,
   set_rng_state_all. ``torch.manual_seed`` and ``torch.seed`` reach manual_seed_all;
 - streams: Stream and Event (classes: ``isinstance`` works), current_stream, default_stream,
-  set_stream, stream (context manager). A stream is a VM stream with its own OpenCL queue; an
-  event is a marker of one (Note [Event instances are torch.Event]).
+  set_stream, stream (a StreamContext, the context manager). A stream is a VM stream with its own
+  OpenCL queue; an event is a marker of one (Note [Event instances are torch.Event]);
+- the other names libraries call on torch.cuda (design/torch.md, "torch.cuda's names on
+  torch.opencl"): a real answer from is_bf16_supported, is_tf32_supported, has_half, has_magma,
+  can_device_access_peer, device_of, OutOfMemoryError, is_current_stream_capturing,
+  get_sync_debug_mode / set_sync_debug_mode, memory_stats_as_nested_dict,
+  host_memory_stats_as_nested_dict, device_memory_used, caching_allocator_alloc /
+  caching_allocator_delete and the deprecated memory_cached, max_memory_cached,
+  reset_max_memory_allocated, reset_max_memory_cached; a NotImplementedError saying why from
+  utilization, memory_usage, temperature, power_draw, clock_rate and list_gpu_processes (NVML's
+  readings, which OpenCL has not). Every other public name of torch.cuda is in
+  ``_CUDA_NAMES_LEFT_OUT`` with the reason it is left out.
 
 It also registers the torch.distributed backend ``oclvm`` (``oclvm.distributed``): collectives
 and DistributedDataParallel on opencl tensors, through gloo.
 """
 import atexit
 import dataclasses
+import functools
+import operator
 import os as _os
 import re
 import sys
+import warnings
 
 
 def _autoload() -> None:
@@ -77,6 +90,14 @@ __all__ = [
     "manual_seed", "manual_seed_all", "seed", "seed_all", "initial_seed", "get_rng_state",
     "set_rng_state", "get_rng_state_all", "set_rng_state_all",
     "Stream", "Event", "current_stream", "default_stream", "set_stream", "stream",
+    "StreamContext", "is_current_stream_capturing", "get_sync_debug_mode", "set_sync_debug_mode",
+    "is_bf16_supported", "is_tf32_supported", "has_half", "has_magma", "can_device_access_peer",
+    "device_of", "OutOfMemoryError",
+    "memory_stats_as_nested_dict", "host_memory_stats_as_nested_dict", "device_memory_used",
+    "caching_allocator_alloc", "caching_allocator_delete", "memory_cached", "max_memory_cached",
+    "reset_max_memory_allocated", "reset_max_memory_cached",
+    "utilization", "memory_usage", "temperature", "power_draw", "clock_rate",
+    "list_gpu_processes",
 ]
 
 
@@ -90,6 +111,15 @@ def _index(device=None) -> int:
     if device.type != BACKEND:
         raise ValueError(f"Expected an {BACKEND} device, but got {device}")
     return _C.current_device() if device.index is None else device.index
+
+
+def _checked_index(device=None) -> int:
+    """_index(device), refused with IndexError when no opencl device has that index."""
+    index = _index(device)
+    count = _C.device_count()
+    if not 0 <= index < count:
+        raise IndexError(f"Expected an opencl device index in [0, {count}), but got {index}")
+    return index
 
 
 def is_available() -> bool:
@@ -232,6 +262,111 @@ def get_device_capability(device=None) -> tuple:
     counterpart. torch.accelerator.get_device_capability gives the supported dtypes instead."""
     properties = get_device_properties(device)
     return properties.major, properties.minor
+
+
+class device_of(device):
+    """Context manager making the device of `obj` (a tensor or storage) the current device inside
+    the block, like torch.cuda.device_of; a no-op for an object that is not on an opencl device."""
+
+    def __init__(self, obj) -> None:
+        on_device = obj.device.type == BACKEND
+        super().__init__(obj.device if on_device else None)
+
+
+def can_device_access_peer(device, peer_device) -> bool:
+    """Whether `device` can read and write `peer_device`'s memory directly: False for every pair.
+    Each opencl device has an OpenCL context of its own (design/architecture.md), so no device
+    reaches another's buffers; a copy between two devices goes through the host. Indices are
+    checked as torch.cuda checks them (IndexError here)."""
+    _checked_index(device)
+    _checked_index(peer_device)
+    return False
+
+
+# Note [bfloat16 on the device]
+# The device's operators run the CPU's kernels on the device's memory (design/torch.md, "Native
+# operators and the fallback"). Those kernels take bfloat16 tensors and compute on them in float32
+# (ATen's CPU vectorised bfloat16 converts each element), which is what torch.cuda calls emulation:
+# is_bf16_supported() answers True after a bfloat16 operator has actually run on the device, as
+# torch.cuda's own last resort does; is_bf16_supported(including_emulation=False) and, as on
+# CUDA, is_tf32_supported() answer False.
+
+
+def is_bf16_supported(including_emulation: bool = True) -> bool:
+    """Whether the current device computes in bfloat16 (transformers and accelerate ask before
+    choosing a dtype). See Note [bfloat16 on the device]."""
+    if not is_available() or not including_emulation:
+        return False
+    return _runs_bfloat16(current_device())
+
+
+@functools.lru_cache(maxsize=None)
+def _runs_bfloat16(index: int) -> bool:
+    """Whether a bfloat16 addition runs on opencl device `index` and gives the right sum; asked
+    once per device."""
+    try:
+        ones = torch.ones(4, dtype=torch.bfloat16, device=torch.device(BACKEND, index))
+        return bool(torch.equal((ones + ones).cpu(), torch.full((4,), 2.0, dtype=torch.bfloat16)))
+    except RuntimeError:  # NotImplementedError too: no kernel, or the device refused the dtype
+        return False
+
+
+def is_tf32_supported() -> bool:
+    """False: as on CUDA, TF32 goes with native bfloat16, which the device has not (Note
+    [bfloat16 on the device]); its float32 matrix products are the CPU's, in float32."""
+    return is_bf16_supported(including_emulation=False)
+
+
+# float16 tensors work on the device (the CPU's kernels); MAGMA is not used (linear algebra runs
+# the CPU's LAPACK kernels).
+has_half = True
+has_magma = False
+
+# The error a device allocation raises when memory runs out (Note [Out-of-memory messages] in
+# adapters/torch/device.cc), under torch.cuda's name for it.
+OutOfMemoryError = torch.OutOfMemoryError
+
+
+def _no_reading(index: int, what: str, why: str) -> NotImplementedError:
+    return NotImplementedError(
+        f"opencl:{index} has no {what} to report: {why} (torch.cuda reads it from NVML, NVIDIA's "
+        "management library)")
+
+
+_NO_QUERY = "OpenCL has no query for it"
+
+
+def utilization(device=None) -> int:
+    """Raises NotImplementedError: OpenCL cannot tell how busy a device has been."""
+    raise _no_reading(_checked_index(device), "utilization (percent of time a kernel ran)",
+                      _NO_QUERY)
+
+
+def memory_usage(device=None) -> int:
+    """Raises NotImplementedError: OpenCL cannot tell how busy a device's memory has been."""
+    raise _no_reading(_checked_index(device),
+                      "memory usage (percent of time its memory was read or written)", _NO_QUERY)
+
+
+def temperature(device=None) -> int:
+    """Raises NotImplementedError: OpenCL has no sensor readings."""
+    raise _no_reading(_checked_index(device), "temperature", _NO_QUERY)
+
+
+def power_draw(device=None) -> int:
+    """Raises NotImplementedError: OpenCL has no sensor readings."""
+    raise _no_reading(_checked_index(device), "power draw", _NO_QUERY)
+
+
+def clock_rate(device=None) -> int:
+    """Raises NotImplementedError: OpenCL gives a device's maximum clock, not its current one."""
+    raise _no_reading(_checked_index(device), "current clock rate",
+                      "OpenCL reports only the maximum (CL_DEVICE_MAX_CLOCK_FREQUENCY)")
+
+
+def list_gpu_processes(device=None) -> str:
+    """Raises NotImplementedError: OpenCL cannot list the processes that use a device."""
+    raise _no_reading(_checked_index(device), "list of the processes using it", _NO_QUERY)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -401,11 +536,11 @@ def set_stream(stream: torch.Stream) -> None:
     torch.accelerator.set_stream(stream)
 
 
-class stream:
+class StreamContext:
     """Context manager running the block's operators on `stream` (None: no change), like
-    torch.cuda.stream: inside, the stream's device is the current device and the stream its
+    torch.cuda.StreamContext: inside, the stream's device is the current device and the stream its
     current stream; after, the previous current device and that device's previous stream are
-    restored."""
+    restored. Entering returns the stream."""
 
     def __init__(self, stream) -> None:
         self.stream = stream
@@ -424,6 +559,40 @@ class stream:
             set_stream(self.previous_stream)
             _C.set_device(self.previous_device)
         return False
+
+
+def stream(stream) -> StreamContext:
+    """StreamContext(stream), as torch.cuda.stream: ``with torch.opencl.stream(s): ...``."""
+    return StreamContext(stream)
+
+
+def is_current_stream_capturing() -> bool:
+    """False: the device has no graph capture (torch.cuda's CUDA graphs), so no stream is ever
+    capturing."""
+    return False
+
+
+_SYNC_DEBUG_MODES = {"default": 0, "warn": 1, "error": 2}
+
+
+def get_sync_debug_mode() -> int:
+    """0 ("default"): the device neither warns nor fails on operators that synchronise with the
+    host, and has no other mode."""
+    return 0
+
+
+def set_sync_debug_mode(debug_mode) -> None:
+    """Accepts "default" / 0, the only mode the device has; "warn" / 1 and "error" / 2 raise
+    NotImplementedError (oclvm does not report which operators synchronise), anything else
+    ValueError."""
+    mode = _SYNC_DEBUG_MODES.get(debug_mode) if isinstance(debug_mode, str) else debug_mode
+    if not isinstance(mode, int) or isinstance(mode, bool) or mode not in (0, 1, 2):
+        raise ValueError(f"Expected a debug mode of 'default', 'warn', 'error', 0, 1 or 2, but got "
+                         f"{debug_mode!r}")
+    if mode != 0:
+        raise NotImplementedError(f"Expected sync debug mode 'default' (0) on {BACKEND}, but got "
+                                  f"{debug_mode!r}: oclvm does not report the operators that "
+                                  "synchronise with the host")
 
 
 def get_amp_supported_dtype():
@@ -511,6 +680,182 @@ def get_per_process_memory_fraction(device=None) -> float:
     return 1.0 if limit == 0 else min(1.0, limit / _C.global_memory(index))
 
 
+def _nested(flat: dict) -> dict:
+    """A flat statistics dictionary ("allocated_bytes.all.current": n) as nested dictionaries
+    ({"allocated_bytes": {"all": {"current": n}}}), the form torch.cuda's *_as_nested_dict give."""
+    nested = {}
+    for key, value in flat.items():
+        *parents, leaf = key.split(".")
+        level = nested
+        for parent in parents:
+            level = level.setdefault(parent, {})
+        level[leaf] = value
+    return nested
+
+
+def memory_stats_as_nested_dict(device=None) -> dict:
+    """memory_stats(device) as nested dictionaries (``["allocated_bytes"]["all"]["current"]``)."""
+    return _nested(memory_stats(device))
+
+
+def host_memory_stats_as_nested_dict() -> dict:
+    """host_memory_stats() as nested dictionaries (``["allocated_bytes"]["current"]``)."""
+    return _nested(host_memory_stats())
+
+
+def device_memory_used(device=None) -> int:
+    """Bytes of the device in use: total - free of mem_get_info, i.e. what this process's oclvm
+    allocator has reserved. torch.cuda's counts every process on the GPU (NVML); OpenCL cannot see
+    other processes, so here the device is used as oclvm accounts for it, the account mem_get_info
+    gives too (used + free == total)."""
+    free, total = mem_get_info(device)
+    return total - free
+
+
+def memory_cached(device=None) -> int:
+    """Deprecated; memory_reserved(device), as torch.cuda's."""
+    return memory_reserved(device)
+
+
+def max_memory_cached(device=None) -> int:
+    """Deprecated; max_memory_reserved(device), as torch.cuda's (with its FutureWarning)."""
+    warnings.warn("torch.opencl.max_memory_cached has been renamed to "
+                  "torch.opencl.max_memory_reserved", FutureWarning, stacklevel=2)
+    return max_memory_reserved(device)
+
+
+def reset_max_memory_allocated(device=None) -> None:
+    """Deprecated; reset_peak_memory_stats(device), which resets every peak, as torch.cuda's."""
+    warnings.warn("torch.opencl.reset_max_memory_allocated now calls "
+                  "torch.opencl.reset_peak_memory_stats, which resets /all/ peak memory stats.",
+                  FutureWarning, stacklevel=2)
+    reset_peak_memory_stats(device)
+
+
+def reset_max_memory_cached(device=None) -> None:
+    """Deprecated; reset_peak_memory_stats(device), which resets every peak, as torch.cuda's."""
+    warnings.warn("torch.opencl.reset_max_memory_cached now calls "
+                  "torch.opencl.reset_peak_memory_stats, which resets /all/ peak memory stats.",
+                  FutureWarning, stacklevel=2)
+    reset_peak_memory_stats(device)
+
+
+# The blocks caching_allocator_alloc handed out, by address, each held by a uint8 tensor until
+# caching_allocator_delete drops it. Thread-safe: each use is one dict operation under the GIL.
+_RAW_BLOCKS = {}
+
+
+def caching_allocator_alloc(size, device=None, stream=None) -> int:
+    """Allocates `size` bytes from the device's oclvm allocator (as torch.cuda's does from CUDA's
+    caching allocator) on `stream` (None: the device's current stream) and returns the block's
+    address, the one its tensors' data_ptr() give (a device address, not a host pointer). Give it
+    back with caching_allocator_delete; until then it counts in memory_allocated. `device` None:
+    the stream's device, or the current device. A size of 0 gives address 0."""
+    if stream is not None and not isinstance(stream, torch.Stream):
+        raise TypeError(f"Expected a torch.opencl.Stream or None, but got "
+                        f"{type(stream).__name__}: opencl streams have no raw handle")
+    if device is None and stream is not None:
+        device = stream.device
+    index = _checked_index(device)
+    if stream is None:
+        stream = current_stream(index)
+    elif stream.device != torch.device(BACKEND, index):
+        raise ValueError(f"Expected a stream of {BACKEND}:{index} (the allocation's device), "
+                         f"but got one of {stream.device}")
+    size = operator.index(size)
+    if size < 0:
+        raise ValueError(f"Expected a size >= 0 in bytes, but got {size}")
+    if size == 0:
+        return 0
+    with StreamContext(stream):
+        block = torch.empty(size, dtype=torch.uint8, device=torch.device(BACKEND, index))
+    address = block.data_ptr()
+    _RAW_BLOCKS[address] = block
+    return address
+
+
+def caching_allocator_delete(mem_ptr: int) -> None:
+    """Gives back the block at `mem_ptr` that caching_allocator_alloc returned (0: nothing to do).
+    The release is stream-ordered, as every tensor's: after the work queued on its stream."""
+    mem_ptr = operator.index(mem_ptr)
+    if mem_ptr == 0:
+        return
+    if _RAW_BLOCKS.pop(mem_ptr, None) is None:
+        raise ValueError(f"Expected an address that caching_allocator_alloc returned and that was "
+                         f"not deleted yet, but got {mem_ptr:#x}")
+
+
+# ---------------------------------------------------------------------------------------------
+# torch.cuda's public names that torch.opencl deliberately has not, each with the reason. Its
+# public names are torch.cuda.__all__, its submodules and its exception classes; each is here or
+# on torch.opencl, not both (tests/torch/test_cuda_names.py checks; design/torch.md lists the same
+# in "torch.cuda's names on torch.opencl").
+
+_LEGACY_TYPES = ("a legacy typed tensor or storage class; "
+                 "torch.empty(..., dtype=..., device='opencl') instead")
+_ALLOCATOR_CHOSEN_AT_START = ("oclvm's allocator is chosen when the process starts "
+                              "(OCLVM_ALLOCATOR, PYTORCH_ALLOC_CONF) and cannot be swapped later")
+_CUDA_GRAPHS = "CUDA graphs: the device has no graph capture (is_current_stream_capturing: False)"
+
+_CUDA_NAMES_LEFT_OUT = {
+    **{f"{kind}{suffix}": _LEGACY_TYPES
+       for kind in ("BFloat16", "Bool", "Byte", "Char", "Double", "Float", "Half", "Int", "Long",
+                    "Short")
+       for suffix in ("Storage", "Tensor")},
+    "ComplexDoubleStorage": _LEGACY_TYPES,
+    "ComplexFloatStorage": _LEGACY_TYPES,
+    "sparse": "legacy typed sparse tensor classes; torch.sparse_coo_tensor(..., device='opencl')",
+    "CUDAGraph": _CUDA_GRAPHS,
+    "graph": _CUDA_GRAPHS,
+    "graphs": _CUDA_GRAPHS,
+    "graph_pool_handle": _CUDA_GRAPHS,
+    "make_graphed_callables": _CUDA_GRAPHS,
+    "MemPool": "private memory pools: oclvm's allocator has one pool per device",
+    "use_mem_pool": "private memory pools: oclvm's allocator has one pool per device",
+    "CUDAPluggableAllocator": "a cudaMalloc-style allocator from a shared library; "
+                              + _ALLOCATOR_CHOSEN_AT_START,
+    "change_current_allocator": _ALLOCATOR_CHOSEN_AT_START,
+    "get_allocator_backend": "names CUDA's backends (native, cudaMallocAsync); "
+                             + _ALLOCATOR_CHOSEN_AT_START,
+    "caching_allocator_enable": _ALLOCATOR_CHOSEN_AT_START,
+    "caching_allocator_disabled": _ALLOCATOR_CHOSEN_AT_START,
+    "reset_accumulated_host_memory_stats": "oclvm._C has no reset for the pinned-memory "
+                                           "allocator's statistics yet",
+    "reset_peak_host_memory_stats": "oclvm._C has no reset for the pinned-memory allocator's "
+                                    "statistics yet",
+    "ipc_collect": "CUDA IPC handles: oclvm has no memory handles for another process",
+    "CudaError": "the CUDA runtime's error codes",
+    "cudaStatus": "the CUDA runtime's error codes",
+    "check_error": "the CUDA runtime's error codes",
+    "cudart": "the CUDA runtime's bindings",
+    "DeferredCudaCallError": "CUDA's lazy initialisation: the opencl devices open at import",
+    "AcceleratorError": "CUDA runtime errors with their cudaError_t; the device's errors are "
+                        "RuntimeError, out of memory torch.OutOfMemoryError",
+    "ExternalStream": "wraps a cudaStream_t made elsewhere; oclvm adopts no foreign queue",
+    "get_stream_from_external": "wraps a cudaStream_t made elsewhere; oclvm adopts no foreign "
+                                "queue",
+    "GreenContext": "partitions of a GPU's multiprocessors",
+    "green_contexts": "partitions of a GPU's multiprocessors",
+    "current_blas_handle": "a cuBLAS handle: the device's linear algebra runs the CPU's kernels",
+    "current_solver_handle": "a cuSOLVER handle: the device's linear algebra runs the CPU's "
+                             "kernels",
+    "default_generators": "the generator objects: oclvm._C exposes each device generator's seed "
+                          "and state (manual_seed, get_rng_state, ...), not the object",
+    "get_arch_list": "the CUDA architectures torch was compiled for",
+    "get_gencode_flags": "the CUDA architectures torch was compiled for",
+    "amp": "deprecated torch.cuda.amp; torch.amp.autocast('opencl') and "
+           "torch.amp.GradScaler('opencl')",
+    "jiterator": "CUDA kernels compiled from C++ strings at run time",
+    "nccl": "NCCL; torch.distributed's backend 'oclvm' runs collectives of opencl tensors",
+    "nvtx": "NVIDIA Tools Extension ranges",
+    "profiler": "cudaProfilerStart / cudaProfilerStop",
+    "tunable": "TunableOp, the choice among cuBLAS / hipBLASLt GEMM kernels",
+    "gds": "GPUDirect Storage (cuFile)",
+    "streams": "a submodule: its Stream and Event are on torch.opencl itself",
+    "random": "a submodule: its functions are on torch.opencl itself",
+}
+
+
 # torch.opencl.memory, as torch.cuda.memory: the memory API above under both names, the summary
 # formatter, record_trace. Imported after the API it re-exports is defined.
 from . import memory  # noqa: E402
@@ -537,3 +882,7 @@ def _drain_autograd_at_exit() -> None:
 
 
 atexit.register(_drain_autograd_at_exit)
+# Daemon threads that CPython ends while it finalizes are parked, not allowed to abort the process
+# (Note [Daemon threads at exit] in adapters/torch/daemon_exit.cc); the thread running atexit
+# handlers is the one that finalizes, and is never parked.
+atexit.register(_C._note_finalizing_thread)

@@ -225,8 +225,11 @@ def snapshot_svg(snapshot=None, device=None, view="both", max_entries=None) -> s
 
 # The memory API, defined in the package (it needs the native module), under this name too.
 from . import (  # noqa: E402,F401
-    empty_cache, get_per_process_memory_fraction, host_memory_stats, max_memory_allocated,
-    max_memory_reserved, mem_get_info, memory_allocated, memory_reserved, memory_stats,
-    memory_summary, reset_accumulated_memory_stats, reset_peak_memory_stats,
+    caching_allocator_alloc, caching_allocator_delete, device_memory_used, empty_cache,
+    get_per_process_memory_fraction, host_memory_stats, host_memory_stats_as_nested_dict,
+    list_gpu_processes, max_memory_allocated, max_memory_cached, max_memory_reserved,
+    mem_get_info, memory_allocated, memory_cached, memory_reserved, memory_stats,
+    memory_stats_as_nested_dict, memory_summary, reset_accumulated_memory_stats,
+    reset_max_memory_allocated, reset_max_memory_cached, reset_peak_memory_stats,
     set_per_process_memory_fraction,
 )

@@ -165,10 +165,11 @@ def test_negative_and_overflowing_sizes():
 def test_more_than_the_largest_allocation_is_out_of_memory_and_counts_nothing(nbytes):
     # As on CUDA, out of memory; refused before the allocator, so num_ooms does not move either.
     refused(torch.OutOfMemoryError,
-            f"Out of memory on opencl:0: tried to allocate {nbytes} bytes, more than the device's "
+            f"OpenCL out of memory. opencl:0: tried to allocate {nbytes} bytes, more than the device's "
             "largest single allocation (",
             lambda: torch.empty(nbytes, dtype=torch.uint8, device=DEV))
-    refused(torch.OutOfMemoryError, f"Out of memory on opencl:0: tried to allocate {nbytes} bytes",
+    refused(torch.OutOfMemoryError,
+            f"OpenCL out of memory. opencl:0: tried to allocate {nbytes} bytes",
             lambda: torch.full((nbytes,), 1, dtype=torch.uint8, device=DEV))
 
 
@@ -192,7 +193,7 @@ def test_bad_resizes_and_views():
     refused(RuntimeError, "a Tensor with 0 elements cannot be converted to Scalar",
             torch.empty(0, device=DEV).item)
     storage = x.untyped_storage()
-    refused(torch.OutOfMemoryError, "Out of memory on opencl:0: tried to allocate "
+    refused(torch.OutOfMemoryError, "OpenCL out of memory. opencl:0: tried to allocate "
             "4611686018427387904 bytes", lambda: storage.resize_(1 << 62))
     assert storage.nbytes() == 16
     assert x.shape == (4,) and x.cpu().tolist() == [0.0, 1.0, 2.0, 3.0]
@@ -462,6 +463,19 @@ def test_malformed_environment_is_named_in_the_error(variable, value, reason):
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("ERROR IndexError Expected an opencl device index in [0, 0), but "
                                  "got 0 (no opencl device: " + reason), out.stdout + out.stderr
+
+
+# PoCL with POCL_DEVICES set to nothing exposes no device: the first use says what was found and
+# what to change (issue 33: the message was only "Expected an opencl device index in [0, 0), but
+# got 0").
+def test_no_device_says_what_was_found_and_what_to_change():
+    out = run_python(_CREATE, POCL_DEVICES="")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith(
+        "ERROR IndexError Expected an opencl device index in [0, 0), but got 0 (no opencl device: "
+        "no OpenCL platform has a device (platforms: 'Portable Computing Language' with 0 "
+        "devices; environment: POCL_DEVICES=''); PoCL exposes the drivers POCL_DEVICES names: "
+        "unset it, or set it to 'basic', 'pthread' or 'basic basic'"), out.stdout + out.stderr
 
 
 def test_private_memory_limit_refuses_negative_bytes():
