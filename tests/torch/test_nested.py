@@ -1,0 +1,120 @@
+"""Nested tensors (torch.nested) on the device: made, moved, computed with, and the Transformer
+encoder's fast path, which builds them on the device.
+
+Before adapters/torch/nested.cc, torch had no kernel for NestedTensorPrivateUse1:
+`torch.nested.nested_tensor(..., device="opencl")` failed, and nn.TransformerEncoder in eval mode
+with a padding mask raised "Could not run 'aten::_to_copy' with arguments from the
+'NestedTensoropencl' backend" (issue 33). Each case below runs the same steps on the CPU and
+compares; results stay on the device, as on CUDA; device memory returns to its start.
+"""
+import warnings
+
+import pytest
+import torch
+
+DEVICE = "opencl"
+pytestmark = [pytest.mark.usefixtures("nothing_leaks"),
+              pytest.mark.filterwarnings("ignore:The PyTorch API of nested tensors")]
+
+
+def _components():
+    torch.manual_seed(0)
+    return [torch.randn(2, 4), torch.randn(3, 4)]
+
+
+def _assert_same(device_nested, cpu_nested, **tolerance):
+    assert device_nested.is_nested and device_nested.device.type == DEVICE
+    got = [t.cpu() for t in device_nested.unbind()]
+    want = list(cpu_nested.unbind())
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, **tolerance)
+
+
+def test_nested_tensor_made_on_the_device():
+    parts = _components()
+    nt = torch.nested.nested_tensor(parts, device=DEVICE)
+    assert nt.is_nested and nt.device.type == DEVICE
+    assert all(t.device.type == DEVICE for t in nt.unbind())
+    _assert_same(nt, torch.nested.nested_tensor(parts))
+
+
+def test_as_nested_tensor_of_device_tensors():
+    parts = _components()
+    nt = torch.nested.as_nested_tensor([p.to(DEVICE) for p in parts])
+    _assert_same(nt, torch.nested.as_nested_tensor(parts))
+
+
+def test_nested_to_and_from_the_device():
+    cpu = torch.nested.nested_tensor(_components())
+    dev = cpu.to(DEVICE)
+    _assert_same(dev, cpu)
+    back = dev.cpu()
+    assert back.is_nested and back.device.type == "cpu"
+    for g, w in zip(back.unbind(), cpu.unbind()):
+        assert torch.equal(g, w)
+    half = dev.to(torch.float64)
+    assert half.dtype == torch.float64 and half.device.type == DEVICE
+    _assert_same(half, cpu.to(torch.float64))
+
+
+def test_to_padded_tensor():
+    cpu = torch.nested.nested_tensor(_components())
+    padded = cpu.to(DEVICE).to_padded_tensor(0.5)
+    assert padded.device.type == DEVICE and not padded.is_nested
+    assert torch.equal(padded.cpu(), cpu.to_padded_tensor(0.5))
+
+
+CASES = {
+    "add": lambda a: a + a,
+    "mul_scalar": lambda a: a * 3,
+    "relu": torch.relu,
+    "neg": torch.neg,
+    "softmax": lambda a: torch.softmax(a, -1),
+    "transpose": lambda a: a.transpose(1, 2).contiguous(),
+    "layer_norm": lambda a: torch.nn.functional.layer_norm(
+        a, (4,), torch.linspace(0.5, 2, 4, device=a.device), torch.linspace(-1, 1, 4, device=a.device)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_operators_on_nested(name):
+    cpu = torch.nested.nested_tensor(_components())
+    got = CASES[name](cpu.to(DEVICE))
+    _assert_same(got, CASES[name](cpu))
+
+
+def test_in_place_operators_write_the_device_tensor():
+    cpu = torch.nested.nested_tensor(_components())
+    dev = cpu.to(DEVICE)
+    out = dev.mul_(2.0)
+    assert out is dev
+    dev.add_(dev)
+    _assert_same(dev, cpu * 4)
+
+
+def test_jagged_layout():
+    parts = _components()
+    nt = torch.nested.nested_tensor(parts, layout=torch.jagged, device=DEVICE)
+    assert nt.device.type == DEVICE
+    got = torch.relu(nt + 1)
+    want = torch.relu(torch.nested.nested_tensor(parts, layout=torch.jagged) + 1)
+    for g, w in zip(got.unbind(), want.unbind()):
+        torch.testing.assert_close(g.cpu(), w)
+
+
+def test_transformer_encoder_fast_path_matches_the_cpu():
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(d_model=8, nhead=2, dim_feedforward=16,
+                                             batch_first=True)
+    encoder = torch.nn.TransformerEncoder(layer, num_layers=2, enable_nested_tensor=True).eval()
+    src = torch.randn(3, 5, 8)
+    mask = torch.tensor([[False] * 5, [False] * 3 + [True] * 2, [False] * 2 + [True] * 3])
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        want = encoder(src, src_key_padding_mask=mask)
+        encoder.to(DEVICE)
+        got = encoder(src.to(DEVICE), src_key_padding_mask=mask.to(DEVICE))
+    assert got.device.type == DEVICE and not got.is_nested
+    assert got.shape == want.shape
+    torch.testing.assert_close(got.cpu(), want, atol=1e-5, rtol=1e-5)
