@@ -17,13 +17,16 @@
 //     accessors and the views (unbind, transpose, unsqueeze, values). ATen writes them once for
 //     every device, so they are registered here as they are, and views stay views of the device
 //     buffer, and `.cpu()` / `.to("opencl")` copy the buffer once, as on CUDA;
-//   - everything else (arithmetic, to_padded_tensor, the Transformer's fused layer and attention)
-//     goes through the boxed fallback below: each device nested argument becomes a CPU nested
+//   - everything else (arithmetic, to_padded_tensor, the Transformer's fused layer and attention,
+//     and the operators whose composite kernel would run in place of their NestedTensorCPU kernel,
+//     as Note [Composite kernels the CPU does not use] in ops.cc routes dense ones) goes through
+//     the boxed fallback below: each device nested argument becomes a CPU nested
 //     tensor over a host copy of its whole storage with the same metadata (so strided and offset
 //     components keep their layout), each device dense argument a CPU copy; the NestedTensorCPU
 //     kernel runs; written arguments are copied back into their device storage; results come back
 //     to the device (nested ones buffer and metadata, as _to_copy does), a result that is a
-//     written argument as that argument. Results live on the device, as on CUDA.
+//     written argument as that argument. Results live on the device, as on CUDA. A CPU nested
+//     argument beside device ones is refused, as CUDA refuses it.
 // Operators on dense device tensors that make nested results (_nested_tensor_from_mask,
 // _nested_from_padded, _nested_view_from_buffer's copy) take the dense fallback, whose results
 // move to the device through _to_copy, registered here.
@@ -47,9 +50,11 @@
 #include <torch/library.h>
 
 #include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
+#include "adapters/torch/fallback.h"
 #include "adapters/torch/registration.h"
 
 namespace oclvm::torch_adapter {
@@ -108,7 +113,9 @@ void nested_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack
   const size_t begin = stack->size() - count;
   std::optional<c10::Device> device;
   std::vector<std::pair<at::Tensor, at::Tensor>> written;  // (device tensor, CPU stand-in)
+  std::optional<c10::Device> host_nested;  // a CPU nested argument, refused as CUDA refuses it
   auto move = [&](const at::Tensor& tensor, bool writes) -> std::optional<at::Tensor> {
+    if (tensor.defined() && tensor.is_nested() && !on_device(tensor)) host_nested = tensor.device();
     if (!on_device(tensor)) return std::nullopt;
     if (!device) device = tensor.device();
     at::Tensor host = to_host(tensor);
@@ -139,6 +146,8 @@ void nested_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack
   }
   TORCH_CHECK(device.has_value(), "Expected a tensor on the ", c10::get_privateuse1_backend(),
               " device among the arguments of ", schema.name(), ", but got none");
+  TORCH_CHECK(!host_nested.has_value(), "Expected all tensors to be on the same device, but "
+              "found at least two devices, ", *device, " and ", *host_nested, "!");
   op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::NestedTensorCPU), stack);
   for (auto& [target, host] : written) write_back(target, host);
   auto result = [&](const at::Tensor& tensor) -> at::Tensor {
@@ -160,6 +169,36 @@ void nested_cpu_fallback(const c10::OperatorHandle& op, torch::jit::Stack* stack
   }
 }
 
+// Note [Nested tensors on the device]: the aten operators (names as torch::Library::impl takes
+// them) with a NestedTensorCPU kernel and a composite kernel but no NestedTensorPrivateUse1
+// kernel yet. On the device the composite would run instead of the CPU's kernel: `matmul`'s
+// CompositeImplicitAutograd asked a nested tensor for its sizes and raised "NestedTensorImpl
+// doesn't support sizes". Read from the dispatcher, so it follows the torch it runs with.
+std::vector<std::string> nested_cpu_kernels_under_composites() {
+  constexpr c10::DispatchKey kComposites[] = {
+      c10::DispatchKey::CompositeImplicitAutograd,
+      c10::DispatchKey::CompositeExplicitAutograd,
+      c10::DispatchKey::CompositeExplicitAutogradNonFunctional,
+  };
+  c10::Dispatcher& dispatcher = c10::Dispatcher::singleton();
+  std::vector<std::string> names;
+  for (const c10::OperatorName& name : dispatcher.getAllOpNames()) {
+    if (name.name.rfind("aten::", 0) != 0) continue;
+    const std::optional<c10::OperatorHandle> op = dispatcher.findOp(name);
+    if (!op || !op->hasKernelForDispatchKey(c10::DispatchKey::NestedTensorCPU) ||
+        op->hasKernelForDispatchKey(c10::DispatchKey::NestedTensorPrivateUse1)) {
+      continue;
+    }
+    for (const c10::DispatchKey composite : kComposites) {
+      if (op->hasKernelForDispatchKey(composite)) {
+        names.push_back(aten_impl_name(name.name, name.overload_name));
+        break;
+      }
+    }
+  }
+  return names;
+}
+
 }  // namespace
 
 void register_nested_kernels(torch::Library& m) {
@@ -175,6 +214,10 @@ void register_nested_kernels(torch::Library& m) {
   m.impl("unbind.int", TORCH_FN(at::native::NestedTensor_unbind));
   m.impl("transpose.int", TORCH_FN(at::native::transpose_nested));
   m.impl("unsqueeze", TORCH_FN(at::native::unsqueeze_nested));
+  // After the kernels above, which the list skips.
+  for (const std::string& name : nested_cpu_kernels_under_composites()) {
+    m.impl(name.c_str(), torch::CppFunction::makeFromBoxedFunction<&nested_cpu_fallback>());
+  }
 }
 
 void register_nested_fallback(torch::Library& m) {

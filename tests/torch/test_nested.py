@@ -72,6 +72,7 @@ CASES = {
     "neg": torch.neg,
     "softmax": lambda a: torch.softmax(a, -1),
     "transpose": lambda a: a.transpose(1, 2).contiguous(),
+    "matmul": lambda a: torch.matmul(a, a.transpose(1, 2)),
     "layer_norm": lambda a: torch.nn.functional.layer_norm(
         a, (4,), torch.linspace(0.5, 2, 4, device=a.device), torch.linspace(-1, 1, 4, device=a.device)),
 }
@@ -82,6 +83,25 @@ def test_operators_on_nested(name):
     cpu = torch.nested.nested_tensor(_components())
     got = CASES[name](cpu.to(DEVICE))
     _assert_same(got, CASES[name](cpu))
+
+
+def test_every_nested_cpu_kernel_over_a_composite_is_routed():
+    # `matmul` ran its CompositeImplicitAutograd kernel on the device and raised
+    # "NestedTensorImpl doesn't support sizes".
+    has = torch._C._dispatch_has_kernel_for_dispatch_key
+    keys = ("CompositeImplicitAutograd", "CompositeExplicitAutograd",
+            "CompositeExplicitAutogradNonFunctional")
+    names = [n for n in torch._C._dispatch_get_all_op_names()
+             if n.startswith("aten::") and has(n, "NestedTensorCPU") and any(has(n, k) for k in keys)]
+    assert "aten::matmul" in names
+    unrouted = sorted(n for n in names if not has(n, "NestedTensorPrivateUse1"))
+    assert unrouted == [], f"operators left to their composite: {unrouted}"
+
+
+def test_a_cpu_nested_argument_is_refused_as_on_cuda():
+    cpu = torch.nested.nested_tensor(_components())
+    with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
+        cpu.to(DEVICE) + cpu
 
 
 def test_in_place_operators_write_the_device_tensor():
