@@ -14,9 +14,10 @@
 // the key needs two things:
 //   - the structure kernels, which make, copy and view the structure and touch elements only
 //     through the buffer's own dense operators: _to_copy, empty_like, copy_, the metadata
-//     accessors and the views (unbind, transpose, unsqueeze, values). ATen writes them once for
-//     every device, so they are registered here as they are, and views stay views of the device
-//     buffer, and `.cpu()` / `.to("opencl")` copy the buffer once, as on CUDA;
+//     accessors and the views (unbind, select, narrow, view, transpose, squeeze, chunk, ...).
+//     ATen writes them once for every device, so they are registered here as they are: views
+//     stay views of the device buffer, and `.cpu()` / `.to("opencl")` copy the buffer once, as
+//     on CUDA;
 //   - everything else (arithmetic, to_padded_tensor, the Transformer's fused layer and attention,
 //     and the operators whose composite kernel would run in place of their NestedTensorCPU kernel,
 //     as Note [Composite kernels the CPU does not use] in ops.cc routes dense ones) goes through
@@ -40,13 +41,19 @@
 #include <ATen/ops/_nested_tensor_strides_native.h>
 #include <ATen/ops/_to_copy_native.h>
 #include <ATen/ops/alias_native.h>
+#include <ATen/ops/chunk_native.h>
 #include <ATen/ops/copy_native.h>
 #include <ATen/ops/detach_native.h>
 #include <ATen/ops/empty_like_native.h>
+#include <ATen/ops/narrow_native.h>
+#include <ATen/ops/select_native.h>
+#include <ATen/ops/split_with_sizes_native.h>
+#include <ATen/ops/squeeze_native.h>
 #include <ATen/ops/transpose_native.h>
 #include <ATen/ops/unbind_native.h>
 #include <ATen/ops/unsqueeze_native.h>
 #include <ATen/ops/values_native.h>
+#include <ATen/ops/view_native.h>
 #include <torch/library.h>
 
 #include <optional>
@@ -214,6 +221,16 @@ void register_nested_kernels(torch::Library& m) {
   m.impl("unbind.int", TORCH_FN(at::native::NestedTensor_unbind));
   m.impl("transpose.int", TORCH_FN(at::native::transpose_nested));
   m.impl("unsqueeze", TORCH_FN(at::native::unsqueeze_nested));
+  m.impl("select.int", TORCH_FN(at::native::select_nested));
+  m.impl("narrow", TORCH_FN(at::native::narrow_nested_symint));
+  m.impl("view", TORCH_FN(at::native::view_nested));
+  m.impl("squeeze", TORCH_FN(at::native::squeeze_nested));
+  m.impl("squeeze.dim", TORCH_FN(static_cast<at::Tensor (*)(const at::Tensor&, int64_t)>(
+                            &at::native::squeeze_dim_nested)));
+  m.impl("squeeze.dims", TORCH_FN(static_cast<at::Tensor (*)(const at::Tensor&, at::IntArrayRef)>(
+                             &at::native::squeeze_dim_nested)));
+  m.impl("split_with_sizes", TORCH_FN(at::native::split_with_sizes_nested));
+  m.impl("chunk", TORCH_FN(at::native::chunk_nested_tensor));
   // After the kernels above, which the list skips.
   for (const std::string& name : nested_cpu_kernels_under_composites()) {
     m.impl(name.c_str(), torch::CppFunction::makeFromBoxedFunction<&nested_cpu_fallback>());

@@ -58,6 +58,24 @@ def test_nested_to_and_from_the_device():
     _assert_same(half, cpu.to(torch.float64))
 
 
+def test_views_stay_views_of_the_device_buffer():
+    cpu = torch.nested.nested_tensor(_components())
+    dev = cpu.to(DEVICE)
+    first = dev.unbind()[0]
+    first.mul_(0)
+    assert torch.equal(dev.unbind()[0].cpu(), torch.zeros(2, 4))
+    second = dev.select(0, 1)
+    assert second.device.type == DEVICE and torch.equal(second.cpu(), cpu.unbind()[1])
+    second.fill_(1)
+    assert torch.equal(dev.unbind()[1].cpu(), torch.ones(3, 4))
+    narrowed = dev.narrow(0, 1, 1)
+    assert narrowed.is_nested and narrowed.device.type == DEVICE
+    assert torch.equal(narrowed.unbind()[0].cpu(), cpu.unbind()[1])
+    pieces = dev.chunk(2, -1)
+    assert [p.device.type for p in pieces] == [DEVICE, DEVICE]
+    torch.testing.assert_close(pieces[1].unbind()[1].cpu(), cpu.chunk(2, -1)[1].unbind()[1])
+
+
 def test_to_padded_tensor():
     cpu = torch.nested.nested_tensor(_components())
     padded = cpu.to(DEVICE).to_padded_tensor(0.5)
