@@ -23,6 +23,10 @@
 //            SparseCsrPrivateUse1
 //   _      / SparsePrivateUse1,    the boxed CPU fallback for their arithmetic
 //            SparseCsrPrivateUse1
+//   aten   / NestedTensor-        the structure kernels of nested tensors (nested.cc)
+//            PrivateUse1
+//   _      / NestedTensor-        the boxed CPU fallback for everything else on them (nested.cc)
+//            PrivateUse1
 //   aten   / AutocastPrivateUse1   the mixed-precision policy (autocast.cc)
 //   _      / AutocastPrivateUse1   fall through for every other operator
 //   aten   / Conjugate, Negative   _copy_from and _copy_from_and_resize fall through to this
@@ -186,6 +190,10 @@ constexpr c10::DispatchKey kAutocast = c10::DispatchKey::AutocastPrivateUse1;
 [[maybe_unused]] torch::Library* const kSparseCompressedFallback =
     lasting_library("_", c10::DispatchKey::SparseCsrPrivateUse1,
                     &register_sparse_compressed_fallback, __LINE__);
+[[maybe_unused]] torch::Library* const kNestedKernels = lasting_library(
+    "aten", c10::DispatchKey::NestedTensorPrivateUse1, &register_nested_kernels, __LINE__);
+[[maybe_unused]] torch::Library* const kNestedFallback = lasting_library(
+    "_", c10::DispatchKey::NestedTensorPrivateUse1, &register_nested_fallback, __LINE__);
 [[maybe_unused]] torch::Library* const kAutocastKernels =
     lasting_library("aten", kAutocast, &register_autocast_kernels, __LINE__);
 [[maybe_unused]] torch::Library* const kAutocastFallthrough =

@@ -24,6 +24,11 @@ void register_dropout(torch::Library& m);
 void register_sparse_kernels(torch::Library& m);
 // aten kernels for SparseCsrPrivateUse1 (sparse.cc): the structure of compressed sparse tensors.
 void register_sparse_compressed_kernels(torch::Library& m);
+// aten kernels for NestedTensorPrivateUse1 (nested.cc): the structure of nested tensors.
+void register_nested_kernels(torch::Library& m);
+// The boxed CPU fallback of NestedTensorPrivateUse1 (nested.cc, Note [Nested tensors on the
+// device]).
+void register_nested_fallback(torch::Library& m);
 // aten kernels for AutocastPrivateUse1 (autocast.cc): the mixed-precision policy.
 void register_autocast_kernels(torch::Library& m);
 // The AutocastPrivateUse1 fallback for every other operator of every namespace: fall through.
