@@ -61,8 +61,9 @@ enum class DeviceCheck : uint8_t { kNone, kExactSame, kTensorIterator };
 // float64; float16 and bfloat16 in float32), so only the kernel's own arithmetic differs from a
 // kernel of the narrow dtype, as CUDA's kernels also compute these in float32 or wider. The
 // table holds the pairs where torch 2.13's OpInfo database lists a dtype for CUDA and not for the
-// CPU (tests/torch/test_cuda_parity.py walks them); complex32 and the float16 FFTs stay refused
-// (CUDA's own are partial: power-of-two FFTs only). One pair is no widening: nansum of a complex
+// CPU (tests/torch/test_cuda_parity.py walks them); complex32 stays refused, and so does what only
+// CUDA's libraries give (cuFFT's half-precision FFTs and stft, power-of-two sizes only; cuSPARSE's
+// half-precision sampled_addmm; the fused attention kernels). One pair is no widening: nansum of a complex
 // tensor, which the CPU refuses outright; CUDA counts an element with a NaN part as zero, so the
 // device sums where(isnan(x), 0, x) with the same arguments (nanmean, a composite, divides it).
 enum class Widen : uint8_t {

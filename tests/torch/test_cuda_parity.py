@@ -10,6 +10,10 @@ import oclvm  # noqa: F401  (registers the device)
 
 DEV = "opencl"
 SAME_DEVICE = "Expected all tensors to be on the same device"
+# Operators whose extra CUDA dtypes come from CUDA's own libraries (cuFFT, cuSPARSE, the fused
+# attention kernels): left refused on the device, with the CPU's error.
+CUDA_LIBRARIES_ONLY = ("fft.", "stft", "istft", "sparse.", "torch.ops.aten._flash",
+                       "torch.ops.aten._efficient")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -85,17 +89,16 @@ def test_bool_operators_the_cpu_lacks():
 
 def test_dtypes_cuda_has_and_the_cpu_lacks_are_answered():
     """Every (operator, dtype) that PyTorch's OpInfo database lists for CUDA and not for the CPU
-    is answered on the device, except the kinds left refused on purpose (complex32; float16
-    FFTs, which CUDA computes for power-of-two sizes only; attention kernels of CUDA's own
-    libraries)."""
+    is answered on the device, except the kinds left refused on purpose: complex32, and what
+    only CUDA's libraries give (cuFFT's half-precision FFTs and stft, for power-of-two sizes
+    only; cuSPARSE's half-precision sampled_addmm; the fused attention kernels)."""
     from torch.testing._internal.common_methods_invocations import op_db
 
     left_refused = {torch.complex32}
     unanswered = []
     for op in op_db:
         extra = set(op.supported_dtypes("cuda")) - set(op.supported_dtypes("cpu")) - left_refused
-        if (not extra or op.name.startswith(("fft.", "torch.ops.aten._flash",
-                                             "torch.ops.aten._efficient"))
+        if (not extra or op.name.startswith(CUDA_LIBRARIES_ONLY)
                 or op.variant_test_name == "without_cudnn"):
             continue
         for dtype in sorted(extra, key=str):
