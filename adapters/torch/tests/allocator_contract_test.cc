@@ -697,7 +697,7 @@ TEST_F(CLDeviceAllocatorTest, AllocateBeyondLargestSingleAllocationIsOutOfMemory
       ADD_FAILURE() << "allocate(" << bytes << ") succeeded";
     } catch (const c10::OutOfMemoryError& e) {
       const std::string message = e.what();
-      EXPECT_NE(message.find("Out of memory on opencl:0: tried to allocate " +
+      EXPECT_NE(message.find("OpenCL out of memory. opencl:0: tried to allocate " +
                              std::to_string(bytes) +
                              " bytes, more than the device's largest single allocation (" +
                              std::to_string(max_alloc) + " bytes)"),
@@ -738,7 +738,7 @@ TEST_F(CLDeviceAllocatorTest, OutOfMemoryUnderLimitIsOutOfMemoryErrorCountedInNu
     ADD_FAILURE() << "allocate(" << bytes << ") succeeded under a limit of " << limit;
   } catch (const c10::OutOfMemoryError& e) {
     const std::string message = e.what();
-    EXPECT_NE(message.find("Out of memory on opencl:0: tried to allocate"), std::string::npos)
+    EXPECT_EQ(message.rfind("OpenCL out of memory. opencl:0: tried to allocate", 0), 0u)
         << message;
     EXPECT_NE(message.find("(" + std::to_string(bytes) + " bytes)"), std::string::npos) << message;
   }
