@@ -54,7 +54,9 @@ enum class DeviceCheck : uint8_t { kNone, kExactSame, kTensorIterator };
 // A few operators have CUDA kernels for dtypes their CPU kernels refuse ("histogram_cpu" not
 // implemented for 'Int'), and libraries call them with those dtypes on every device but the CPU:
 // transformers' mixture-of-experts routers count tokens per expert with torch.histc of an
-// integer tensor. For those (operator, dtype) pairs the fallback answers as CUDA does: the
+// integer tensor. For those operators the fallback first runs the CPU kernel as it is (a dtype
+// it has keeps the CPU's own numbers: polygamma has float16 for n = 0, bfloat16 for every n);
+// when the kernel refuses the dtype (NotImplementedError), the fallback answers as CUDA does: the
 // arguments of that dtype are converted on the device to a wider one the CPU kernel takes, the
 // kernel runs, and the results of the wider dtype are converted back (out= arguments are written
 // through a wider stand-in). The wider dtype holds every value exactly (integers up to 2^53 in
@@ -63,9 +65,10 @@ enum class DeviceCheck : uint8_t { kNone, kExactSame, kTensorIterator };
 // table holds the pairs where torch 2.13's OpInfo database lists a dtype for CUDA and not for the
 // CPU (tests/torch/test_cuda_parity.py walks them); complex32 stays refused, and so does what only
 // CUDA's libraries give (cuFFT's half-precision FFTs and stft, power-of-two sizes only; cuSPARSE's
-// half-precision sampled_addmm; the fused attention kernels). One pair is no widening: nansum of a complex
-// tensor, which the CPU refuses outright; CUDA counts an element with a NaN part as zero, so the
-// device sums where(isnan(x), 0, x) with the same arguments (nanmean, a composite, divides it).
+// half-precision sampled_addmm; the fused attention kernels). One pair is no widening: nansum of
+// a complex tensor, which the CPU refuses outright; CUDA counts an element with a NaN part as
+// zero, so the device sums where(isnan(x), 0, x) with the same arguments (nanmean, a composite,
+// divides it).
 enum class Widen : uint8_t {
   kNone,
   kIntegralToDouble,  // uint8, int8, int16, int32, int64 -> float64
@@ -707,9 +710,12 @@ void check_one_device(const c10::OperatorHandle& op, const torch::jit::Stack& st
 }
 
 void fallback_to(c10::DispatchKey cpu_key, const c10::OperatorHandle& op, torch::jit::Stack* stack);
+void run_on_host(c10::DispatchKey cpu_key, OperatorFacts& facts, const c10::OperatorHandle& op,
+                 size_t begin, torch::jit::Stack* stack);
 
 // Note [Dtypes the CPU kernels lack]: runs `op` with its device tensors of a dtype `widen` takes
-// converted to the wider one, when it has any; returns whether it ran `op`.
+// converted to the wider one, when it has any; returns whether it ran `op`. Called after the CPU
+// kernel refused the arguments as they are (NotImplementedError: no kernel for the dtype).
 bool run_widened(Widen widen, c10::DispatchKey cpu_key, const c10::OperatorHandle& op,
                  size_t begin, torch::jit::Stack* stack) {
   const std::vector<c10::Argument>& arguments = op.schema().arguments();
@@ -797,9 +803,28 @@ void fallback_to(c10::DispatchKey cpu_key, const c10::OperatorHandle& op,
   }
   if (facts.widen == Widen::kComplexNanSum) {
     if (run_complex_nansum(op, begin, stack)) return;
-  } else if (facts.widen != Widen::kNone && run_widened(facts.widen, cpu_key, op, begin, stack)) {
-    return;
+  } else if (facts.widen != Widen::kNone) {
+    // Note [Dtypes the CPU kernels lack]: the CPU kernel first, so that every dtype it has keeps
+    // its own numbers; only the dtype it refuses is widened.
+    const std::vector<c10::IValue> arguments(stack->begin() + static_cast<ptrdiff_t>(begin),
+                                             stack->end());
+    try {
+      run_on_host(cpu_key, facts, op, begin, stack);
+      return;
+    } catch (const c10::NotImplementedError&) {
+      stack->erase(stack->begin() + static_cast<ptrdiff_t>(begin), stack->end());
+      stack->insert(stack->end(), arguments.begin(), arguments.end());
+      if (!run_widened(facts.widen, cpu_key, op, begin, stack)) throw;
+      return;
+    }
   }
+  run_on_host(cpu_key, facts, op, begin, stack);
+}
+
+// Runs `op`'s kernel of `cpu_key` on the host with the device's arguments at `begin`.
+void run_on_host(c10::DispatchKey cpu_key, OperatorFacts& facts, const c10::OperatorHandle& op,
+                 size_t begin, torch::jit::Stack* stack) {
+  const c10::FunctionSchema& schema = op.schema();
   if (!facts.generators.empty()) substitute_generators(facts, begin, stack);
   const c10::Device device(kType, device_of_arguments(*stack, begin));
   // Note [Mutations the schema does not mark]: the kernel updates CPU stand-ins, written back.

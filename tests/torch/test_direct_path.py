@@ -345,11 +345,12 @@ def test_threads_reading_one_tensor_at_once_get_the_cpus_results():
     assert not errors, errors[:3]
 
 
-def test_a_list_mixing_the_cpu_and_the_device_gives_a_device_result():
-    # (CUDA refuses the mix; the adapter's one-device check does not look into lists yet.)
+def test_a_list_mixing_the_cpu_and_the_device_is_refused_as_on_cuda():
+    # The one-device check of CUDA's cat kernel looks into lists (Note [Device checks as on CUDA]).
     big = torch.ones(20000, device=DEVICE)
     assert torch.cat([big, big]).device.type == "opencl"
-    assert torch.cat([torch.zeros(20000), big]).device.type == "opencl"
+    with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
+        torch.cat([torch.zeros(20000), big])
 
 
 # ---------------------------------------------------------------------------------------------
