@@ -6,7 +6,7 @@ BUILD  ?= build
 JOBS   ?= $(shell nproc)
 PY     ?= .venv/bin/python
 
-.PHONY: all setup configure build install torch test package stress exit-soak demo bench clean
+.PHONY: all setup configure build install torch test package stress exit-soak demo bench bench-compile clean
 .PHONY: torch-stress
 .PHONY: asan tsan sanitize
 .PHONY: fuzz opinfo module-db
@@ -161,6 +161,10 @@ bench: build torch
 	$(PY) bench/torch_bench.py
 	$(PY) bench/instruction_count.py
 	$(PY) bench/dist_bench.py
+
+# Section (g) of bench/torch_bench.py: GPT-2 under torch.compile on the device (minutes: it compiles).
+bench-compile: torch
+	$(PY) bench/torch_bench.py --compile
 	@for trace in $(if $(TRACES),$(wildcard $(TRACES)/*.trace)); do \
 	  echo "$(BUILD)/oclvm replay $$trace --allocator caching"; \
 	  $(BUILD)/oclvm replay $$trace --allocator caching || exit 1; \

@@ -39,10 +39,16 @@
     over the CPU: the device's cost per operator depends on how much other work runs between two
     calls.
 
+(g) With --compile (and nothing else: the warm-up compiles for minutes): the GPT-2 step of (d)
+    with torch.compile(model), Inductor's default backend, on opencl, against the same step eager
+    on opencl and compiled on the CPU; reported: the median step of each, the median of the
+    rounds' ratios compiled-opencl / eager-opencl and compiled-opencl / compiled-cpu (goal:
+    <= 1.1x), and how many fused kernels one step runs on device memory. `make bench-compile`.
+
 Run: `make bench`, or `PYTHONPATH=build-torch/python .venv/bin/python bench/torch_bench.py`.
 Options: --iters N (allocation loop length, default 100000), --repeats N (default 5),
 --mib N (copy size, default 64), --steps N (timed training steps, default 20), --history,
---parts.
+--parts, --compile.
 """
 import argparse
 import statistics
@@ -183,7 +189,9 @@ def mlp_step(device: str, foreach=None):
     return step
 
 
-def gpt2_step(device: str):
+def gpt2_step(device: str, compiled: bool = False):
+    """GPT-2 from transformers (random init): 4 layers x 128, 4 heads, AdamW, batch 8 x 64
+    tokens; with `compiled`, the model is torch.compile(model) (Inductor, the default backend)."""
     import transformers
     transformers.logging.set_verbosity_error()
     config = transformers.GPT2Config(n_layer=4, n_embd=128, n_head=4, n_positions=64,
@@ -192,10 +200,11 @@ def gpt2_step(device: str):
     model = transformers.GPT2LMHeadModel(config).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     tokens = torch.randint(0, 1000, (8, 64)).to(device)
+    forward = torch.compile(model) if compiled else model
 
     def step():
         optimizer.zero_grad()
-        loss = model(input_ids=tokens, labels=tokens).loss
+        loss = forward(input_ids=tokens, labels=tokens).loss
         loss.backward()
         optimizer.step()
         return loss.item()
@@ -260,12 +269,16 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--history", action="store_true",
                         help="also measure the memory history's cost (section e)")
+    parser.add_argument("--compile", action="store_true",
+                        help="only section (g): the GPT-2 step under torch.compile (minutes)")
     parser.add_argument("--parts", action="store_true",
                         help="also split the MLP step into its parts (section f)")
     args = parser.parse_args()
     if not torch.opencl.is_available():
         print("no opencl device found", file=sys.stderr)
         return 1
+    if args.compile:
+        return print_compiled_steps(args)
 
     # (a) allocation round trip
     for device in ("cpu", "opencl"):
@@ -442,5 +455,49 @@ def print_mlp_parts(args) -> None:
         print(f"    {key:<24} {cpu:>9.1f} {ocl:>9.1f} {ocl - cpu:>+9.1f}")
 
 
+def print_compiled_steps(args) -> int:
+    """Section (g): the GPT-2 step with torch.compile(model) on the device, against the same
+    step eager on the device and compiled on the CPU. The three models are built and warmed up
+    (the warm-up compiles the forward and backward graphs), then each repetition times
+    `args.steps` steps of each, back to back."""
+    import oclvm._inductor
+    rows = {}
+    for name, device, compiled in (("compiled opencl", "opencl", True),
+                                   ("eager opencl", "opencl", False),
+                                   ("compiled cpu", "cpu", True)):
+        start = time.perf_counter()
+        rows[name] = warm_step(lambda d: gpt2_step(d, compiled), device)
+        print(f"    {name}: built and warmed up in {time.perf_counter() - start:.1f} s",
+              file=sys.stderr, flush=True)
+    calls_before = oclvm._inductor.calls
+    rows["compiled opencl"]()
+    kernels_per_step = oclvm._inductor.calls - calls_before
+    times = {name: [] for name in rows}
+    order = list(rows)
+    for repeat in range(args.repeats):
+        for name in order[repeat % 3:] + order[:repeat % 3]:
+            times[name].append(median_step_seconds(rows[name], args.steps))
+
+    def ratio(a: str, b: str) -> float:
+        return statistics.median(x / y for x, y in zip(times[a], times[b]))
+
+    eager_ratio = ratio("compiled opencl", "eager opencl")
+    cpu_ratio = ratio("compiled opencl", "compiled cpu")
+    print(f"oclvm torch bench, torch.compile (torch {torch.__version__}, "
+          f"{torch.get_num_threads()} threads)")
+    print()
+    print(f"(g) GPT-2 4x128 AdamW step, batch 8x64, torch.compile(model)  [after 3 warm-up steps, "
+          f"{args.repeats} rounds of {args.steps} steps of each; median step, median of the "
+          f"rounds' ratios]")
+    for name in order:
+        print(f"    {name:<16} {statistics.median(times[name]) * 1e3:>8.3f} ms")
+    print(f"    compiled opencl / eager opencl:  {eager_ratio:.2f}x")
+    print(f"    compiled opencl / compiled cpu:  {cpu_ratio:.2f}x   (goal <= 1.1x: "
+          f"{'ok' if cpu_ratio <= 1.1 else 'MISSED'})")
+    print(f"    fused C++ kernels run on device memory per step: {kernels_per_step}")
+    return 0
+
+
 if __name__ == "__main__":
     sys.exit(main())
+

@@ -247,6 +247,21 @@ BlobRef CLDeviceAllocator::find(const void* address) const {
   return BlobRef{blob, offset};
 }
 
+CLDeviceAllocator::HostPlace CLDeviceAllocator::host_place(const void* address) const {
+  const auto key = reinterpret_cast<uintptr_t>(address);
+  MutexLock lock(mutex_);
+  auto it = blocks_.upper_bound(key);
+  if (it == blocks_.begin()) return {};
+  --it;
+  const size_t offset = key - it->address;
+  if (offset >= it->blob()->storage()->size()) return {};
+  HostPlace place;
+  place.found = true;
+  place.device = static_cast<c10::DeviceIndex>(it->blob()->device().index);
+  if (it->host != nullptr) place.host = static_cast<char*>(it->host) + offset;
+  return place;
+}
+
 size_t CLDeviceAllocator::live_blocks() const {
   MutexLock lock(mutex_);
   return blocks_.size();

@@ -178,6 +178,15 @@ class CLDeviceAllocator final : public c10::DeviceAllocator {
   // The blob holding `address` (an address inside a live block of this allocator) and the offset
   // of `address` in it. Throws c10::Error when no live block holds it.
   BlobRef find(const void* address) const;
+  // Where the host reaches `address` when a live block of this allocator holds it: that block's
+  // device, and its host address plus the offset (nullptr when the block's segment has no host
+  // address). found is false, and nothing else set, when no live block holds it.
+  struct HostPlace {
+    bool found = false;
+    c10::DeviceIndex device = -1;
+    void* host = nullptr;
+  };
+  HostPlace host_place(const void* address) const;
   // Live blocks handed out and not yet deleted.
   size_t live_blocks() const;
 

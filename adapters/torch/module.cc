@@ -45,8 +45,14 @@
 //                              parses PyTorch's strings); ValueError for one out of range
 //   _memory_snapshot(bool) -> bytes   PyTorch's snapshot dictionary, pickled (with the events
 //                              when true)
+//   _inductor_init(type, int)  keeps torch.Tensor and the address of torch's
+//                              `void* (*)(PyObject*)` that gives a tensor's data_ptr(), for
+//   _host_call(int, int, tuple)   runs a compiled kernel's entry on device memory (Note [Compiled
+//                              kernels on device memory]); RuntimeError when the device has no
+//                              host addresses or the kernel throws, TypeError for bad arguments
 //
-// Thread-safety: as the C++ side; the GIL is released around nothing (no call here blocks long).
+// Thread-safety: as the C++ side. Calls that wait for a device (the memory history, snapshots,
+// _host_call) release the GIL while they wait; the rest block only briefly and keep it.
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
@@ -56,9 +62,11 @@
 #include <torch/csrc/autograd/autograd.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 #include <c10/util/Exception.h>
+#include <c10/util/SmallVector.h>
 
 #include <cstring>
 #include <exception>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -69,6 +77,7 @@
 #include "adapters/torch/generator.h"
 #include "adapters/torch/host_kernels.h"
 #include "adapters/torch/host_results.h"
+#include "adapters/torch/host_view.h"
 #include "adapters/torch/memory_history.h"
 #include "adapters/torch/trace_recorder.h"
 
@@ -438,6 +447,125 @@ PyObject* py_drain_autograd(PyObject*, PyObject*) {
   Py_RETURN_NONE;
 }
 
+// Note [Compiled kernels on device memory]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// torch.compile's Inductor generates C++ kernels for the device, as for the CPU (oclvm/_inductor.py
+// registers the CPU's code generation for opencl). Each kernel is `extern "C" void kernel(...)`
+// over raw pointers and scalars; the package appends an entry with one signature to its source,
+// `int oclvm_entry(const uint64_t* slots, char* error, size_t error_size)`, which unpacks each
+// slot as the kernel's parameter and returns 1 with the message of anything the kernel threw.
+// _host_call(entry, device, args) fills the slots and calls it:
+//   - a tensor's slot is its data_ptr() (torch's own function, the one Inductor's bindings call),
+//     then, when a live block of the device allocator holds that address, the block's host
+//     address at the same offset. A device address is never dereferenceable on the host, so every
+//     device tensor must translate: one on another device, or on a device whose memory has no
+//     host address, is refused. An address no block holds is host memory (a CPU scalar tensor
+//     Dynamo passes in) and stays as it is; an empty tensor's null stays null;
+//   - an int's slot is its int64 value, a float's the bits of its double.
+// The kernel then runs inside one host section of the device (Note [Host sections] in
+// vm/host_section.h), with the GIL released: the section begins once the device's worker is idle,
+// so every instruction the wrapper queued before (the device operators between fused kernels) has
+// finished, and nothing reaches the device until the kernel returns. The kernel's OpenMP team
+// works inside the caller's section, as the device's CPU kernels do. The argument tuple keeps its
+// tensors, and so their blocks, alive throughout.
+using TensorDataFn = void* (*)(PyObject*);
+// Set once by _inductor_init and read under the GIL only.
+PyTypeObject* g_tensor_type = nullptr;
+TensorDataFn g_tensor_data = nullptr;
+
+PyObject* py_inductor_init(PyObject*, PyObject* args) {
+  PyObject* type = nullptr;
+  unsigned long long data_fn = 0;
+  if (!PyArg_ParseTuple(args, "OK", &type, &data_fn)) return nullptr;
+  if (!PyType_Check(type) || data_fn == 0) {
+    PyErr_SetString(PyExc_TypeError, "_inductor_init expects torch.Tensor and a function address");
+    return nullptr;
+  }
+  Py_INCREF(type);
+  Py_XDECREF(reinterpret_cast<PyObject*>(g_tensor_type));
+  g_tensor_type = reinterpret_cast<PyTypeObject*>(type);
+  g_tensor_data = reinterpret_cast<TensorDataFn>(static_cast<uintptr_t>(data_fn));
+  Py_RETURN_NONE;
+}
+
+// Fills `slots` from `items` (a tuple) and lists the tensor slots in `tensors`; false with a
+// Python error set for an argument that is neither a tensor, an int nor a float.
+bool fill_slots(PyObject* items, c10::SmallVector<uint64_t, 16>& slots,
+                c10::SmallVector<uint32_t, 16>& tensors) {
+  const Py_ssize_t count = PyTuple_GET_SIZE(items);
+  slots.resize(static_cast<size_t>(count));
+  for (Py_ssize_t i = 0; i < count; ++i) {
+    PyObject* item = PyTuple_GET_ITEM(items, i);
+    uint64_t& slot = slots[static_cast<size_t>(i)];
+    if (PyObject_TypeCheck(item, g_tensor_type)) {
+      slot = reinterpret_cast<uintptr_t>(g_tensor_data(item));
+      tensors.push_back(static_cast<uint32_t>(i));
+    } else if (PyLong_Check(item)) {  // bool too
+      const long long value = PyLong_AsLongLong(item);
+      if (value == -1 && PyErr_Occurred()) return false;
+      slot = static_cast<uint64_t>(value);
+    } else if (PyFloat_Check(item)) {
+      const double value = PyFloat_AS_DOUBLE(item);
+      std::memcpy(&slot, &value, sizeof slot);
+    } else {
+      PyErr_Format(PyExc_TypeError,
+                   "a compiled kernel's argument %zd is a %s; expected a tensor, an int or a float",
+                   i, Py_TYPE(item)->tp_name);
+      return false;
+    }
+  }
+  return true;
+}
+
+PyObject* py_host_call(PyObject*, PyObject* args) {
+  unsigned long long entry = 0;
+  PyObject* device = nullptr;
+  PyObject* items = nullptr;
+  if (!PyArg_ParseTuple(args, "KOO!", &entry, &device, &PyTuple_Type, &items)) return nullptr;
+  if (g_tensor_type == nullptr || entry == 0) {
+    PyErr_SetString(PyExc_RuntimeError, "_host_call needs _inductor_init first and an entry");
+    return nullptr;
+  }
+  c10::DeviceIndex index = 0;
+  if (!parse_index(device, &index)) return nullptr;
+  return guarded([&]() -> PyObject* {
+    c10::SmallVector<uint64_t, 16> slots;
+    c10::SmallVector<uint32_t, 16> tensors;
+    if (!fill_slots(items, slots, tensors)) return nullptr;
+    without_gil([&] {
+      const int device_number = index;  // DeviceIndex is a char to a stream
+      TORCH_CHECK(host_addressable(index), "opencl:", device_number,
+                  "'s memory has no host addresses, so torch.compile's C++ kernels cannot run on "
+                  "it (torch.opencl.get_device_properties(", device_number,
+                  ").host_sections is False)");
+      const CLDeviceAllocator& allocator = CLDeviceAllocator::instance();
+      for (const uint32_t i : tensors) {
+        if (slots[i] == 0) continue;
+        const CLDeviceAllocator::HostPlace place =
+            allocator.host_place(reinterpret_cast<const void*>(static_cast<uintptr_t>(slots[i])));
+        if (!place.found) continue;  // host memory
+        TORCH_CHECK(place.device == index, "A kernel compiled for opencl:", device_number,
+                    " got a tensor on opencl:", static_cast<int>(place.device), " (argument ", i,
+                    ")");
+        TORCH_CHECK(place.host != nullptr, "A kernel compiled for opencl:", device_number,
+                    " got a tensor whose memory has no host address (argument ", i, ")");
+        slots[i] = reinterpret_cast<uintptr_t>(place.host);
+      }
+      std::optional<vm::HostSection> section = host_section(index);
+      TORCH_CHECK(section, "opencl:", device_number, " cannot open a host section here (the VM is shut "
+                  "down, or this thread runs an instruction's callback)");
+      char error[512] = {};
+      using Entry = int (*)(const uint64_t*, char*, size_t);
+      const int failed = reinterpret_cast<Entry>(static_cast<uintptr_t>(entry))(
+          slots.data(), error, sizeof error);
+      section.reset();
+      TORCH_CHECK(failed == 0, "A compiled kernel on opencl:", device_number, " failed: ", error);
+      return 0;
+    });
+    Py_RETURN_NONE;
+  });
+}
+
 PyMethodDef kMethods[] = {
     {"device_count", py_device_count, METH_NOARGS, "Number of OpenCL devices."},
     {"current_device", py_current_device, METH_NOARGS, "This thread's current device index."},
@@ -471,6 +599,10 @@ PyMethodDef kMethods[] = {
      "Start, change or stop the memory history of every opencl device."},
     {"_memory_snapshot", py_memory_snapshot, METH_O,
      "PyTorch's memory snapshot dictionary of the opencl devices, pickled."},
+    {"_inductor_init", py_inductor_init, METH_VARARGS,
+     "Keep torch.Tensor and torch's data_ptr function for _host_call."},
+    {"_host_call", py_host_call, METH_VARARGS,
+     "Run a compiled kernel's entry on device memory, in one host section."},
     {nullptr, nullptr, 0, nullptr},
 };
 

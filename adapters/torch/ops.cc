@@ -29,6 +29,7 @@
 #include <ATen/ATen.h>
 #include <ATen/EmptyTensor.h>
 #include <ATen/native/CPUFallback.h>
+#include <ATen/native/ConvUtils.h>
 #include <ATen/native/Resize.h>
 #include <ATen/native/ResizeCommon.h>
 #include <ATen/native/TensorFactories.h>
@@ -883,6 +884,58 @@ bool span_is_compact(const at::Tensor& t) {
   return span_elements(t) <= 2 * t.numel() + kSlack;
 }
 
+namespace {
+
+// Note [Convolution layouts on the device]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// torch decides the layout of a convolution's results from the backend it would pick for the
+// tensors' device: _determine_backend_memory_format(input, weight, select_conv_backend(...)). For
+// this device that backend is Overrideable, whose results are contiguous, and FakeTensor's
+// convolution (what torch.compile and torch.export trace with) predicts exactly that. The CPU
+// kernel the device runs picks the CPU's backend instead, mkldnn, channels-last whenever the input
+// or the weight is, and Inductor's compiled code then failed its stride check on the result. So
+// the device gives the results (the output; grad_input and grad_weight) the layout torch's rule
+// names for it, converting what the CPU kernel made otherwise; grad_bias is a vector either way.
+void convolution_in_device_layout(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const bool backward = op.schema().name() == "aten::convolution_backward";
+  // convolution(input, weight, bias?, stride, padding, dilation, transposed, output_padding,
+  // groups); convolution_backward(grad_output, input, weight, bias_sizes?, stride, padding,
+  // dilation, transposed, output_padding, groups, output_mask).
+  const size_t count = op.schema().arguments().size();
+  const c10::IValue* args = &*(stack->end() - static_cast<std::ptrdiff_t>(count));
+  const size_t first = backward ? 1 : 0;
+  const at::Tensor& input = args[first].toTensor();
+  const at::Tensor& weight = args[first + 1].toTensor();
+  std::optional<at::Tensor> bias;
+  std::optional<std::vector<c10::SymInt>> bias_sizes;
+  if (!backward && args[2].isTensor()) bias = args[2].toTensor();
+  if (backward && !args[3].isNone()) bias_sizes = args[3].toSymIntVector();
+  const std::vector<c10::SymInt> stride = args[first + 3].toSymIntVector();
+  const std::vector<c10::SymInt> padding = args[first + 4].toSymIntVector();
+  const std::vector<c10::SymInt> dilation = args[first + 5].toSymIntVector();
+  const std::vector<c10::SymInt> output_padding = args[first + 7].toSymIntVector();
+  const at::MemoryFormat layout = at::native::_determine_backend_memory_format(
+      input, weight,
+      at::native::select_conv_backend(input, weight, bias, stride, padding, dilation,
+                                      args[first + 6].toBool(), output_padding,
+                                      args[first + 8].toSymInt(),
+                                      bias_sizes ? at::OptionalSymIntArrayRef(*bias_sizes)
+                                                 : at::OptionalSymIntArrayRef()));
+  cpu_fallback(op, stack);
+  const size_t results = backward ? 2 : 1;  // grad_bias is not converted
+  const size_t outputs = op.schema().returns().size();
+  for (size_t i = 0; i < results; ++i) {
+    c10::IValue& result = (*stack)[stack->size() - outputs + i];
+    if (!result.isTensor()) continue;
+    const at::Tensor& tensor = result.toTensor();
+    if (tensor.defined() && tensor.dim() >= 4 && !tensor.is_contiguous(layout)) {
+      result = tensor.contiguous(layout);
+    }
+  }
+}
+
+}  // namespace
+
 void register_native_kernels(torch::Library& m) {
   m.impl("empty.memory_format", empty_memory_format);
   m.impl("empty_strided", empty_strided);
@@ -907,9 +960,11 @@ void register_native_kernels(torch::Library& m) {
   // convolution and convolution_backward are composite: for this device they would route to
   // convolution_overrideable, whose default kernel only throws. Registered here, they take the
   // boxed CPU fallback whole (autograd stays above: ConvolutionBackward0 calls
-  // convolution_backward, which lands here too).
-  m.impl("convolution", torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>());
-  m.impl("convolution_backward", torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>());
+  // convolution_backward, which lands here too), with the device's layout (Note [Convolution
+  // layouts on the device]).
+  m.impl("convolution", torch::CppFunction::makeFromBoxedFunction<&convolution_in_device_layout>());
+  m.impl("convolution_backward",
+         torch::CppFunction::makeFromBoxedFunction<&convolution_in_device_layout>());
   route_cpu_kernels_over_composites(m);
 }
 

@@ -25,6 +25,8 @@ the storage methods.
 - streams: Stream and Event (classes: ``isinstance`` works), current_stream, default_stream,
   set_stream, stream (a StreamContext, the context manager). A stream is a VM stream with its own
   OpenCL queue; an event is a marker of one (Note [Event instances are torch.Event]);
+- torch.compile: the first compile imports ``oclvm._inductor``, which gives Inductor the CPU's C++
+  code generation for the device, its kernels run on device memory in host sections;
 - the other names libraries call on torch.cuda (design/torch.md, "torch.cuda's names on
   torch.opencl"): a real answer from is_bf16_supported, is_tf32_supported, has_half, has_magma,
   can_device_access_peer, device_of, OutOfMemoryError, is_current_stream_capturing,
@@ -854,6 +856,22 @@ _CUDA_NAMES_LEFT_OUT = {
     "streams": "a submodule: its Stream and Event are on torch.opencl itself",
     "random": "a submodule: its functions are on torch.opencl itself",
 }
+
+
+# What Inductor asks the device module for at a process's first compile
+# (torch._inductor.codegen.common's init_backend_registration): the first of these names imports
+# oclvm._inductor, which registers the device with Inductor itself (torch.compile on the device:
+# design/torch.md); importing Inductor takes seconds, so not before. The fourth name Inductor asks
+# for, WrapperFxCodegen, is left out on purpose: without it Inductor does not register the
+# device a second time, which would drop oclvm._inductor's cache-key pass.
+_INDUCTOR_NAMES = ("Scheduling", "PythonWrapperCodegen", "CppWrapperCodegen")
+
+
+def __getattr__(name: str):
+    if name in _INDUCTOR_NAMES:
+        from . import _inductor
+        return getattr(_inductor, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # torch.opencl.memory, as torch.cuda.memory: the memory API above under both names, the summary
