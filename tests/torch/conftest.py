@@ -1,4 +1,6 @@
-"""pytest setup for the torch adapter tests: makes the built `oclvm` package importable.
+"""pytest setup for the torch adapter tests: makes the built `oclvm` package importable, and
+gives them the `two_devices` mark (skipped on fewer than two opencl devices) and the fixtures
+`nothing_leaks` and `device_zero_and_default_streams`.
 
 The package is looked for, in order: already importable (installed with pip), the directory named
 by OCLVM_TORCH_PYTHONPATH, then <repo>/build-torch/python (what adapters/torch/CMakeLists.txt
@@ -21,6 +23,36 @@ if importlib.util.find_spec("oclvm") is None:
 
 
 import pytest  # noqa: E402  (after the path set-up above, so that oclvm is importable)
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "two_devices: needs two opencl devices (POCL_DEVICES='pthread pthread'); "
+        "skipped with fewer")
+
+
+def pytest_collection_modifyitems(config, items):
+    marked = [item for item in items if item.get_closest_marker("two_devices")]
+    if not marked:
+        return
+    import torch
+    import oclvm  # noqa: F401  (torch.opencl, when the package is not autoloaded)
+    if torch.opencl.device_count() >= 2:
+        return
+    skip = pytest.mark.skip(reason="needs two opencl devices (POCL_DEVICES='pthread pthread')")
+    for item in marked:
+        item.add_marker(skip)
+
+
+@pytest.fixture
+def device_zero_and_default_streams():
+    """After the test, device 0 is current and every device is on its default stream (for test
+    files that switch devices and streams: `pytestmark = pytest.mark.usefixtures(...)`)."""
+    yield
+    import torch
+    for i in range(torch.opencl.device_count()):
+        torch.opencl.set_stream(torch.opencl.default_stream(i))
+    torch.opencl.set_device(0)
 
 
 @pytest.fixture

@@ -14,18 +14,8 @@ import torch
 from torch.utils.data._utils.pin_memory import pin_memory
 
 DEV = "opencl"
-TWO_DEVICES = pytest.mark.skipif(torch.opencl.device_count() < 2,
-                                 reason="needs two opencl devices (POCL_DEVICES='pthread pthread')")
 
-pytestmark = pytest.mark.usefixtures("nothing_leaks")
-
-
-@pytest.fixture(autouse=True)
-def device_zero_and_default_streams_after():
-    yield
-    for i in range(torch.opencl.device_count()):
-        torch.accelerator.set_stream(torch.opencl.default_stream(i))
-    torch.accelerator.set_device_index(0)
+pytestmark = pytest.mark.usefixtures("nothing_leaks", "device_zero_and_default_streams")
 
 
 def test_current_accelerator():
@@ -37,7 +27,7 @@ def test_current_accelerator():
         torch.accelerator.set_device_index("cpu")
 
 
-@TWO_DEVICES
+@pytest.mark.two_devices
 def test_generic_multi_device_behavior():
     original = torch.accelerator.current_device_index()
     target = (original + 1) % torch.accelerator.device_count()
@@ -126,7 +116,7 @@ def test_device_index_under_torch_compile():
     torch.testing.assert_close(compiled(x).cpu(), expected.cpu())
 
 
-@TWO_DEVICES
+@pytest.mark.two_devices
 def test_multi_device_context_manager():
     torch.accelerator.set_device_index(0)
     with torch.accelerator.device_index(1):
@@ -157,7 +147,7 @@ def test_stream_context_manager_reentrance():
     assert torch.accelerator.current_stream() == previous
 
 
-@TWO_DEVICES
+@pytest.mark.two_devices
 def test_multi_device_stream_context_manager():
     torch.accelerator.set_device_index(0)
     src_previous = torch.accelerator.current_stream()
@@ -314,7 +304,7 @@ def test_device_capability_supported_dtypes():
     assert [str(d) for d in refused if _round_trip_error(d, torch.float32) is None] == []
 
 
-@TWO_DEVICES
+@pytest.mark.two_devices
 def test_device_capability_is_the_same_on_every_device():
     assert (torch.accelerator.get_device_capability(f"{DEV}:0")
             == torch.accelerator.get_device_capability(f"{DEV}:1"))

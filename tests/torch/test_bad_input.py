@@ -25,8 +25,6 @@ import torch
 import oclvm
 
 DEV = "opencl"
-TWO_DEVICES = pytest.mark.skipif(torch.opencl.device_count() < 2,
-                                 reason="needs two opencl devices (POCL_DEVICES='pthread pthread')")
 COUNT = torch.opencl.device_count()
 NO_SUCH = COUNT + 6          # an index past the last device ("opencl:7" with one device)
 INDEX_ERROR = f"^Expected an opencl device index in [0, {COUNT}), but got "
@@ -402,7 +400,7 @@ def test_streams_of_the_wrong_device_type_or_index():
             "'CPU' backend", lambda: torch.ones(3).record_stream(torch.opencl.Stream()))
 
 
-@TWO_DEVICES
+@pytest.mark.two_devices
 def test_streams_and_events_of_another_opencl_device():
     x0 = torch.ones(4, device=f"{DEV}:0")
     x1 = torch.ones(4, device=f"{DEV}:1")

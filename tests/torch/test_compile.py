@@ -31,7 +31,6 @@ from test_model_families import BERT, CNN, GPT2, MLP
 
 DEV = "opencl"
 HOST_SECTIONS = torch.opencl.get_device_properties(0).host_sections
-TWO_DEVICES = pytest.mark.skipif(torch.opencl.device_count() < 2, reason="needs two devices")
 # Inductor's own float32 tolerances for compiled against eager (torch/_inductor's test harness).
 INDUCTOR = dict(rtol=1e-4, atol=1e-5)
 
@@ -243,7 +242,7 @@ def test_cpp_wrapper_is_refused_with_a_reason():
         compiled(torch.randn(4, device=DEV))
 
 
-@TWO_DEVICES
+@pytest.mark.two_devices
 def test_second_device():
     def f(x, y):
         return (x * y).softmax(dim=-1)

@@ -28,18 +28,8 @@ import oclvm
 
 DEV = "opencl"
 _REPO = pathlib.Path(__file__).resolve().parents[2]
-TWO_DEVICES = pytest.mark.skipif(torch.opencl.device_count() < 2,
-                                 reason="needs two opencl devices (POCL_DEVICES='pthread pthread')")
 
-pytestmark = pytest.mark.usefixtures("nothing_leaks")
-
-
-@pytest.fixture(autouse=True)
-def device_zero_and_default_streams_after():
-    yield
-    for i in range(torch.opencl.device_count()):
-        torch.accelerator.set_stream(torch.opencl.default_stream(i))
-    torch.accelerator.set_device_index(0)
+pytestmark = pytest.mark.usefixtures("nothing_leaks", "device_zero_and_default_streams")
 
 
 def _public_cuda_names() -> set:
@@ -105,7 +95,7 @@ def test_no_device_accesses_a_peer():
         torch.opencl.can_device_access_peer("cpu", 0)
 
 
-@TWO_DEVICES
+@pytest.mark.two_devices
 def test_two_devices_are_not_peers():
     assert torch.opencl.can_device_access_peer(0, 1) is False
     assert torch.opencl.can_device_access_peer(1, 0) is False
@@ -137,7 +127,7 @@ def test_device_of_a_tensor_and_of_a_cpu_tensor():
         assert torch.opencl.current_device() == 0
 
 
-@TWO_DEVICES
+@pytest.mark.two_devices
 def test_device_of_switches_and_restores():
     x = torch.ones(2, device="opencl:1")
     with torch.opencl.device_of(x):
@@ -194,7 +184,7 @@ def test_caching_allocator_refuses_bad_arguments():
     assert torch.opencl.memory_allocated() == before
 
 
-@TWO_DEVICES
+@pytest.mark.two_devices
 def test_caching_allocator_refuses_a_stream_of_another_device():
     with pytest.raises(ValueError, match="Expected a stream of opencl:0 .* got one of opencl:1"):
         torch.opencl.caching_allocator_alloc(8, device=0, stream=torch.opencl.Stream(1))

@@ -21,8 +21,6 @@ import oclvm
 
 DEV = "opencl"
 ROUND = 512  # oclvm's allocators round block sizes up to multiples of 512 bytes
-TWO_DEVICES = pytest.mark.skipif(torch.opencl.device_count() < 2,
-                                 reason="needs two opencl devices (POCL_DEVICES='pthread pthread')")
 
 
 def rounded(nbytes: int) -> int:
@@ -300,7 +298,7 @@ def test_out_of_memory_inside_an_operator():
     assert out.returncode == 0 and "OOM-OP-OK" in out.stdout, out.stdout + out.stderr
 
 
-@TWO_DEVICES
+@pytest.mark.two_devices
 def test_two_devices_are_isolated():
     gc.collect()
     before0, before1 = torch.opencl.memory_allocated(0), torch.opencl.memory_allocated(1)
@@ -340,7 +338,7 @@ def test_two_devices_are_isolated():
         torch.opencl.set_device(0)
 
 
-@TWO_DEVICES
+@pytest.mark.two_devices
 def test_reset_and_empty_cache_per_device():
     gc.collect()
     x = torch.empty(1 << 20, dtype=torch.uint8, device="opencl:1")

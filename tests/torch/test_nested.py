@@ -5,7 +5,8 @@ Before adapters/torch/nested.cc, torch had no kernel for NestedTensorPrivateUse1
 `torch.nested.nested_tensor(..., device="opencl")` failed, and nn.TransformerEncoder in eval mode
 with a padding mask raised "Could not run 'aten::_to_copy' with arguments from the
 'NestedTensoropencl' backend" (issue 33). Each case below runs the same steps on the CPU and
-compares; results stay on the device, as on CUDA; device memory returns to its start.
+compares; results stay on the device, as on CUDA; device memory returns to its start. Autograd
+through both layouts gives the CPU's gradients.
 """
 import warnings
 
@@ -141,6 +142,36 @@ def test_jagged_layout():
     want = torch.relu(torch.nested.nested_tensor(parts, layout=torch.jagged) + 1)
     for g, w in zip(got.unbind(), want.unbind()):
         torch.testing.assert_close(g.cpu(), w)
+
+
+def _gradients_through_nested(device, layout):
+    """Leaves on `device` made into a nested tensor of `layout` with autograd kept
+    (as_nested_tensor), a linear layer, an activation and softmax over it, and a loss of its
+    values: the leaves' and the weight's gradients, on the CPU."""
+    torch.manual_seed(0)
+    leaves = [torch.randn(2, 3).to(device).requires_grad_(),
+              torch.randn(4, 3).to(device).requires_grad_()]
+    weight = torch.randn(5, 3).to(device).requires_grad_()
+    nested = torch.nested.as_nested_tensor(leaves, layout=layout)
+    if layout == torch.jagged:
+        out = torch.nn.functional.linear(nested.sin(), weight).softmax(dim=-1) * 3
+        loss = (out.values() ** 2).sum()
+    else:
+        out = torch.nn.functional.softmax(torch.nn.functional.linear(nested, weight).relu() * 2,
+                                          dim=-1)
+        loss = (out.to_padded_tensor(0.0) ** 2).sum()
+    loss.backward()
+    assert all(t.grad.device.type == torch.device(device).type for t in [*leaves, weight])
+    return [t.grad.cpu() for t in [*leaves, weight]]
+
+
+@pytest.mark.parametrize("layout", [torch.strided, torch.jagged], ids=["strided", "jagged"])
+def test_autograd_through_nested_tensors(layout):
+    got = _gradients_through_nested(DEVICE, layout)
+    want = _gradients_through_nested("cpu", layout)
+    assert any(bool(g.abs().sum() > 0) for g in want)  # the loss depends on every leaf
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w)
 
 
 def test_transformer_encoder_fast_path_matches_the_cpu():

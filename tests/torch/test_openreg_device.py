@@ -20,17 +20,9 @@ import torch
 import oclvm
 
 DEV = "opencl"
-TWO_DEVICES = pytest.mark.skipif(torch.opencl.device_count() < 2,
-                                 reason="needs two opencl devices (POCL_DEVICES='pthread pthread')")
 LAST = torch.opencl.device_count() - 1  # device 1 on two devices, else device 0
 
-pytestmark = pytest.mark.usefixtures("nothing_leaks")
-
-
-@pytest.fixture(autouse=True)
-def device_zero_after():
-    yield
-    torch.accelerator.set_device_index(0)
+pytestmark = pytest.mark.usefixtures("nothing_leaks", "device_zero_and_default_streams")
 
 
 def test_device_count():
@@ -81,7 +73,7 @@ def test_tensor_device():
     assert y.device == torch.device(DEV, LAST)
 
 
-@TWO_DEVICES
+@pytest.mark.two_devices
 def test_device_switch_persists_across_operations():
     torch.accelerator.set_device_index(1)
     x = torch.randn(2, 3, device=DEV)
@@ -245,7 +237,7 @@ def test_malformed_versions_are_refused(version):
         oclvm._opencl_version(version)
 
 
-@TWO_DEVICES
+@pytest.mark.two_devices
 def test_both_devices_report_properties():
     first, second = (torch.opencl.get_device_properties(i) for i in (0, 1))
     assert first.platform == second.platform

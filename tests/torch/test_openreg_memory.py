@@ -17,16 +17,8 @@ import torch
 import oclvm
 
 DEV = "opencl"
-TWO_DEVICES = pytest.mark.skipif(torch.opencl.device_count() < 2,
-                                 reason="needs two opencl devices (POCL_DEVICES='pthread pthread')")
 
-pytestmark = pytest.mark.usefixtures("nothing_leaks")
-
-
-@pytest.fixture(autouse=True)
-def device_zero_after():
-    yield
-    torch.opencl.set_device(0)
+pytestmark = pytest.mark.usefixtures("nothing_leaks", "device_zero_and_default_streams")
 
 
 @pytest.fixture
@@ -252,7 +244,7 @@ def test_storage_slice_of_pinned_memory_is_pinned():
 # Two devices
 
 
-@TWO_DEVICES
+@pytest.mark.two_devices
 def test_allocation_on_the_second_device():
     torch.opencl.set_device(1)
     x = torch.empty(100, device=f"{DEV}:1")
@@ -260,7 +252,7 @@ def test_allocation_on_the_second_device():
     assert oclvm._C.device_of_address(x.data_ptr()) == 1
 
 
-@TWO_DEVICES
+@pytest.mark.two_devices
 def test_allocations_on_both_devices_are_isolated():
     on0 = [torch.empty(1000, device=f"{DEV}:0") for _ in range(10)]
     on1 = [torch.empty(1000, device=f"{DEV}:1") for _ in range(10)]
@@ -272,7 +264,7 @@ def test_allocations_on_both_devices_are_isolated():
     assert [t.device.index for t in alternating] == [i % 2 for i in range(20)]
 
 
-@TWO_DEVICES
+@pytest.mark.two_devices
 def test_transfers_between_devices():
     original = torch.randn(100, device=f"{DEV}:0")
     on1 = original.to(f"{DEV}:1")

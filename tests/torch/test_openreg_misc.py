@@ -17,8 +17,6 @@ import pytest
 import torch
 
 DEV = "opencl"
-TWO_DEVICES = pytest.mark.skipif(torch.opencl.device_count() < 2,
-                                 reason="needs two opencl devices (POCL_DEVICES='pthread pthread')")
 
 pytestmark = pytest.mark.usefixtures("nothing_leaks")
 
@@ -77,7 +75,7 @@ def test_generated_tensor_methods():
         assert y.is_opencl and y.device == torch.device(DEV, 0)
 
 
-@TWO_DEVICES
+@pytest.mark.two_devices
 def test_generated_tensor_methods_on_two_devices():
     x = torch.empty(4, 4)
     assert x.opencl(1).device == torch.device(DEV, 1)
@@ -177,7 +175,7 @@ def test_copies():
     assert torch.equal(z.cpu(), x.cpu())
 
 
-@TWO_DEVICES
+@pytest.mark.two_devices
 def test_copy_across_devices():
     a = torch.ones(10, device=f"{DEV}:0").to(f"{DEV}:1").to("cpu")
     assert torch.equal(a, torch.ones(10))

@@ -21,17 +21,9 @@ import torch
 import torch.nn.functional as F
 
 DEV = "opencl"
-TWO_DEVICES = pytest.mark.skipif(torch.opencl.device_count() < 2,
-                                 reason="needs two opencl devices (POCL_DEVICES='pthread pthread')")
 STATE_BYTES = torch.get_rng_state().numel()  # the CPU generator's state: 5056 bytes in 2.13
 
-pytestmark = pytest.mark.usefixtures("nothing_leaks")
-
-
-@pytest.fixture(autouse=True)
-def device_zero_after():
-    yield
-    torch.opencl.set_device(0)
+pytestmark = pytest.mark.usefixtures("nothing_leaks", "device_zero_and_default_streams")
 
 
 def test_generator_of_the_device():
@@ -40,7 +32,7 @@ def test_generator_of_the_device():
     assert torch.Generator(DEV).device.type == DEV
 
 
-@TWO_DEVICES
+@pytest.mark.two_devices
 def test_generator_of_the_second_device():
     g = torch.Generator(device=f"{DEV}:1")
     assert g.device == torch.device(DEV, 1)
@@ -259,7 +251,7 @@ def test_fork_rng_restores_the_device_state():
     assert torch.equal(torch.opencl.get_rng_state(), before)
 
 
-@TWO_DEVICES
+@pytest.mark.two_devices
 def test_seeds_and_states_are_per_device():
     torch.opencl.manual_seed_all(1)
     torch.opencl.manual_seed(2)  # the current device only

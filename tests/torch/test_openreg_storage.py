@@ -21,8 +21,6 @@ import pytest
 import torch
 
 DEV = "opencl"
-TWO_DEVICES = pytest.mark.skipif(torch.opencl.device_count() < 2,
-                                 reason="needs two opencl devices (POCL_DEVICES='pthread pthread')")
 
 pytestmark = pytest.mark.usefixtures("nothing_leaks")
 
@@ -41,7 +39,7 @@ def test_location_tags():
         torch.UntypedStorage(4, device=torch.device(DEV, 0))) == f"{DEV}:0"
 
 
-@TWO_DEVICES
+@pytest.mark.two_devices
 def test_location_tag_of_the_second_device():
     storage = torch.UntypedStorage(4, device=torch.device(DEV, 1))
     assert torch.serialization.location_tag(storage) == f"{DEV}:1"
@@ -54,7 +52,7 @@ def test_default_restore_location():
     assert restored.device == torch.device(DEV, 0)
 
 
-@TWO_DEVICES
+@pytest.mark.two_devices
 def test_default_restore_location_on_the_second_device():
     restored = torch.serialization.default_restore_location(torch.empty(4).storage(), f"{DEV}:1")
     assert restored.is_opencl and restored.device == torch.device(DEV, 1)
@@ -73,7 +71,7 @@ def test_save_and_load():
         assert mapped.is_opencl and torch.equal(mapped.cpu(), tensor.cpu())
 
 
-@TWO_DEVICES
+@pytest.mark.two_devices
 def test_load_onto_the_second_device():
     tensor = torch.randn(3, 3, device=f"{DEV}:0")
     loaded = torch.load(saved(tensor), map_location=f"{DEV}:1")

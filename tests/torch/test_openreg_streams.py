@@ -15,19 +15,8 @@ import pytest
 import torch
 
 DEV = "opencl"
-TWO_DEVICES = pytest.mark.skipif(torch.opencl.device_count() < 2,
-                                 reason="needs two opencl devices (POCL_DEVICES='pthread pthread')")
 
-pytestmark = pytest.mark.usefixtures("nothing_leaks")
-
-
-@pytest.fixture(autouse=True)
-def default_streams_after():
-    """Each test leaves device 0 current and every device on its default stream."""
-    yield
-    for i in range(torch.opencl.device_count()):
-        torch.opencl.set_stream(torch.opencl.default_stream(i))
-    torch.opencl.set_device(0)
+pytestmark = pytest.mark.usefixtures("nothing_leaks", "device_zero_and_default_streams")
 
 
 def matmul_work(device=DEV):
@@ -50,7 +39,7 @@ def test_stream_create():
     assert torch.Stream(0).device == torch.device(DEV, 0)  # an int names an accelerator index
 
 
-@TWO_DEVICES
+@pytest.mark.two_devices
 def test_stream_create_on_the_second_device():
     for stream in (torch.Stream(device=f"{DEV}:1"), torch.Stream(1)):
         assert stream.device.type == DEV
@@ -72,7 +61,7 @@ def test_stream_switch():
     assert torch.accelerator.current_stream() == s2
 
 
-@TWO_DEVICES
+@pytest.mark.two_devices
 def test_stream_switch_across_devices():
     s1 = torch.Stream(device=f"{DEV}:1")
     torch.accelerator.set_stream(s1)
@@ -104,7 +93,7 @@ def test_stream_wait_stream_and_wait_event():
     assert event.query()
 
 
-@TWO_DEVICES
+@pytest.mark.two_devices
 def test_stream_waits_on_a_stream_of_another_device():
     s0 = torch.Stream(device=f"{DEV}:0")
     s1 = torch.Stream(device=f"{DEV}:1")
@@ -253,7 +242,7 @@ def test_generic_stream_and_event():
         assert start.elapsed_time(end) > 0
 
 
-@TWO_DEVICES
+@pytest.mark.two_devices
 def test_events_on_two_devices():
     e0 = torch.Event(device=f"{DEV}:0")
     e1 = torch.Event(device=f"{DEV}:1")
@@ -265,7 +254,7 @@ def test_events_on_two_devices():
     torch.Stream(device=f"{DEV}:0").wait_event(e1)  # a host wait across devices
 
 
-@TWO_DEVICES
+@pytest.mark.two_devices
 def test_device_synchronize_keeps_the_current_device():
     torch.accelerator.set_device_index(1)
     z = matmul_work()
@@ -371,7 +360,7 @@ def test_plain_opencl_events_cannot_be_timed():
         timed.elapsed_time(never)
 
 
-@TWO_DEVICES
+@pytest.mark.two_devices
 def test_opencl_streams_of_the_second_device():
     s = torch.opencl.Stream(device=1)
     assert isinstance(s, torch.opencl.Stream) and s.device == torch.device(DEV, 1)

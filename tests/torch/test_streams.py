@@ -17,8 +17,6 @@ import torch
 import oclvm
 
 DEV = "opencl"
-TWO_DEVICES = pytest.mark.skipif(torch.opencl.device_count() < 2,
-                                 reason="needs two opencl devices (POCL_DEVICES='pthread pthread')")
 
 pytestmark = pytest.mark.usefixtures("nothing_leaks")
 
@@ -181,7 +179,7 @@ def test_current_stream_is_per_thread():
     assert seen == [0, 100]
 
 
-@TWO_DEVICES
+@pytest.mark.two_devices
 def test_streams_belong_to_their_device():
     s1 = torch.opencl.Stream(device=1)
     assert s1.device == torch.device(DEV, 1)
@@ -269,7 +267,7 @@ def test_bad_fractions_change_nothing(bad, error, no_limit_after):
     assert oclvm._C.memory_limit(0) == 0
 
 
-@TWO_DEVICES
+@pytest.mark.two_devices
 def test_fraction_is_per_device(no_limit_after):
     torch.opencl.set_per_process_memory_fraction(0.0, 1)
     assert oclvm._C.memory_limit(1) == 1

@@ -86,27 +86,10 @@ PARITY_TEST = "test_cpu_gpu_parity"
 DEVICE_TYPE = "privateuseone"
 
 
-def _resolved_per_device_type(module_input):
-    """Whether the sample's LinearCrossEntropyOptions leave a choice to "auto"."""
-    options = module_input.constructor_input.kwargs.get("options")
-    return options is not None and "auto" in (options.acc_policy, options.chunking_method)
-
-
 # (module name, dtype name or "*") -> (why the comparison cannot hold on this device although
-# the device is right, which samples that concerns). Only causes in the comparison itself
-# belong here, never device bugs.
-EXPECTED_FAILURES = {
-    ("nn.LinearCrossEntropyLoss", dtype_name): (
-        "the samples with LinearCrossEntropyOptions whose acc_policy or chunking_method is "
-        "\"auto\": torch resolves \"auto\" by device type (_AUTO_DEFAULTS and "
-        "_resolve_auto_acc_dtype in torch/nn/modules/linear_cross_entropy_options.py): on "
-        "\"cpu\" the \"accurate\" policy with float32 accumulation, on any device type it does "
-        "not list the \"compact\" policy in the input's dtype, so the values differ by design "
-        "(with the CPU's resolution the device passes every sample; the OpInfo sweep lists "
-        "nn.functional.linear_cross_entropy for the same reason)",
-        _resolved_per_device_type)
-    for dtype_name in ("float16", "bfloat16")
-}
+# the device is right, which samples that concerns: a function of the ModuleInput). Only causes
+# in the comparison itself belong here, never device bugs. Empty: every sample compares.
+EXPECTED_FAILURES = {}
 
 
 def expected_failure(name, dtype_name):
@@ -186,6 +169,8 @@ def run_sample(info, module_input, dtype, training, index):
         raise AssertionError(f"moving the module and its inputs to {DEVICE} raised "
                              f"{harness._Raised(error).describe()}") from None
 
+    if isinstance(cpu_module, torch.nn.LinearCrossEntropyLoss):
+        cpu_module.options = harness.as_resolved_on_the_device(cpu_module.options, dtype)
     if info.is_lazy:
         with torch.no_grad():
             dev_init = _forward(dev_module, dev_args, dev_kwargs)

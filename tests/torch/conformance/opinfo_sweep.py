@@ -104,17 +104,6 @@ EXPECTED_FAILURES = {
         "autograd.grad w.r.t. the view is None; .to(device) makes a standalone leaf, which gets "
         "the gradient (the CPU gives the same one for window[:8].clone())",
 }
-# linear_cross_entropy's acc_policy="auto" is resolved by device type in torch's Python code
-# (LinearCrossEntropyOptions._resolve_auto_acc_dtype): float32 accumulation on "cpu" (and
-# capable "cuda"), the input's own dtype on any other device type. So for float16/bfloat16 the
-# device computes in a narrower dtype than the CPU by torch's own policy.
-for _key in ("nn.functional.linear_cross_entropy.chunked",
-             "nn.functional.linear_cross_entropy.chunked_none"):
-    for _dtype_name in ("float16", "bfloat16"):
-        EXPECTED_FAILURES[(_key, _dtype_name)] = (
-            "acc_policy='auto' accumulates in float32 only on cpu/cuda device types (torch's "
-            "LinearCrossEntropyOptions._resolve_auto_acc_dtype); on opencl it uses the input's "
-            "dtype, so values differ by design")
 
 # Operators whose output values cannot match the CPU's by construction: only shape, dtype and
 # device are compared.
@@ -300,6 +289,27 @@ def _versions(value):
     return [t._version for t in _tensors(value)]
 
 
+def as_resolved_on_the_device(options, dtype):
+    """LinearCrossEntropyOptions whose "auto" acc_policy and chunking_method are what torch
+    resolves them to on the device. torch picks them by device type (_AUTO_DEFAULTS in
+    torch/nn/modules/linear_cross_entropy_options.py: "accurate" with float32 accumulation on
+    "cpu", the fallback "compact" in the input's dtype on device types it does not list), so the
+    CPU reference computes with the device's resolution, given explicitly; an explicit policy
+    accumulates in the input's dtype on every device, as "auto" does on the device. Options
+    without "auto", and no options, come back as they are."""
+    import dataclasses
+    from torch.nn.modules import linear_cross_entropy_options as lce
+    if options is None or "auto" not in (options.acc_policy, options.chunking_method):
+        return options
+    policy, chunking = lce._AUTO_DEFAULTS.get((DEVICE, dtype), lce._AUTO_FALLBACK)
+    chunking_method = options.chunking_method
+    if chunking_method == "auto":
+        chunking_method = None if options.batch_chunk_size is not None else chunking
+    return dataclasses.replace(
+        options, acc_policy=policy if options.acc_policy == "auto" else options.acc_policy,
+        chunking_method=chunking_method)
+
+
 def _call(op, sample, seeded):
     import torch
     try:
@@ -441,6 +451,9 @@ def run_item(op, dtype_name, max_samples, random_keys, on_sample=None):
             written = isinstance(op, _InPlaceForeach)
             dev_versions = _versions(dev_sample.input) if written else None
             cpu_versions = _versions(sample.input) if written else None
+            if "options" in sample.kwargs and key.startswith("nn.functional.linear_cross_entropy"):
+                sample.kwargs["options"] = as_resolved_on_the_device(sample.kwargs["options"],
+                                                                     dtype)
             dev_out = _call(op, dev_sample, seeded)
             cpu_out = _call(op, sample, seeded)
             if _check_pair(dev_out, cpu_out, f"{where} output", metadata_reason is not None,
