@@ -874,6 +874,12 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+# Exporting and annotating captured CUDA graphs: torch.cuda has these from torch 2.14 on.
+_CUDA_NAMES_LEFT_OUT.update({name: _CUDA_GRAPHS
+                             for name in ("export_dot", "export_graph_data", "graph_annotations")
+                             if hasattr(torch.cuda, name)})
+
+
 # torch.opencl.memory, as torch.cuda.memory: the memory API above under both names, the summary
 # formatter, record_trace. Imported after the API it re-exports is defined.
 from . import memory  # noqa: E402
