@@ -157,7 +157,8 @@ demo: build torch
 
 bench: build torch
 	$(BUILD)/allocator_bench
-	POCL_DEVICES="basic basic" $(BUILD)/vm_bench
+	POCL_DEVICES="basic basic" $(BUILD)/vm_bench --benchmark_filter=-Kernel
+	POCL_DEVICES="basic pthread" $(BUILD)/vm_bench --benchmark_filter=Kernel
 	$(PY) bench/torch_bench.py
 	$(PY) bench/instruction_count.py
 	$(PY) bench/dist_bench.py

@@ -20,17 +20,38 @@
 //                            [Lists run in a host section]), then a vm::Run of its release: what
 //                            an operator's result written in device memory costs the VM, against
 //                            BM_RunRoundTrip
+//   BM_KernelChainRaw/D      10,000 small kernels (256 work-items, each reading one buffer and
+//                            writing another, ping-pong) enqueued by a plain OpenCL loop on
+//                            opencl:D, then clFinish: the driver's own cost (the baseline)
+//   BM_KernelChainVm/D       the same 10,000 LaunchKernels built and run as one vm::Run
+//   BM_KernelChainLists/D    the same as ten vm::Runs of 1,000 (Note [Lists of a thousand])
+//   BM_KernelChainSubmits/D  the same, one vm::Submit per kernel, waiting for the last ticket
+//   BM_KernelBuild/0         a program's first use with no binary on disk: the compiler runs
+//   BM_KernelBuildCached/0   the same with the binary kept on disk by an earlier use, which is
+//                            what a second process's first launch does (the in-memory cache is
+//                            dropped before each iteration; process start-up is not counted)
+//
+// The kernel benchmarks name their driver after POCL_DEVICES' word for the device (`make bench`
+// runs them with POCL_DEVICES="basic pthread"), and lines beginning `ratio` give each target's
+// ratio on a line of its own.
 //
 // After the run, the ratios the targets are stated in are printed from the medians measured in
 // this same run (machines here are shared and noisy; absolute times drift).
 #include <benchmark/benchmark.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <optional>
 #include <map>
+#include <sstream>
 #include <string>
+#include <vector>
 
+#include <unistd.h>
+
+#include "bench/raw_kernel_chain.h"
 #include "oclvm/instructions/builder.h"
 #include "oclvm/instructions/runtime.h"
 #include "oclvm/storage/caching_allocator.h"
@@ -188,6 +209,180 @@ void BM_SectionAllocate(benchmark::State& state) {
   }
 }
 
+// ---------------------------------------------------------------------------------------------
+// Kernels.
+
+constexpr int kChainLaunches = 10000;
+constexpr size_t kChainItems = 256;
+
+const KernelSource& chain_source() {
+  static const KernelSource source{
+      "__kernel void chain_step(OCLVM_BLOB(float, dst), OCLVM_BLOB(const float, src)) {\n"
+      "  size_t i = get_global_id(0);\n"
+      "  OCLVM_PTR(float, dst)[i] = OCLVM_PTR(const float, src)[i] * 0.5f + 1.0f;\n"
+      "}\n",
+      "chain_step", ""};
+  return source;
+}
+
+// POCL_DEVICES' word for opencl:`index` ("basic", "pthread"), or "opencl<index>".
+std::string driver_name(int index) {
+  const char* devices = std::getenv("POCL_DEVICES");
+  std::istringstream words(devices != nullptr ? devices : "basic");
+  std::string word;
+  for (int i = 0; words >> word; ++i) {
+    if (i == index) return word;
+  }
+  return "opencl" + std::to_string(index);
+}
+
+// Two blobs of kChainItems floats on `device`, zero-filled; released by the destructor.
+struct ChainBlobs {
+  ChainBlobs(vm::VirtualMachine& vm, Device device) : vm(vm) {
+    InstructionsBuilder builder(vm);
+    for (auto* blob : {&a, &b}) {
+      *blob = builder.allocate_blob(vm.stream(device), {int64_t{kChainItems}}, DType::kF32);
+      builder.fill(*blob, 0, kChainItems * sizeof(float), 0);
+    }
+    vm.run(builder.take());
+  }
+  ~ChainBlobs() {
+    InstructionsBuilder builder(vm);
+    builder.release(std::move(a));
+    builder.release(std::move(b));
+    vm.run(builder.take());
+  }
+  vm::VirtualMachine& vm;
+  std::shared_ptr<BlobObject> a, b;
+};
+
+bool skip_without_device(benchmark::State& state, int index) {
+  if (static_cast<size_t>(index) < DeviceManager::instance().opencl_device_count()) return false;
+  state.SkipWithError("no such OpenCL device");
+  return true;
+}
+
+void BM_KernelChainRaw(benchmark::State& state) {
+  const int index = static_cast<int>(state.range(0));
+  if (skip_without_device(state, index)) return;
+  const Device device{DeviceType::kOpenCL, static_cast<DeviceIndex>(index)};
+  vm::VirtualMachine& vm = the_vm();
+  ChainBlobs blobs(vm, device);
+  MemoryBackend& backend = DeviceManager::instance().backend(device);
+  std::shared_ptr<const Kernel> kernel = backend.kernel(chain_source());
+  bench::RawKernelChain raw(backend);
+  const Allocation& a = blobs.a->storage()->allocation();
+  const Allocation& b = blobs.b->storage()->allocation();
+  for (auto _ : state) {
+    raw.run(*kernel, *a.segment, a.offset, *b.segment, b.offset, kChainItems, kChainLaunches);
+  }
+  state.SetLabel(driver_name(index));
+  state.SetItemsProcessed(state.iterations() * kChainLaunches);
+}
+
+// Adds the chain's launches to `builder`, on `stream`.
+void build_chain(InstructionsBuilder& builder, vm::Stream& stream,
+                 const std::shared_ptr<const Kernel>& kernel, const ChainBlobs& blobs, int first,
+                 int count) {
+  LaunchRange range;
+  range.global[0] = kChainItems;
+  for (int i = first; i < first + count; ++i) {
+    const auto& dst = i % 2 == 0 ? blobs.a : blobs.b;
+    const auto& src = i % 2 == 0 ? blobs.b : blobs.a;
+    builder.launch(stream, kernel, range,
+                   {LaunchArg::of_blob(dst, 0, KernelAccess::kWrite),
+                    LaunchArg::of_blob(src, 0, KernelAccess::kRead)});
+  }
+}
+
+void BM_KernelChainVm(benchmark::State& state) {
+  const int index = static_cast<int>(state.range(0));
+  if (skip_without_device(state, index)) return;
+  const Device device{DeviceType::kOpenCL, static_cast<DeviceIndex>(index)};
+  vm::VirtualMachine& vm = the_vm();
+  ChainBlobs blobs(vm, device);
+  InstructionsBuilder builder(vm);
+  std::shared_ptr<const Kernel> kernel = builder.kernel(device, chain_source());
+  vm::Stream& stream = vm.stream(device);
+  for (auto _ : state) {
+    build_chain(builder, stream, kernel, blobs, 0, kChainLaunches);
+    vm.run(builder.take());
+  }
+  state.SetLabel(driver_name(index));
+  state.SetItemsProcessed(state.iterations() * kChainLaunches);
+}
+
+// Note [Lists of a thousand]
+// A list of 10,000 launches holds ~4 MB of instructions at once, past the small-object pool's
+// per-thread cache (1,024 blocks a size class); the rest comes from malloc, and freeing it lets
+// glibc trim its heap's top (128 KiB threshold), so the next list faults every page back in.
+// Measured: building and dropping 10,000 launches takes 2.7 ms, 1.0 ms with the trim turned off
+// (MALLOC_TRIM_THRESHOLD_). Lists of 1,000 stay within the cache.
+void BM_KernelChainLists(benchmark::State& state) {
+  const int index = static_cast<int>(state.range(0));
+  if (skip_without_device(state, index)) return;
+  const Device device{DeviceType::kOpenCL, static_cast<DeviceIndex>(index)};
+  vm::VirtualMachine& vm = the_vm();
+  ChainBlobs blobs(vm, device);
+  InstructionsBuilder builder(vm);
+  std::shared_ptr<const Kernel> kernel = builder.kernel(device, chain_source());
+  vm::Stream& stream = vm.stream(device);
+  constexpr int kPerList = 1000;
+  for (auto _ : state) {
+    for (int first = 0; first < kChainLaunches; first += kPerList) {
+      build_chain(builder, stream, kernel, blobs, first, kPerList);
+      vm.run(builder.take());
+    }
+  }
+  state.SetLabel(driver_name(index));
+  state.SetItemsProcessed(state.iterations() * kChainLaunches);
+}
+
+void BM_KernelChainSubmits(benchmark::State& state) {
+  const int index = static_cast<int>(state.range(0));
+  if (skip_without_device(state, index)) return;
+  const Device device{DeviceType::kOpenCL, static_cast<DeviceIndex>(index)};
+  vm::VirtualMachine& vm = the_vm();
+  ChainBlobs blobs(vm, device);
+  InstructionsBuilder builder(vm);
+  std::shared_ptr<const Kernel> kernel = builder.kernel(device, chain_source());
+  vm::Stream& stream = vm.stream(device);
+  for (auto _ : state) {
+    std::optional<vm::Ticket> last;
+    for (int i = 0; i < kChainLaunches; ++i) {
+      build_chain(builder, stream, kernel, blobs, i, 1);
+      last.emplace(vm.submit(builder.take()));
+    }
+    last->wait();
+  }
+  state.SetLabel(driver_name(index));
+  state.SetItemsProcessed(state.iterations() * kChainLaunches);
+}
+
+// A first use of a program: the in-memory cache dropped, the disk cache in `dir` ("" : none).
+void first_use(benchmark::State& state, const std::string& dir) {
+  MemoryBackend& backend = DeviceManager::instance().backend(device_for(0));
+  backend.set_kernel_cache_dir(dir);
+  if (!dir.empty()) backend.kernel(chain_source());  // keeps the binary on disk
+  for (auto _ : state) {
+    state.PauseTiming();
+    backend.forget_programs();
+    state.ResumeTiming();
+    benchmark::DoNotOptimize(backend.kernel(chain_source()).get());
+  }
+  backend.forget_programs();
+  backend.set_kernel_cache_dir("");
+}
+
+void BM_KernelBuild(benchmark::State& state) { first_use(state, ""); }
+
+void BM_KernelBuildCached(benchmark::State& state) {
+  const std::string dir = (std::filesystem::temp_directory_path() /
+                           ("oclvm-bench-kernels-" + std::to_string(getpid()))).string();
+  first_use(state, dir);
+  std::filesystem::remove_all(dir);
+}
+
 BENCHMARK(BM_DirectAllocatorPair)->Repetitions(5)->ReportAggregatesOnly(true);
 BENCHMARK(BM_RunRoundTrip)->Repetitions(5)->ReportAggregatesOnly(true);
 BENCHMARK(BM_RunRoundTripOneList)->Repetitions(5)->ReportAggregatesOnly(true);
@@ -198,6 +393,12 @@ BENCHMARK(BM_StorageOnRuntime)->Repetitions(5)->ReportAggregatesOnly(true);
 BENCHMARK(BM_SyncCommand)->Repetitions(5)->ReportAggregatesOnly(true);
 BENCHMARK(BM_HostSectionWrite)->Repetitions(5)->ReportAggregatesOnly(true);
 BENCHMARK(BM_SectionAllocate)->Repetitions(5)->ReportAggregatesOnly(true);
+BENCHMARK(BM_KernelChainRaw)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->Repetitions(5)->ReportAggregatesOnly(true);
+BENCHMARK(BM_KernelChainVm)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->Repetitions(5)->ReportAggregatesOnly(true);
+BENCHMARK(BM_KernelChainLists)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->Repetitions(5)->ReportAggregatesOnly(true);
+BENCHMARK(BM_KernelChainSubmits)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->Repetitions(5)->ReportAggregatesOnly(true);
+BENCHMARK(BM_KernelBuild)->Unit(benchmark::kMillisecond)->Repetitions(5)->ReportAggregatesOnly(true);
+BENCHMARK(BM_KernelBuildCached)->Unit(benchmark::kMillisecond)->Repetitions(5)->ReportAggregatesOnly(true);
 
 // Keeps the medians so the ratios can be printed after the run.
 class RatioReporter : public benchmark::ConsoleReporter {
@@ -205,8 +406,10 @@ class RatioReporter : public benchmark::ConsoleReporter {
   void ReportRuns(const std::vector<Run>& runs) override {
     for (const Run& run : runs) {
       if (run.aggregate_name != "median") continue;
-      const double seconds_per_iteration = run.GetAdjustedRealTime() * 1e-9;  // default unit ns
+      const double seconds_per_iteration =
+          run.GetAdjustedRealTime() / benchmark::GetTimeUnitMultiplier(run.time_unit);
       medians_[run.run_name.str()] = seconds_per_iteration;
+      if (!run.report_label.empty()) labels_[run.run_name.str()] = run.report_label;
       auto it = run.counters.find("items_per_second");
       if (it != run.counters.end()) items_per_second_[run.run_name.str()] = it->second.value;
     }
@@ -251,11 +454,49 @@ class RatioReporter : public benchmark::ConsoleReporter {
     const double section_allocate = find("BM_SectionAllocate", "", medians_);
     std::printf("  section + alloc in it + vm::Run(release): %6.1f ns  (%.2f x the round trip)\n",
                 section_allocate * 1e9, trip > 0 ? section_allocate / trip : 0.0);
+
+    // One line per target, each beginning `ratio` (the targets).
+    std::printf("\n");
+    if (direct > 0 && trip > 0) std::printf("ratio run_round_trip_vs_allocator %.2f\n", trip / direct);
+    for (int device = 0; device < 2; ++device) {
+      const std::string arg = "/" + std::to_string(device);
+      const std::string raw_name = "BM_KernelChainRaw" + arg;
+      const double raw = find(raw_name, "", medians_);
+      const double on_vm = find("BM_KernelChainVm" + arg, "", medians_);
+      const double lists = find("BM_KernelChainLists" + arg, "", medians_);
+      const double submits = find("BM_KernelChainSubmits" + arg, "", medians_);
+      if (raw <= 0) continue;
+      const std::string driver = label_of(raw_name);
+      std::printf("  %d kernels on opencl:%d (%s): raw %.2f ms, one vm::Run %.2f ms, "
+                  "ten of 1000 %.2f ms, a submit each %.2f ms\n",
+                  kChainLaunches, device, driver.c_str(), raw * 1e3, on_vm * 1e3, lists * 1e3,
+                  submits * 1e3);
+      if (lists > 0) std::printf("ratio kernel_chain_%s %.2f\n", driver.c_str(), lists / raw);
+      if (on_vm > 0) std::printf("ratio kernel_chain_one_list_%s %.2f\n", driver.c_str(), on_vm / raw);
+      if (submits > 0) {
+        std::printf("ratio kernel_chain_submits_%s %.2f\n", driver.c_str(), submits / raw);
+      }
+    }
+    const double build = find("BM_KernelBuild/", "", medians_);
+    const double cached = find("BM_KernelBuildCached", "", medians_);
+    if (build > 0 && cached > 0) {
+      std::printf("  a program's first use: compiled %.2f ms, from the disk cache %.3f ms\n",
+                  build * 1e3, cached * 1e3);
+      std::printf("ratio kernel_compile_vs_disk_cache %.1f\n", build / cached);
+    }
+  }
+
+  std::string label_of(const std::string& prefix) const {
+    for (const auto& [name, label] : labels_) {
+      if (name.rfind(prefix, 0) == 0) return label;
+    }
+    return "opencl";
   }
 
  private:
   std::map<std::string, double> medians_;
   std::map<std::string, double> items_per_second_;
+  std::map<std::string, std::string> labels_;
 };
 
 }  // namespace

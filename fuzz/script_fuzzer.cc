@@ -209,6 +209,19 @@ class ScriptChecker {
   void check_operation(const op::Barrier& o) {
     check_stream(o.stream);
   }
+  void check_operation(const op::Launch& o) {
+    OCLVM_FUZZ_CHECK(valid_index(o.kernel, script_.kernels.size()));
+    OCLVM_FUZZ_CHECK(script_.kernels[static_cast<size_t>(o.kernel)].line < line_);
+    OCLVM_FUZZ_CHECK(o.range.dims >= 1 && o.range.dims <= 3);
+    for (const KernelArgument& arg : o.args) {
+      if (arg.kind == LaunchArg::Kind::kBlob) {
+        OCLVM_FUZZ_CHECK(arg.place.kind == Place::Kind::kBlob);
+        check_place(arg.place, 0);
+      }
+      if (arg.kind == LaunchArg::Kind::kLocal) OCLVM_FUZZ_CHECK(arg.local_bytes > 0);
+    }
+    check_stream(o.stream);
+  }
   void check_event(int event) {
     OCLVM_FUZZ_CHECK(valid_index(event, script_.events.size()));
     OCLVM_FUZZ_CHECK(script_.events[static_cast<size_t>(event)].line < line_);  // declared before

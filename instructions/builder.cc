@@ -332,6 +332,145 @@ void InstructionsBuilder::record_blob_use(vm::Stream& stream, std::shared_ptr<Bl
   list_.push_back(std::make_unique<RecordBlobUse>(stream, std::move(blob)));
 }
 
+namespace {
+
+std::string param_text(const Kernel& kernel, size_t index) {
+  const KernelParam& param = kernel.params()[index];
+  std::string text = "parameter " + std::to_string(index);
+  if (!param.name.empty()) text += " '" + param.name + "'";
+  if (!kernel.params_known()) return text;
+  const char* space = param.space == KernelParam::Space::kGlobal     ? "__global "
+                      : param.space == KernelParam::Space::kConstant ? "__constant "
+                      : param.space == KernelParam::Space::kLocal    ? "__local "
+                                                                     : "";
+  return text + " (" + space + param.type_name + ")";
+}
+
+const char* arg_kind_text(const LaunchArg& arg) {
+  switch (arg.kind) {
+    case LaunchArg::Kind::kBlob: return "a blob";
+    case LaunchArg::Kind::kScalar: return scalar_type_name(arg.scalar);
+    case LaunchArg::Kind::kLocal: return "a local-memory size";
+  }
+  return "?";
+}
+
+// Whether `arg` fits the parameters from `index` on (Note [Blob arguments]).
+bool arg_fits(const Kernel& kernel, size_t index, const LaunchArg& arg) {
+  const KernelParam& param = kernel.params()[index];
+  switch (arg.kind) {
+    case LaunchArg::Kind::kBlob: {
+      const KernelParam& offset = kernel.params()[index + 1];
+      return (param.space == KernelParam::Space::kGlobal ||
+              param.space == KernelParam::Space::kConstant) &&
+             offset.is_scalar && offset.scalar == ScalarType::kULong;
+    }
+    case LaunchArg::Kind::kScalar:
+      return param.is_scalar && param.scalar == arg.scalar;
+    case LaunchArg::Kind::kLocal:
+      return param.space == KernelParam::Space::kLocal && arg.local_bytes > 0;
+  }
+  return false;
+}
+
+// Matches `args` to the kernel's parameters in order; throws InvalidArgument naming the first
+// mismatch. The messages are made only on failure: launches are checked at instruction rate.
+void check_kernel_args(const Kernel& kernel, const LaunchArg* args, size_t num_args) {
+  const auto which = [&] { return "kernel '" + kernel.source().name + "'"; };
+  const size_t count = kernel.params().size();
+  size_t next = 0;
+  for (size_t i = 0; i < num_args; ++i) {
+    const LaunchArg& arg = args[i];
+    const size_t needs = arg.kind == LaunchArg::Kind::kBlob ? 2 : 1;
+    if (next + needs > count) {
+      throw InvalidArgument("Expected at most " + std::to_string(count) + " parameters' worth of "
+                            "arguments for " + which() + ", but argument " + std::to_string(i) +
+                            " (" + arg_kind_text(arg) + ") has no parameter left" +
+                            (needs == 2 ? " (a blob fills a pointer and a ulong offset)" : ""));
+    }
+    if (arg.kind == LaunchArg::Kind::kLocal && arg.local_bytes == 0) {
+      throw InvalidArgument("Expected a local-memory size above 0 bytes for argument " +
+                            std::to_string(i) + " of " + which() + ", but got 0");
+    }
+    if (kernel.params_known() && !arg_fits(kernel, next, arg)) {
+      std::string wanted = param_text(kernel, next);
+      if (arg.kind == LaunchArg::Kind::kBlob) {
+        wanted = "a pointer and a ulong offset at " + wanted + " and " +
+                 param_text(kernel, next + 1) + " (OCLVM_BLOB)";
+      }
+      throw InvalidArgument("Expected argument " + std::to_string(i) + " of " + which() +
+                            " to fit " + wanted + ", but got " + arg_kind_text(arg));
+    }
+    next += needs;
+  }
+  if (next != count) {
+    throw InvalidArgument("Expected arguments for all " + std::to_string(count) +
+                          " parameters of " + which() + ", but got " +
+                          std::to_string(num_args) + " arguments filling " +
+                          std::to_string(next));
+  }
+}
+
+void check_launch_range(const LaunchRange& range) {
+  if (range.dims < 1 || range.dims > 3) {
+    throw InvalidArgument("Expected 1 to 3 launch dimensions, but got " +
+                          std::to_string(range.dims));
+  }
+  bool driver_chooses = true;
+  for (uint32_t d = 0; d < range.dims; ++d) driver_chooses = driver_chooses && range.local[d] == 0;
+  if (driver_chooses) return;
+  for (uint32_t d = 0; d < range.dims; ++d) {
+    if (range.local[d] == 0 || range.global[d] % range.local[d] != 0) {
+      throw InvalidArgument("Expected a global size divisible by a nonzero local size in every "
+                            "dimension, but got global " + std::to_string(range.global[d]) +
+                            " and local " + std::to_string(range.local[d]) + " in dimension " +
+                            std::to_string(d));
+    }
+  }
+}
+
+}  // namespace
+
+std::shared_ptr<const Kernel> InstructionsBuilder::kernel(Device device,
+                                                          const KernelSource& source) const {
+  if (!vm_.devices().has(device)) vm_.devices().backend(device);  // throws, naming the devices
+  if (source.name.empty()) {
+    throw InvalidArgument("Expected the name of a kernel in the program, but got an empty name");
+  }
+  return vm_.devices().backend(device).kernel(source);
+}
+
+void InstructionsBuilder::launch(vm::Stream& stream, std::shared_ptr<const Kernel> kernel,
+                                 const LaunchRange& range, const LaunchArg* args, size_t count) {
+  check_own_stream(vm_, stream);
+  if (kernel == nullptr) {
+    throw InvalidArgument("Expected a kernel to launch, but got a null pointer");
+  }
+  if (kernel->device() != stream.device()) {
+    throw InvalidArgument("Expected a kernel compiled for " + stream.device().str() +
+                          " (the stream's device), but got one for " + kernel->device().str());
+  }
+  check_launch_range(range);
+  check_kernel_args(*kernel, args, count);
+  if (count > 255) {
+    throw InvalidArgument("Expected at most 255 kernel arguments, but got " + std::to_string(count));
+  }
+  for (size_t i = 0; i < count; ++i) {
+    const LaunchArg& arg = args[i];
+    if (arg.kind != LaunchArg::Kind::kBlob) continue;
+    check_not_null(arg.blob, "kernel argument");
+    check_stream_device(stream, arg.blob->device(), "the kernel argument's device");
+    check_blob_range(*arg.blob, arg.offset, 0, "kernel argument");
+  }
+  list_.push_back(std::make_unique<LaunchKernel>(stream, std::move(kernel), range, args, count));
+}
+
+void InstructionsBuilder::launch(vm::Stream& stream, const KernelSource& source,
+                                 const LaunchRange& range, const std::vector<LaunchArg>& args) {
+  check_own_stream(vm_, stream);
+  launch(stream, kernel(stream.device(), source), range, args.data(), args.size());
+}
+
 vm::InstructionList InstructionsBuilder::take() { return std::move(list_); }
 
 // ---------------------------------------------------------------------------------------------

@@ -15,6 +15,7 @@
 //                       device's worker
 //   RecordEvent / WaitEvent   set a StreamEvent to a point of a stream; make a stream wait for it
 //   RecordBlobUse       mark a blob as used by a stream (its release then waits for that stream)
+//   LaunchKernel        run an OpenCL C kernel with blob, scalar and local-memory arguments
 //
 // The builder checks what it can when building (unknown device, zero size where not allowed,
 // offsets and sizes against blob sizes, pattern sizes) and throws InvalidArgument before anything
@@ -35,6 +36,12 @@
 //   - soft_sync() takes two different streams of one device: the VM orders streams of different
 //     devices itself (host-side waits from the operands), and a marker recorded by one worker on
 //     another worker's stream would not cover that stream's undispatched instructions.
+//   - launch() compiles the kernel when it is not in the device's kernel cache (a build failure is
+//     KernelBuildError with the compiler's log), then matches every argument to its parameters:
+//     a blob to a __global/__constant pointer and a ulong offset (OCLVM_BLOB), a scalar to a
+//     parameter of its OpenCL C type, a local size to a __local pointer; all parameters filled.
+//     Each blob argument is on the stream's device and its offset within what the blob may
+//     address. A local size must divide the global size in every dimension.
 //   - The checks read only the immutable parts of a BlobObject (device, layout, required_bytes),
 //     never its storage, which a worker may be attaching at that moment. So a released blob, or one
 //     whose AllocateBlob failed, is only detected when the instruction runs.
@@ -45,6 +52,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <vector>
 
@@ -113,6 +121,24 @@ class InstructionsBuilder {
   void wait_event(vm::Stream& stream, std::shared_ptr<StreamEvent> event);
   // `stream` must be on the blob's device.
   void record_blob_use(vm::Stream& stream, std::shared_ptr<BlobObject> blob);
+
+  // Kernels (Note [Kernel launches] in instructions.h). kernel() compiles `source` for `device`
+  // or finds it in the device's kernel cache; a caller that launches one kernel often keeps the
+  // result and launches it, which skips the cache's lookup. Throws KernelBuildError,
+  // InvalidArgument (the host device, an unknown kernel name).
+  std::shared_ptr<const Kernel> kernel(Device device, const KernelSource& source) const;
+  void launch(vm::Stream& stream, const KernelSource& source, const LaunchRange& range,
+              const std::vector<LaunchArg>& args);
+  void launch(vm::Stream& stream, std::shared_ptr<const Kernel> kernel, const LaunchRange& range,
+              const std::vector<LaunchArg>& args) {
+    launch(stream, std::move(kernel), range, args.data(), args.size());
+  }
+  void launch(vm::Stream& stream, std::shared_ptr<const Kernel> kernel, const LaunchRange& range,
+              std::initializer_list<LaunchArg> args) {
+    launch(stream, std::move(kernel), range, args.begin(), args.size());
+  }
+  void launch(vm::Stream& stream, std::shared_ptr<const Kernel> kernel, const LaunchRange& range,
+              const LaunchArg* args, size_t count);
 
   // The instructions built so far, in order; the builder starts over empty.
   vm::InstructionList take();

@@ -5,7 +5,11 @@
 // the range; the builder has already checked the range against required_bytes().
 #include "oclvm/instructions/instructions.h"
 
+#include <boost/container/small_vector.hpp>
+
 #include <algorithm>
+#include <cstdio>
+#include <cstring>
 #include <vector>
 
 #include "oclvm/storage/errors.h"
@@ -53,6 +57,44 @@ DeviceRange resolve_range(const BlobObject& blob, size_t offset, size_t bytes, c
   const Allocation& allocation = storage->allocation();
   OCLVM_DCHECK(allocation.segment != nullptr);
   return DeviceRange{allocation.segment, allocation.offset + base + offset};
+}
+
+// Where a kernel's blob argument starts: resolve_range's checks for the bytes from `offset` to
+// the storage's end, and the segment even when they are none (the kernel still gets a buffer;
+// a 0-byte storage has no segment, and the kernel gets a null buffer).
+DeviceRange resolve_start(const BlobObject& blob, size_t offset) {
+  resolve_range(blob, offset, 0, "kernel argument");
+  const Allocation& allocation = blob.storage()->allocation();
+  return DeviceRange{allocation.segment, allocation.offset + blob_base_bytes(blob) + offset};
+}
+
+// A scalar argument's value in OpenCL C notation.
+std::string scalar_text(ScalarType type, const std::array<uint8_t, 8>& bytes) {
+  auto as = [&](auto value) {
+    std::memcpy(&value, bytes.data(), sizeof value);
+    return value;
+  };
+  switch (type) {
+    case ScalarType::kChar: return std::to_string(as(int8_t{}));
+    case ScalarType::kUChar: return std::to_string(as(uint8_t{}));
+    case ScalarType::kShort: return std::to_string(as(int16_t{}));
+    case ScalarType::kUShort: return std::to_string(as(uint16_t{}));
+    case ScalarType::kInt: return std::to_string(as(int32_t{}));
+    case ScalarType::kUInt: return std::to_string(as(uint32_t{}));
+    case ScalarType::kLong: return std::to_string(as(int64_t{}));
+    case ScalarType::kULong: return std::to_string(as(uint64_t{}));
+    case ScalarType::kFloat: {
+      char text[32];
+      std::snprintf(text, sizeof text, "%.9g", static_cast<double>(as(float{})));
+      return text;
+    }
+    case ScalarType::kDouble: {
+      char text[32];
+      std::snprintf(text, sizeof text, "%.17g", as(double{}));
+      return text;
+    }
+  }
+  return "?";
 }
 
 }  // namespace
@@ -621,6 +663,129 @@ RecordBlobUse::RecordBlobUse(vm::Stream& stream, std::shared_ptr<BlobObject> blo
 
 std::string RecordBlobUse::describe() const {
   return blob_text(*operands()[0].blob) + " on " + stream().name();
+}
+
+// ---------------------------------------------------------------------------------------------
+// LaunchKernel
+
+const char* kernel_access_name(KernelAccess access) {
+  switch (access) {
+    case KernelAccess::kRead: return "read";
+    case KernelAccess::kWrite: return "write";
+    case KernelAccess::kReadWrite: return "read-write";
+  }
+  return "?";
+}
+
+LaunchArg LaunchArg::of_blob(std::shared_ptr<BlobObject> blob, size_t offset, KernelAccess access) {
+  LaunchArg arg;
+  arg.kind = Kind::kBlob;
+  arg.blob = std::move(blob);
+  arg.offset = offset;
+  arg.access = access;
+  return arg;
+}
+
+LaunchArg LaunchArg::of_scalar(ScalarType type, const void* bytes) {
+  LaunchArg arg;
+  arg.kind = Kind::kScalar;
+  arg.scalar = type;
+  std::memcpy(arg.bytes.data(), bytes, scalar_type_size(type));
+  return arg;
+}
+
+LaunchArg LaunchArg::local(size_t bytes) {
+  LaunchArg arg;
+  arg.kind = Kind::kLocal;
+  arg.local_bytes = bytes;
+  return arg;
+}
+
+LaunchKernel::LaunchKernel(vm::Stream& stream, std::shared_ptr<const Kernel> kernel,
+                           const LaunchRange& range, const LaunchArg* args, size_t count)
+    : vm::Instruction(stream), kernel_(std::move(kernel)), range_(range) {
+  slots_.reserve(count);
+  for (size_t i = 0; i < count; ++i) {
+    const LaunchArg& arg = args[i];
+    Slot slot{arg.kind, arg.access, arg.scalar, 0, arg.bytes, 0};
+    switch (arg.kind) {
+      case LaunchArg::Kind::kBlob: {
+        const vm::Access access =
+            arg.access == KernelAccess::kRead ? vm::Access::kRead : vm::Access::kWrite;
+        auto same = std::find_if(operands().begin(), operands().end(),
+                                 [&](const vm::Operand& o) { return o.blob == arg.blob; });
+        slot.operand = static_cast<uint8_t>(same - operands().begin());
+        if (same == operands().end()) {
+          add_operand(arg.blob, access);
+        } else if (access == vm::Access::kWrite) {
+          upgrade_to_write(slot.operand);
+        }
+        slot.value = arg.offset;
+        break;
+      }
+      case LaunchArg::Kind::kScalar: break;
+      case LaunchArg::Kind::kLocal: slot.value = arg.local_bytes; break;
+    }
+    slots_.push_back(slot);
+  }
+}
+
+void LaunchKernel::execute(vm::ExecutionContext& context) {
+  boost::container::small_vector<KernelArg, 8> resolved(slots_.size());
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    const Slot& slot = slots_[i];
+    KernelArg& out = resolved[i];
+    switch (slot.kind) {
+      case LaunchArg::Kind::kBlob: {
+        const DeviceRange start = resolve_start(*operands()[slot.operand].blob, slot.value);
+        out.kind = KernelArg::Kind::kBuffer;
+        out.native = start.segment != nullptr ? start.segment->native : nullptr;
+        out.offset = start.offset;
+        break;
+      }
+      case LaunchArg::Kind::kScalar:
+        out.kind = KernelArg::Kind::kScalar;
+        out.bytes = slot.bytes;
+        out.size = scalar_type_size(slot.scalar);
+        break;
+      case LaunchArg::Kind::kLocal:
+        out.kind = KernelArg::Kind::kLocal;
+        out.size = slot.value;
+        break;
+    }
+  }
+  context.stream.queue().enqueue_kernel(*kernel_, resolved.data(), resolved.size(),
+                                        range_.global.data(), range_.local.data(), range_.dims);
+}
+
+std::string LaunchKernel::describe() const {
+  std::string text = "'" + kernel_->source().name + "' global [";
+  for (uint32_t d = 0; d < range_.dims; ++d) {
+    text += (d == 0 ? "" : ", ") + std::to_string(range_.global[d]);
+  }
+  text += "] local [";
+  bool driver_chooses = true;
+  for (uint32_t d = 0; d < range_.dims; ++d) driver_chooses = driver_chooses && range_.local[d] == 0;
+  for (uint32_t d = 0; d < range_.dims && !driver_chooses; ++d) {
+    text += (d == 0 ? "" : ", ") + std::to_string(range_.local[d]);
+  }
+  text += driver_chooses ? "driver's]" : "]";
+  for (const Slot& slot : slots_) {
+    text += ", ";
+    switch (slot.kind) {
+      case LaunchArg::Kind::kBlob:
+        text += blob_text(*operands()[slot.operand].blob) + " +" + std::to_string(slot.value) +
+                " " + kernel_access_name(slot.access);
+        break;
+      case LaunchArg::Kind::kScalar:
+        text += std::string(scalar_type_name(slot.scalar)) + " " + scalar_text(slot.scalar, slot.bytes);
+        break;
+      case LaunchArg::Kind::kLocal:
+        text += "local " + std::to_string(slot.value) + " B";
+        break;
+    }
+  }
+  return text;
 }
 
 }  // namespace oclvm

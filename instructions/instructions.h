@@ -18,6 +18,8 @@
 //                         for it (torch's events).
 //   RecordBlobUse         marks a blob as used by a stream, so that its next write (its release
 //                         included) waits for that stream (torch's recordStream).
+//   LaunchKernel          runs an OpenCL C kernel over an ND range, with blobs, scalars and local
+//                         memory as its arguments (Note [Kernel launches]).
 //
 // Byte ranges. Every offset an instruction takes counts from the blob's element 0, i.e. from byte
 // storage_offset * dtype_size of its storage (0 for byte blobs). The range an instruction may
@@ -27,7 +29,8 @@
 //
 // Operands (what the VM orders accesses by): AllocateBlob, ReleaseTensor, FillBlob write their
 // blob; CopyBlob reads its source and writes its destination; AccessBlobByCallback reads or writes
-// by its mode; RecordBlobUse reads its blob; the others have none.
+// by its mode; RecordBlobUse reads its blob; LaunchKernel reads or writes each blob argument by its
+// access (a blob named twice is one operand, written if either use writes); the others have none.
 //
 // Errors of execute() are InvalidArgument ("Expected ..., but got ...") for a blob whose storage
 // does not exist (its AllocateBlob failed or has not run) or is already released, and for ranges
@@ -40,6 +43,8 @@
 // call it from the executing thread or after the sync point.
 #pragma once
 
+#include <boost/container/small_vector.hpp>
+
 #include <array>
 #include <chrono>
 #include <cstddef>
@@ -51,6 +56,7 @@
 #include <utility>
 
 #include "oclvm/instructions/memory_snapshot.h"
+#include "oclvm/storage/kernel.h"
 #include "oclvm/storage/memory_history.h"
 #include "oclvm/storage/queue.h"
 #include "oclvm/storage/stats.h"
@@ -475,6 +481,89 @@ class RecordBlobUse final : public vm::Instruction {
   const char* name() const override { return "RecordBlobUse"; }
   void execute(vm::ExecutionContext&) override {}
   std::string describe() const override;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Kernels.
+
+// Note [Kernel launches]
+// ~~~~~~~~~~~~~~~~~~~~~~
+// LaunchKernel enqueues one kernel on its stream's queue. The kernel was compiled (or found in the
+// device's kernel cache, storage/kernel.h) when the list was built, and the builder matched every
+// argument to a parameter then: a blob to a `__global`/`__constant` pointer followed by a `ulong`
+// offset (Note [Blob arguments]), a scalar to a parameter of the same OpenCL C type, a local size
+// to a `__local` pointer; and each blob argument's offset lies within what the blob may address.
+// So what execute() can still find wrong is only what the builder cannot see: a blob without live
+// storage (InvalidArgument) and the driver's refusals (BackendError). The kernel may touch any
+// byte of a blob argument from its offset to the end of the blob's storage; the caller's ranges
+// and the kernel's indexing keep it inside, as for any OpenCL buffer.
+enum class KernelAccess : uint8_t { kRead, kWrite, kReadWrite };
+
+// "read", "write", "read-write".
+const char* kernel_access_name(KernelAccess access);
+
+// One argument of a launch as the builder takes it (InstructionsBuilder::launch).
+struct LaunchArg {
+  enum class Kind : uint8_t { kBlob, kScalar, kLocal };
+  Kind kind = Kind::kScalar;
+  std::shared_ptr<BlobObject> blob;  // kBlob
+  size_t offset = 0;                 // kBlob: bytes from the blob's element 0
+  KernelAccess access = KernelAccess::kRead;  // kBlob
+  ScalarType scalar = ScalarType::kInt;       // kScalar
+  std::array<uint8_t, 8> bytes{};             // kScalar: the value, least significant byte first
+  size_t local_bytes = 0;                     // kLocal
+
+  static LaunchArg of_blob(std::shared_ptr<BlobObject> blob, size_t offset, KernelAccess access);
+  // A scalar of the given type from the low scalar_type_size(type) bytes of `bytes`.
+  static LaunchArg of_scalar(ScalarType type, const void* bytes);
+  static LaunchArg of(int8_t v) { return of_scalar(ScalarType::kChar, &v); }
+  static LaunchArg of(uint8_t v) { return of_scalar(ScalarType::kUChar, &v); }
+  static LaunchArg of(int16_t v) { return of_scalar(ScalarType::kShort, &v); }
+  static LaunchArg of(uint16_t v) { return of_scalar(ScalarType::kUShort, &v); }
+  static LaunchArg of(int32_t v) { return of_scalar(ScalarType::kInt, &v); }
+  static LaunchArg of(uint32_t v) { return of_scalar(ScalarType::kUInt, &v); }
+  static LaunchArg of(int64_t v) { return of_scalar(ScalarType::kLong, &v); }
+  static LaunchArg of(uint64_t v) { return of_scalar(ScalarType::kULong, &v); }
+  static LaunchArg of(float v) { return of_scalar(ScalarType::kFloat, &v); }
+  static LaunchArg of(double v) { return of_scalar(ScalarType::kDouble, &v); }
+  static LaunchArg local(size_t bytes);
+};
+
+// The work-items of a launch: dims (1 to 3) entries of global and local; local all zero lets the
+// driver choose the work-group size.
+struct LaunchRange {
+  uint32_t dims = 1;
+  std::array<size_t, 3> global{1, 1, 1};
+  std::array<size_t, 3> local{0, 0, 0};
+};
+
+class LaunchKernel final : public vm::Instruction {
+ public:
+  // The builder made `kernel` for the stream's device and checked the `count` arguments at
+  // `args` against it.
+  LaunchKernel(vm::Stream& stream, std::shared_ptr<const Kernel> kernel, const LaunchRange& range,
+               const LaunchArg* args, size_t count);
+  const char* name() const override { return "LaunchKernel"; }
+  void execute(vm::ExecutionContext& context) override;
+  std::string describe() const override;
+
+  const Kernel& kernel() const { return *kernel_; }
+  const LaunchRange& range() const { return range_; }
+
+ private:
+  // An argument as kept: a blob is named by its operand (the operands hold the blobs, once each).
+  struct Slot {
+    LaunchArg::Kind kind;
+    KernelAccess access;           // kBlob
+    ScalarType scalar;             // kScalar
+    uint8_t operand;               // kBlob: index in operands()
+    std::array<uint8_t, 8> bytes;  // kScalar
+    size_t value;                  // kBlob: offset; kLocal: bytes
+  };
+
+  const std::shared_ptr<const Kernel> kernel_;
+  const LaunchRange range_;
+  boost::container::small_vector<Slot, 6> slots_;
 };
 
 }  // namespace oclvm

@@ -116,4 +116,8 @@ void MemoryBackend::copy(const Segment& src, size_t src_offset, const Segment& d
   do_copy(src.native, src_offset, dst.native, dst_offset, n);
 }
 
+std::shared_ptr<const Kernel> MemoryBackend::kernel(const KernelSource& /*source*/) {
+  throw InvalidArgument("Expected a device that runs OpenCL kernels, but got " + device_.str());
+}
+
 }  // namespace oclvm

@@ -13,8 +13,13 @@
 // forced), so running out of memory is reported here and not at a later enqueue; it touches no
 // statistic (statistics belong to allocators).
 //
+// Kernels (storage/kernel.h): kernel() compiles a kernel for the device, or finds it in the
+// device's kernel cache (memory first, then the binaries kept on disk); a device that runs no
+// kernels (the host) refuses it.
+//
 // Thread-safety: thread-compatible; a backend is used by the one thread that owns its device's
-// allocator (storage/allocator.h). live_segments() may be read from any thread.
+// allocator (storage/allocator.h). live_segments() may be read from any thread, and the kernel
+// cache's calls (kernel, kernel_cache_stats, set_kernel_cache_dir) made from any thread.
 #pragma once
 
 #include <atomic>
@@ -25,6 +30,7 @@
 
 #include "oclvm/storage/device.h"
 #include "oclvm/storage/faults.h"
+#include "oclvm/storage/kernel.h"
 #include "oclvm/storage/memory_history.h"
 
 namespace oclvm {
@@ -99,6 +105,20 @@ class MemoryBackend {
 
   // A new in-order command queue on this device (storage/queue.h); the VM makes one per stream.
   virtual std::unique_ptr<DeviceQueue> create_queue() = 0;
+
+  // The kernel `source.name` of `source`, compiled for this device once per (source, options):
+  // concurrent callers of one program wait for one build. Throws KernelBuildError when the
+  // compiler refuses the source (with its log), InvalidArgument for a kernel name the program
+  // lacks or a device that runs no kernels, BackendError for other driver failures (the `build`
+  // fault point injects one). A failed build is not cached: the next call tries again.
+  virtual std::shared_ptr<const Kernel> kernel(const KernelSource& source);
+  virtual KernelCacheStats kernel_cache_stats() const { return {}; }
+  // Where compiled binaries are kept across processes: a directory made on first store; "" keeps
+  // none. Starts as Options::kernel_cache_dir. Programs already in memory stay there.
+  virtual void set_kernel_cache_dir(const std::string& /*dir*/) {}
+  // Drops the programs and kernels kept in memory (kernels already handed out stay valid; the
+  // binaries on disk stay), so the next kernel() builds again: for measuring a first use.
+  virtual void forget_programs() {}
 
   // The device's fault injector (storage/faults.h): off unless configured. Segment creation, the
   // data movement above and every queue of this backend consult it.

@@ -19,6 +19,7 @@ DeviceManager::DeviceManager(const Options& options) : options_(options) {
   why_no_device_ = std::move(platform.why_none);
   opencl_ = std::move(platform.backends);
   host_ = std::make_unique<HostBackend>();
+  for (const auto& backend : opencl_) backend->set_kernel_cache_dir(options_.kernel_cache_dir);
   if (options_.faults.any()) {
     for (const auto& backend : opencl_) backend->faults().configure(options_.faults);
     host_->faults().configure(options_.faults);

@@ -11,8 +11,8 @@
 namespace oclvm {
 namespace {
 
-constexpr std::array<const char*, kNumFaultPoints> kPointNames = {"segment", "copy", "fill",
-                                                                  "finish", "map"};
+constexpr std::array<const char*, kNumFaultPoints> kPointNames = {
+    "segment", "copy", "fill", "finish", "map", "build", "launch"};
 
 // A well-mixed 64-bit value of `x` (SplitMix64's finaliser): the probability rule draws from it,
 // so a decision depends only on (seed, point, call number) and a run replays exactly.
@@ -26,7 +26,7 @@ uint64_t mix(uint64_t x) {
 [[noreturn]] void bad_rule(std::string_view what, std::string_view rule, const std::string& expected) {
   throw InvalidArgument("Expected " + expected + " in " + std::string(what) + ", but got \"" +
                         std::string(rule) + "\" (syntax: POINT:nth=N, POINT:every=N or POINT:p=X "
-                        "with POINT segment, copy, fill, finish or map, and seed=N; comma-separated)");
+                        "with POINT segment, copy, fill, finish, map, build or launch, and seed=N; comma-separated)");
 }
 
 uint64_t parse_count(std::string_view text, std::string_view what, std::string_view rule) {

@@ -18,6 +18,9 @@
 //                | fill             fills (BackendError)
 //                | finish           DeviceQueue::finish when it would call the driver (BackendError)
 //                | map              DeviceQueue::map: the driver refuses a host mapping (BackendError)
+//                | build            MemoryBackend::kernel, when it would build a program (from
+//                                   source or from a cached binary) (BackendError)
+//                | launch           DeviceQueue::enqueue_kernel (BackendError)
 //
 // Counting is per backend (so per device) and per point; an injected failure says "injected
 // fault" in its message, names the point and the device, and touches nothing (the command is not
@@ -39,10 +42,10 @@
 
 namespace oclvm {
 
-enum class FaultPoint : uint8_t { kSegment, kCopy, kFill, kFinish, kMap };
-inline constexpr size_t kNumFaultPoints = 5;
+enum class FaultPoint : uint8_t { kSegment, kCopy, kFill, kFinish, kMap, kBuild, kLaunch };
+inline constexpr size_t kNumFaultPoints = 7;
 
-// "segment", "copy", "fill", "finish", "map".
+// "segment", "copy", "fill", "finish", "map", "build", "launch".
 const char* fault_point_name(FaultPoint point);
 
 struct FaultRule {

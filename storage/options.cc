@@ -169,6 +169,13 @@ Options Options::from_environment() {
   if (const char* faults = std::getenv("OCLVM_FAULTS")) {
     options.faults = FaultOptions::parse(faults, "OCLVM_FAULTS");
   }
+  if (const char* cache = std::getenv("OCLVM_KERNEL_CACHE")) {
+    options.kernel_cache_dir = std::string(cache) == "0" ? std::string() : std::string(cache);
+  } else if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg != nullptr && *xdg != '\0') {
+    options.kernel_cache_dir = std::string(xdg) + "/oclvm/kernels";
+  } else if (const char* home = std::getenv("HOME"); home != nullptr && *home != '\0') {
+    options.kernel_cache_dir = std::string(home) + "/.cache/oclvm/kernels";
+  }
   if (const char* conf = std::getenv("PYTORCH_ALLOC_CONF")) {
     options.alloc_conf = AllocConf::parse(conf, "PYTORCH_ALLOC_CONF");
   }

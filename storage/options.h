@@ -7,6 +7,8 @@
 //   OCLVM_ALLOCATOR      caching | buddy | system                         (default: highest priority)
 //   OCLVM_MEMORY_LIMIT   per-device limit in bytes, K/M/G suffixes (1024-based); 0 = none
 //   OCLVM_FAULTS         fault injection rules for every device (storage/faults.h)  (default: none)
+//   OCLVM_KERNEL_CACHE   directory for compiled kernel binaries; 0 or "" keeps none
+//                        (default: $XDG_CACHE_HOME/oclvm/kernels, else ~/.cache/oclvm/kernels)
 //   PYTORCH_ALLOC_CONF   PyTorch's allocator settings; those the caching allocator has (AllocConf)
 //   OCL_ICD_VENDORS, OCL_ICD_FILENAMES  read by the OpenCL ICD loader itself; named (with
 //                        POCL_DEVICES) in the error that says why no device was found.
@@ -55,6 +57,8 @@ struct Options {
   FaultOptions faults;
   // Value given to POCL_DEVICES when the environment has none; empty leaves PoCL's own default.
   std::string pocl_default_devices = "basic";
+  // Where every device keeps its compiled kernel binaries (storage/kernel_cache.h); "" keeps none.
+  std::string kernel_cache_dir;
   // PYTORCH_ALLOC_CONF's settings for the caching allocator.
   AllocConf alloc_conf;
   // The OpenCL loader's and PoCL's own variables that are set, as "NAME='value'" joined by ", "

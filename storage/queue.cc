@@ -73,6 +73,29 @@ void DeviceQueue::unmap(const Segment& segment, void* host) {
   count_command();
 }
 
+void DeviceQueue::enqueue_kernel(const Kernel& kernel, const KernelArg* args, size_t num_args,
+                                 const size_t* global, const size_t* local, uint32_t dims) {
+  if (kernel.device() != device()) {
+    throw InvalidArgument("Expected a kernel compiled for " + device().str() + ", but got one for " +
+                          kernel.device().str());
+  }
+  if (dims < 1 || dims > 3) {
+    throw InvalidArgument("Expected 1 to 3 dimensions for a launch, but got " +
+                          std::to_string(dims));
+  }
+  for (uint32_t d = 0; d < dims; ++d) {
+    if (global[d] == 0) return;
+  }
+  backend_.maybe_inject(FaultPoint::kLaunch, "enqueueing a kernel");
+  do_launch(kernel, args, num_args, global, local, dims);
+  count_command();
+}
+
+void DeviceQueue::do_launch(const Kernel&, const KernelArg*, size_t, const size_t*, const size_t*,
+                            uint32_t) {
+  throw InvalidArgument("Expected a device that runs OpenCL kernels, but got " + device().str());
+}
+
 void DeviceQueue::finish() {
   const uint64_t target = enqueued_.load(std::memory_order_acquire);
   if (finished_.load(std::memory_order_acquire) >= target) return;

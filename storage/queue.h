@@ -71,6 +71,13 @@ class DeviceQueue {
   // pointer, valid until unmap. `for_write`: the host will write (contents may be read too).
   void* map(const Segment& segment, size_t offset, size_t n, bool for_write);
   void unmap(const Segment& segment, void* host);
+  // Launches `kernel` (made by this queue's backend) over `global` work-items in groups of
+  // `local` (dims entries each, 1 to 3; local all zero: the driver chooses). `args` fill the
+  // kernel's parameters in order; a kBuffer argument fills two (Note [Blob arguments] in
+  // storage/kernel.h). The caller has matched them to kernel.params(). A global size of 0 in any
+  // dimension launches nothing.
+  void enqueue_kernel(const Kernel& kernel, const KernelArg* args, size_t num_args,
+                      const size_t* global, const size_t* local, uint32_t dims);
 
   // A marker after every command enqueued so far.
   virtual std::shared_ptr<QueueMarker> record_marker() = 0;
@@ -89,6 +96,9 @@ class DeviceQueue {
   virtual void do_copy(void* src, size_t src_offset, void* dst, size_t dst_offset, size_t n) = 0;
   virtual void* do_map(void* native, size_t offset, size_t n, bool for_write) = 0;
   virtual void do_unmap(void* native, void* host) = 0;
+  // Only backends whose kernel() makes kernels get here.
+  virtual void do_launch(const Kernel& kernel, const KernelArg* args, size_t num_args,
+                         const size_t* global, const size_t* local, uint32_t dims);
   virtual void do_finish() = 0;
   // Counts a command that finish() must wait for; called after it was enqueued.
   void count_command() { enqueued_.fetch_add(1, std::memory_order_release); }

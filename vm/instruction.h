@@ -95,7 +95,7 @@ class Instruction {
   virtual bool runs_after_shutdown() const { return false; }
 
   Stream& stream() const { return *stream_; }
-  // At most two operands live inline (every instruction of the set has two or fewer).
+  // Two operands live inline (every instruction but LaunchKernel has two or fewer).
   using Operands = boost::container::small_vector<Operand, 2>;
   const Operands& operands() const { return operands_; }
   // Set at submission: the position in its worker's sequence, and the waits the dependence
@@ -109,6 +109,8 @@ class Instruction {
   void add_operand(std::shared_ptr<BlobObject> blob, Access access) {
     operands_.push_back(Operand{std::move(blob), access});
   }
+  // Makes operand `index` a write (an instruction that names one blob twice, writing it once).
+  void upgrade_to_write(size_t index) { operands_[index].access = Access::kWrite; }
 
  private:
   friend class VirtualMachine;

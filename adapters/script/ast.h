@@ -79,6 +79,15 @@ struct EventDecl {
   int line = 0;
 };
 
+// `kernel NAME = "SOURCE" [options "OPTIONS"]`: an OpenCL C program that defines a __kernel
+// called NAME, which `launch NAME` runs (compiled when the first launch of it is built).
+struct KernelDecl {
+  std::string name;
+  std::string source;
+  std::string options;
+  int line = 0;
+};
+
 // `alloc NAME = ...`: the statement that creates the blob.
 struct BlobDecl {
   std::string name;
@@ -98,6 +107,17 @@ struct Place {
   Kind kind = Kind::kBlob;
   int index = 0;        // into Script::blobs or Script::hosts
   uint64_t offset = 0;
+};
+
+// One argument of a `launch`: `read|write|readwrite PLACE` (a blob), `TYPE VALUE` (an OpenCL C
+// scalar: char ... double) or `local SIZE`.
+struct KernelArgument {
+  LaunchArg::Kind kind = LaunchArg::Kind::kScalar;
+  Place place;                                // kBlob (a blob place)
+  KernelAccess access = KernelAccess::kRead;  // kBlob
+  ScalarType type = ScalarType::kInt;         // kScalar
+  std::array<uint8_t, 8> bytes{};             // kScalar: the value, least significant byte first
+  uint64_t local_bytes = 0;                   // kLocal
 };
 
 enum class ErrorKind : uint8_t { kOutOfMemory, kInvalidArgument, kBackend, kAny };
@@ -169,6 +189,12 @@ struct WaitEvent {         // wait_event EVENT on STREAM
   int event;
   StreamRef stream;
 };
+struct Launch {            // launch KERNEL [G,...] [[L,...]] [ARG, ARG, ...] on STREAM
+  int kernel;              // into Script::kernels
+  LaunchRange range;       // global, and local (all 0 when not given)
+  std::vector<KernelArgument> args;
+  StreamRef stream;
+};
 struct RecordBlobUse {     // record_blob_use NAME on STREAM
   int blob;
   StreamRef stream;
@@ -229,7 +255,7 @@ struct ExpectBarriers : Expectation {  // expect barriers OP N
 
 using Operation =
     std::variant<op::Alloc, op::Release, op::Write, op::Copy, op::Fill, op::SoftSync, op::Barrier,
-                 op::RecordEvent, op::WaitEvent, op::RecordBlobUse, op::AccessRead,
+                 op::Launch, op::RecordEvent, op::WaitEvent, op::RecordBlobUse, op::AccessRead,
                  op::AccessWrite, op::EmptyCache, op::ResetStats, op::SetMemoryLimit, op::Query,
                  op::Run, op::ExpectError, op::ExpectStat, op::ExpectBytes, op::ExpectFill,
                  op::ExpectBarriers>;
@@ -251,6 +277,7 @@ struct Script {
   std::vector<HostDecl> hosts;
   std::vector<EventDecl> events;
   std::vector<BlobDecl> blobs;
+  std::vector<KernelDecl> kernels;
   std::vector<Statement> statements;
 
   // Number of `expect` lines.

@@ -301,6 +301,28 @@ class Executor {
       builder_.wait_event(stream(wait.stream), events_[static_cast<size_t>(wait.event)]);
     });
   }
+  void step(const op::Launch& launch) {
+    build([&] {
+      const KernelDecl& decl = script_.kernels[static_cast<size_t>(launch.kernel)];
+      std::vector<LaunchArg> args;
+      args.reserve(launch.args.size());
+      for (const KernelArgument& arg : launch.args) {
+        switch (arg.kind) {
+          case LaunchArg::Kind::kBlob:
+            args.push_back(LaunchArg::of_blob(blob(arg.place.index), arg.place.offset, arg.access));
+            break;
+          case LaunchArg::Kind::kScalar:
+            args.push_back(LaunchArg::of_scalar(arg.type, arg.bytes.data()));
+            break;
+          case LaunchArg::Kind::kLocal:
+            args.push_back(LaunchArg::local(arg.local_bytes));
+            break;
+        }
+      }
+      builder_.launch(stream(launch.stream), KernelSource{decl.source, decl.name, decl.options},
+                      launch.range, args);
+    });
+  }
   void step(const op::RecordBlobUse& use) {
     build([&] { builder_.record_blob_use(stream(use.stream), blob(use.blob)); });
   }

@@ -12,6 +12,7 @@
 #include "adapters/script/parser.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -44,6 +45,44 @@ std::vector<std::string> keywords_of(std::span<const Rule> rules) {
   std::vector<std::string> keywords;
   for (const Rule& rule : rules) keywords.emplace_back(rule.keyword);
   return keywords;
+}
+
+// Parses `text` as a value of `type` into `out` (scalar_type_size(type) bytes, least significant
+// first). False when it is not one, or does not fit the type.
+bool scalar_from_text(ScalarType type, const std::string& text, uint8_t* out) {
+  const char* begin = text.data();
+  const char* end = begin + text.size();
+  if (type == ScalarType::kFloat || type == ScalarType::kDouble) {
+    double value = 0;
+    auto [ptr, ec] = std::from_chars(begin, end, value);
+    if (ec != std::errc() || ptr != end) return false;
+    if (type == ScalarType::kDouble) {
+      std::memcpy(out, &value, sizeof value);
+    } else {
+      const float narrow = static_cast<float>(value);
+      std::memcpy(out, &narrow, sizeof narrow);
+    }
+    return true;
+  }
+  const size_t size = scalar_type_size(type);
+  const bool is_signed = type == ScalarType::kChar || type == ScalarType::kShort ||
+                         type == ScalarType::kInt || type == ScalarType::kLong;
+  if (is_signed) {
+    int64_t value = 0;
+    auto [ptr, ec] = std::from_chars(begin, end, value);
+    const int64_t limit = size == 8 ? std::numeric_limits<int64_t>::max()
+                                    : (int64_t{1} << (8 * size - 1)) - 1;
+    if (ec != std::errc() || ptr != end || value > limit || value < -limit - 1) return false;
+    std::memcpy(out, &value, size);  // little-endian: the low bytes
+  } else {
+    uint64_t value = 0;
+    auto [ptr, ec] = std::from_chars(begin, end, value);
+    const uint64_t limit = size == 8 ? std::numeric_limits<uint64_t>::max()
+                                     : (uint64_t{1} << (8 * size)) - 1;
+    if (ec != std::errc() || ptr != end || value > limit) return false;
+    std::memcpy(out, &value, size);
+  }
+  return true;
 }
 
 class Parser {
@@ -161,7 +200,7 @@ class Parser {
     return device_of(token);
   }
 
-  enum class NameKind : uint8_t { kStream, kHost, kEvent, kBlob };
+  enum class NameKind : uint8_t { kStream, kHost, kEvent, kBlob, kKernel };
   struct NameEntry {
     NameKind kind;
     int index;
@@ -173,6 +212,7 @@ class Parser {
       case NameKind::kHost: return "a host buffer";
       case NameKind::kEvent: return "an event";
       case NameKind::kBlob: return "a blob";
+      case NameKind::kKernel: return "a kernel";
     }
     return "a name";
   }
@@ -419,6 +459,93 @@ class Parser {
     host_bytes_ += decl.size;
     names_[decl.name] = {NameKind::kHost, static_cast<int>(script_.hosts.size()), decl.line};
     script_.hosts.push_back(std::move(decl));
+  }
+
+  void parse_kernel(const Token&) {
+    KernelDecl decl;
+    decl.name = declare(in().take_word("a kernel name"), "a kernel");
+    decl.line = in().line();
+    in().take_punct("=", "'=' after the kernel name");
+    const Token& source = in().take("the kernel's OpenCL C source, in a string");
+    if (source.kind != Token::Kind::kString) {
+      in().fail(source, "Expected the kernel's OpenCL C source in a string, but got '" +
+                            source.shown() + "'");
+    }
+    decl.source = source.text;
+    if (in().accept_word("options")) {
+      const Token& options = in().take("build options in a string");
+      if (options.kind != Token::Kind::kString) {
+        in().fail(options, "Expected build options in a string, but got '" + options.shown() +
+                               "'");
+      }
+      decl.options = options.text;
+    }
+    names_[decl.name] = {NameKind::kKernel, static_cast<int>(script_.kernels.size()), decl.line};
+    script_.kernels.push_back(std::move(decl));
+  }
+
+  // [N, N, N]: one to three sizes (0 allowed: a launch over nothing).
+  uint32_t take_dims(std::array<size_t, 3>* sizes, const std::string& what) {
+    in().take_punct("[", "'[' before the " + what);
+    uint32_t dims = 0;
+    do {
+      if (dims == 3) {
+        in().fail(peek_or_take("a size"), "Expected at most 3 dimensions of the " + what);
+      }
+      (*sizes)[dims++] = in().take_size("a " + what, /*allow_zero=*/true);
+    } while (in().accept_punct(","));
+    in().take_punct("]", "']' after the " + what);
+    return dims;
+  }
+
+  KernelArgument take_kernel_argument() {
+    KernelArgument arg;
+    const Token& word = in().take_word("a kernel argument (read|write|readwrite BLOB, a type and "
+                                       "a value such as float 2.5, or local SIZE)");
+    if (word.text == "read" || word.text == "write" || word.text == "readwrite") {
+      arg.kind = LaunchArg::Kind::kBlob;
+      arg.access = word.text == "read"    ? KernelAccess::kRead
+                   : word.text == "write" ? KernelAccess::kWrite
+                                          : KernelAccess::kReadWrite;
+      arg.place = take_place("a blob to pass to the kernel", true, false);
+    } else if (word.text == "local") {
+      arg.kind = LaunchArg::Kind::kLocal;
+      arg.local_bytes = in().take_size("a local-memory size in bytes");
+    } else if (scalar_type_from_name(word.text, &arg.type)) {
+      arg.kind = LaunchArg::Kind::kScalar;
+      const Token& value = in().take_word(std::string("a ") + word.text + " value");
+      if (!scalar_from_text(arg.type, value.text, arg.bytes.data())) {
+        in().fail(value, std::string("Expected a ") + word.text + " value, but got '" +
+                             value.text + "'");
+      }
+    } else {
+      in().fail(word, "Expected a kernel argument (read, write or readwrite and a blob; char, "
+                      "uchar, short, ushort, int, uint, long, ulong, float or double and a "
+                      "value; or local and a size), but got '" + word.shown() + "'");
+    }
+    return arg;
+  }
+
+  void parse_launch(const Token& keyword) {
+    op::Launch launch;
+    launch.kernel = index_of(in().take("a kernel"), NameKind::kKernel,
+                             "a kernel (a name declared by `kernel`)");
+    launch.range.dims = take_dims(&launch.range.global, "global size");
+    if (in().peek() != nullptr && in().peek()->is_punct("[")) {
+      const uint32_t local_dims = take_dims(&launch.range.local, "local size");
+      if (local_dims != launch.range.dims) {
+        in().fail(keyword, "Expected a local size of " + std::to_string(launch.range.dims) +
+                               " dimensions like the global size, but got " +
+                               std::to_string(local_dims));
+      }
+    }
+    if (in().peek() != nullptr && !in().peek()->is_word("on")) {
+      do {
+        launch.args.push_back(take_kernel_argument());
+      } while (in().accept_punct(","));
+    }
+    launch.stream = take_required_on();
+    add_instruction(keyword, std::move(launch));
   }
 
   void parse_event(const Token&) {
@@ -717,6 +844,7 @@ class Parser {
         {"fill", false, &Parser::parse_fill},
         {"soft_sync", false, &Parser::parse_soft_sync},
         {"barrier", false, &Parser::parse_barrier},
+        {"launch", false, &Parser::parse_launch},
         {"record_event", false, &Parser::parse_record_event},
         {"wait_event", false, &Parser::parse_wait_event},
         {"record_blob_use", false, &Parser::parse_record_blob_use},
@@ -730,6 +858,7 @@ class Parser {
         {"stream", false, &Parser::parse_stream},
         {"host", false, &Parser::parse_host},
         {"event", false, &Parser::parse_event},
+        {"kernel", false, &Parser::parse_kernel},
         {"require", true, &Parser::parse_require},
         {"allocator", true, &Parser::parse_allocator},
         {"limit", true, &Parser::parse_limit},

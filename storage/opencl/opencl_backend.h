@@ -21,16 +21,30 @@
 // Elsewhere (GPUs with their own memory, OpenCL 1.2 drivers) segments are plain buffers and
 // Segment::host stays nullptr.
 //
+// Note [The kernel cache]
+// kernel() keeps every program it built, keyed by (options, source), and every kernel made from
+// them, keyed by (options, source, name), for the backend's life. A program being built is a
+// shared future in the map, so concurrent callers of one source wait for one build and the lock is
+// not held while compiling. A program is built from the binary kept on disk when the disk cache
+// (storage/kernel_cache.h) has one for this platform, device and driver, else from source, and its
+// binary is then stored. A build that fails leaves the map, so the next call builds again.
+//
 // Every OpenCL call is checked (cl_check.h); errors name the call, the error and the device.
-// Thread-safety: thread-compatible, like every MemoryBackend (storage/backend.h).
+// Thread-safety: thread-compatible, like every MemoryBackend (storage/backend.h); the kernel
+// cache's state is guarded by kernel_mutex_.
 #pragma once
 
 #include <CL/opencl.hpp>
 
+#include <future>
+#include <map>
+#include <memory>
 #include <string>
 
 #include "oclvm/storage/backend.h"
+#include "oclvm/storage/kernel_cache.h"
 #include "oclvm/storage/queue.h"
+#include "oclvm/storage/thread_annotations.h"
 
 namespace oclvm::opencl {
 
@@ -54,6 +68,12 @@ class OpenCLBackend final : public MemoryBackend {
   // A new in-order queue on this device's context.
   std::unique_ptr<DeviceQueue> create_queue() override;
 
+  // Note [The kernel cache].
+  std::shared_ptr<const Kernel> kernel(const KernelSource& source) override;
+  KernelCacheStats kernel_cache_stats() const override;
+  void set_kernel_cache_dir(const std::string& dir) override;
+  void forget_programs() override;
+
   // The CLAllocation behind a segment of this backend (segment.native).
   static CLAllocation& allocation_of(const Segment& segment) {
     return *static_cast<CLAllocation*>(segment.native);
@@ -75,6 +95,29 @@ class OpenCLBackend final : public MemoryBackend {
   const cl::Context context_;
   const std::string where_;  // "opencl:N", for error messages
   cl::CommandQueue queue_;
+
+  cl::Program build_program(const std::string& full_source, const std::string& options,
+                            const KernelSource& source, const KernelDiskCache& disk);
+
+  mutable Mutex kernel_mutex_;
+  std::map<std::string, std::shared_future<cl::Program>> programs_ OCLVM_GUARDED_BY(kernel_mutex_);
+  std::map<std::string, std::shared_ptr<const Kernel>> kernels_ OCLVM_GUARDED_BY(kernel_mutex_);
+  KernelCacheStats kernel_stats_ OCLVM_GUARDED_BY(kernel_mutex_);
+  std::string kernel_cache_dir_ OCLVM_GUARDED_BY(kernel_mutex_);
+};
+
+// A kernel of an OpenCLBackend. Its cl::Kernel's arguments are set only by the holder of the
+// device's execution right (storage/kernel.h).
+class OpenCLKernel final : public Kernel {
+ public:
+  OpenCLKernel(KernelSource source, Device device, std::vector<KernelParam> params,
+               bool params_known, cl::Kernel kernel)
+      : Kernel(std::move(source), device, std::move(params), params_known),
+        kernel_(std::move(kernel)) {}
+  cl::Kernel& native() const { return kernel_; }
+
+ private:
+  mutable cl::Kernel kernel_;
 };
 
 // An in-order cl::CommandQueue as a DeviceQueue. Markers are cl::Events of
@@ -96,6 +139,8 @@ class OpenCLQueue final : public DeviceQueue {
   void do_copy(void* src, size_t src_offset, void* dst, size_t dst_offset, size_t n) override;
   void* do_map(void* native, size_t offset, size_t n, bool for_write) override;
   void do_unmap(void* native, void* host) override;
+  void do_launch(const Kernel& kernel, const KernelArg* args, size_t num_args, const size_t* global,
+                 const size_t* local, uint32_t dims) override;
   void do_finish() override;
 
  private:

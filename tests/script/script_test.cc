@@ -409,14 +409,14 @@ struct Malformed {
 const Malformed kMalformed[] = {
     {"unknown keyword", "allocate b = opencl:0 16\n",
      "t.oclvm:1:1: error: Expected a statement (alloc, release, write, copy, fill, soft_sync, "
-     "barrier, record_event, wait_event, record_blob_use, access, empty_cache, reset_stats, "
-     "set_memory_limit, query, run, expect, stream, host, event, require, allocator, limit or "
-     "caller_runs), but got 'allocate'"},
+     "barrier, launch, record_event, wait_event, record_blob_use, access, empty_cache, "
+     "reset_stats, set_memory_limit, query, run, expect, stream, host, event, kernel, require, "
+     "allocator, limit or caller_runs), but got 'allocate'"},
     {"punctuation first", "= 3\n",
      "t.oclvm:1:1: error: Expected a statement (alloc, release, write, copy, fill, soft_sync, "
-     "barrier, record_event, wait_event, record_blob_use, access, empty_cache, reset_stats, "
-     "set_memory_limit, query, run, expect, stream, host, event, require, allocator, limit or "
-     "caller_runs), but got '='"},
+     "barrier, launch, record_event, wait_event, record_blob_use, access, empty_cache, "
+     "reset_stats, set_memory_limit, query, run, expect, stream, host, event, kernel, require, "
+     "allocator, limit or caller_runs), but got '='"},
     {"missing size", "alloc b = opencl:0\n",
      "t.oclvm:1:19: error: Expected a size in bytes or a typed shape such as f32[2,3], but the "
      "line ends after 'alloc b = opencl:0'"},
