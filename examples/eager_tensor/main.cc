@@ -2,8 +2,9 @@
 //
 // Creates tensors on the first OpenCL device and on a second device (opencl:1 when the platform
 // has two, e.g. POCL_DEVICES="basic basic"; else the host device cpu), takes views, fills and
-// copies them, prints them and the memory statistics of both devices, and shows the memory going
-// back through the releaser hook when the last tensor of a storage dies.
+// copies them, computes on the device with kernels (a broadcast add and a sum, ops.h), prints them
+// and the memory statistics of both devices, and shows the memory going back through the
+// releaser hook when the last tensor of a storage dies.
 //
 //   eager_tensor_demo            configuration from the environment (OCLVM_ALLOCATOR, ...)
 //
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "oclvm/oclvm.h"
+#include "ops.h"
 #include "tensor.h"
 
 namespace {
@@ -69,6 +71,11 @@ int demo() {
     std::cout << "h = full((2, 3), 1.5, f16)\n" << h << "\n";
     std::cout << "i = arange(6).view(2, 3), columns 0 and 2 copied from another device\n"
               << i << "\n\n";
+
+    // Kernels on the device: submitted without waiting; printing downloads, after them.
+    Tensor c = eager::add(a, a[0]);  // every row plus row 0 (broadcast), one LaunchKernel
+    Tensor total = eager::sum(c);    // two LaunchKernels: partial sums, then their sum
+    std::cout << "c = add(a, a[0])\n" << c << "\nsum(c) = " << total << "\n\n";
 
     const std::vector<float> back = b.to_host<float>();
     std::printf("b.to_host<float>() has %zu values, first %.1f, last %.1f\n\n", back.size(),

@@ -10,6 +10,8 @@
 #include <ostream>
 #include <utility>
 
+#include "ops.h"
+
 namespace eager {
 namespace {
 
@@ -606,6 +608,7 @@ void Tensor::read_elements(DType as, void* out) const {
                           oclvm::dtype_name(as));
   }
   if (numel() == 0) return;
+  synchronize(*runtime_);  // the errors of kernels submitted before (ops.h)
   // One download of the storage span the tensor reaches, then a gather of its runs on the host.
   const size_t size = oclvm::dtype_size(dtype_);
   // Not a structured binding: the lambda below captures `first` (clang before 16 refuses that).

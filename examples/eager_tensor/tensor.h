@@ -85,6 +85,8 @@ class Tensor {
   int64_t storage_offset() const { return storage_offset_; }
   DType dtype() const { return dtype_; }
   Device device() const;
+  // The Runtime the tensor was made with (operations make their results with it).
+  oclvm::Runtime& runtime() const { return *runtime_; }
   int64_t dim() const { return static_cast<int64_t>(shape_.size()); }
   int64_t numel() const;
   bool is_contiguous() const;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "oclvm/oclvm.h"
+#include "ops.h"
 #include "tensor.h"
 
 namespace eager {
@@ -260,6 +261,114 @@ TEST(TensorLifetimeTest, TensorsMayOutliveTheirRuntime) {
   survivor.reset();  // its ReleaseTensor runs here, on this thread, after the Runtime's shutdown
   EXPECT_TRUE(memory.expired());
   EXPECT_EQ(oclvm::BlobStorage::destructor_releases(), 0u);
+}
+
+// ---- Computing on the device (ops.h) -----------------------------------------------------------
+
+// a OP b on the host, with broadcasting over row-major data of the given shapes.
+std::vector<double> host_binary(const std::vector<double>& a, const Shape& sa,
+                                const std::vector<double>& b, const Shape& sb, const Shape& out,
+                                double (*op)(double, double)) {
+  std::vector<double> result;
+  const size_t rank = out.size();
+  auto index_in = [&](const Shape& shape, const std::vector<int64_t>& at) {
+    int64_t index = 0;
+    const size_t pad = rank - shape.size();
+    for (size_t d = 0; d < shape.size(); ++d) {
+      index = index * shape[d] + (shape[d] == 1 ? 0 : at[pad + d]);
+    }
+    return static_cast<size_t>(index);
+  };
+  std::vector<int64_t> at(rank, 0);
+  int64_t n = 1;
+  for (int64_t size : out) n *= size;
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t r = i;
+    for (size_t d = rank; d-- > 0;) {
+      at[d] = r % out[d];
+      r /= out[d];
+    }
+    result.push_back(op(a[index_in(sa, at)], b[index_in(sb, at)]));
+  }
+  return result;
+}
+
+TEST_F(TensorTest, ElementwiseOperationsBroadcastOverStridedViewsAsTheHostDoes) {
+  // a: a transposed 3 x 4 view (strides 1, 3); b: every other column of a 1 x 8 row, stretched.
+  Tensor base = Tensor::arange(runtime_, 12, DType::kF32, first_).view({4, 3});
+  Tensor a = base.transpose(0, 1);
+  Tensor row = Tensor::arange(runtime_, 8, DType::kF32, first_).view({1, 8});
+  Tensor b = row.slice(1, 0, 8, 2);
+  const std::vector<double> ha = a.to_doubles();
+  const std::vector<double> hb = b.to_doubles();
+  const struct {
+    BinaryOp op;
+    double (*host)(double, double);
+  } cases[] = {
+      {BinaryOp::kAdd, [](double x, double y) { return x + y; }},
+      {BinaryOp::kSub, [](double x, double y) { return x - y; }},
+      {BinaryOp::kMul, [](double x, double y) { return x * y; }},
+      {BinaryOp::kDiv, [](double x, double y) { return x / (y + 1); }},
+      {BinaryOp::kMaximum, [](double x, double y) { return std::max(x, y); }},
+  };
+  Tensor b1 = add(b, Tensor::full(runtime_, {1}, 1.0, DType::kF32, first_));
+  for (const auto& c : cases) {
+    Tensor out = binary(c.op, a, c.op == BinaryOp::kDiv ? b1 : b);
+    EXPECT_EQ(out.shape(), Shape({3, 4}));
+    const std::vector<double> expected = host_binary(ha, {3, 4}, hb, {1, 4}, {3, 4}, c.host);
+    const std::vector<double> got = out.to_doubles();
+    ASSERT_EQ(got.size(), expected.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      EXPECT_FLOAT_EQ(static_cast<float>(got[i]), static_cast<float>(expected[i])) << i;
+    }
+  }
+  // A 4-d broadcast of a column against a row, in i64.
+  Tensor col = Tensor::arange(runtime_, 3, DType::kI64, first_).view({1, 3, 1, 1});
+  Tensor r = Tensor::arange(runtime_, 2, DType::kI64, first_).view({2, 1, 1, 1});
+  Tensor outer = mul(add(col, r), Tensor::full(runtime_, {1}, 10, DType::kI64, first_));
+  EXPECT_EQ(outer.shape(), Shape({2, 3, 1, 1}));
+  EXPECT_EQ(outer.to_host<int64_t>(), (std::vector<int64_t>{0, 10, 20, 10, 20, 30}));
+}
+
+TEST_F(TensorTest, ChainedOperationsRunAsynchronouslyUntilTheDownload) {
+  Tensor x = Tensor::full(runtime_, {1000}, 1.0, DType::kF64, first_);
+  for (int i = 0; i < 50; ++i) x = add(x, x);  // 2^50, exactly representable
+  const std::vector<double> values = x.to_doubles();
+  EXPECT_EQ(values.front(), std::ldexp(1.0, 50));
+  EXPECT_EQ(values.back(), std::ldexp(1.0, 50));
+}
+
+TEST_F(TensorTest, SumReducesEveryElementOfAnyLayout) {
+  Tensor a = Tensor::arange(runtime_, 100000, DType::kF64, first_);
+  EXPECT_EQ(sum(a).to_doubles(), std::vector<double>{99999.0 * 100000.0 / 2});
+  EXPECT_EQ(sum(a).shape(), Shape({}));
+  Tensor m = Tensor::arange(runtime_, 600, DType::kI32, first_).view({20, 30});
+  Tensor strided = m.transpose(0, 1).slice(0, 1, 30, 3);  // 10 x 20, not contiguous
+  double expected = 0;
+  for (double v : strided.to_doubles()) expected += v;
+  Tensor s = sum(strided);
+  EXPECT_EQ(s.dtype(), DType::kI64);
+  EXPECT_EQ(s.to_host<int64_t>(), std::vector<int64_t>{static_cast<int64_t>(expected)});
+  Tensor f = Tensor::full(runtime_, {7}, 0.5, DType::kF32, first_);
+  EXPECT_EQ(sum(f).to_host<float>(), std::vector<float>{3.5f});
+  EXPECT_EQ(sum(Tensor::zeros(runtime_, {0}, DType::kF32, first_)).to_host<float>(),
+            std::vector<float>{0.0f});
+}
+
+TEST_F(TensorTest, OperationsRefuseWhatTheyCannotComputeAndChangeNothing) {
+  Tensor a = Tensor::zeros(runtime_, {3}, DType::kF32, first_);
+  const int64_t before = live_bytes(first_);
+  EXPECT_THROW(add(a, Tensor::zeros(runtime_, {3}, DType::kF64, first_)), oclvm::InvalidArgument);
+  EXPECT_THROW(add(a, Tensor::zeros(runtime_, {4}, DType::kF32, first_)), oclvm::InvalidArgument);
+  EXPECT_THROW(add(a, Tensor::zeros(runtime_, {3}, DType::kF32, second_)), oclvm::InvalidArgument);
+  EXPECT_THROW(add(Tensor::zeros(runtime_, {3}, DType::kU8, first_),
+                   Tensor::zeros(runtime_, {3}, DType::kU8, first_)),
+               oclvm::InvalidArgument);
+  EXPECT_THROW(div(Tensor::zeros(runtime_, {3}, DType::kI32, first_),
+                   Tensor::zeros(runtime_, {3}, DType::kI32, first_)),
+               oclvm::InvalidArgument);
+  EXPECT_THROW(add(a.view({1, 1, 1, 1, 3}), a), oclvm::InvalidArgument);
+  EXPECT_EQ(live_bytes(first_), before);
 }
 
 }  // namespace
