@@ -437,7 +437,9 @@ std::shared_ptr<const Kernel> InstructionsBuilder::kernel(Device device,
   if (source.name.empty()) {
     throw InvalidArgument("Expected the name of a kernel in the program, but got an empty name");
   }
-  return vm_.devices().backend(device).kernel(source);
+  std::shared_ptr<const Kernel> kernel = vm_.devices().backend(device).kernel(source);
+  vm_.after_kernel_build();  // Note [Exit after the driver's compiler ran]
+  return kernel;
 }
 
 void InstructionsBuilder::launch(vm::Stream& stream, std::shared_ptr<const Kernel> kernel,

@@ -149,7 +149,9 @@ void DeviceWorker::run() {
         if (!pending_.empty()) {
           if (take_right_unless(kExecuting)) break;  // else a caller holds it: wait for it
         } else if (stopping_ && !executing()) {
-          // Stopping, and everything before the stop is dispatched.
+          // Stopping, and everything before the stop is dispatched. Nobody can take the right
+          // any more (kStopping), so the queues are this thread's to finish.
+          finish_in_flight();
           exited_ = true;
           return;
         }
@@ -211,7 +213,12 @@ void DeviceWorker::dispatch(Instruction* instruction, bool settle) noexcept {
   }
   if (instruction->finish_stream_) {
     try {
-      stream.queue().finish();
+      Batch* const owner = instruction->batch_;
+      if (owner != nullptr && owner->shared && !owner->detached) {
+        end_with_marker(*owner, stream.queue());
+      } else {
+        stream.queue().finish();
+      }
     } catch (...) {
       if (!error) error = name_error(*instruction, std::current_exception());
     }
@@ -230,6 +237,48 @@ void DeviceWorker::dispatch(Instruction* instruction, bool settle) noexcept {
   // batch is settled, so anything submitted after the ticket returns is ordered after it.
   delete instruction;
   if (settle) vm_.settle(*batch, 1);
+}
+
+// Note [Batches that end with a marker]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A synchronous run() finishes each queue its list used (its caller is about to wait anyway). An
+// asynchronous submission (a Ticket) does not: the last instruction of the batch on each stream
+// records a marker there, the batch keeps it, and Ticket::wait waits for the markers after the
+// batch is settled. So the worker goes on dispatching while the device works, and the host waits
+// only at a ticket. What relies on a batch's commands having completed without waiting for its
+// ticket finishes the queues first: a host section on entry (finish_in_flight), a release (its
+// queue, after the release is ordered behind every use), a blocking map or read (its queue's
+// order), and the worker thread before it exits. The markers of the last kMaxBatchesInFlight
+// batches are kept here; the oldest is waited for when one more comes, which bounds what the
+// device has queued and what those batches hold (their host buffers stay the caller's until its
+// ticket returns). A detached batch (a release from a destructor) still finishes: nobody waits.
+void DeviceWorker::end_with_marker(Batch& batch, DeviceQueue& queue) {
+  std::shared_ptr<QueueMarker> marker = queue.record_marker();
+  {
+    MutexLock lock(batch.mutex);
+    batch.markers.push_back(marker);
+  }
+  in_flight_.emplace_back(&queue, std::move(marker));
+  if (in_flight_.size() > kMaxBatchesInFlight) {
+    try {
+      in_flight_.front().second->wait();
+    } catch (...) {
+      // The batch that recorded it reports the failure from its own ticket.
+    }
+    in_flight_.pop_front();
+  }
+}
+
+void DeviceWorker::finish_in_flight() noexcept {
+  for (auto& [queue, marker] : in_flight_) {
+    try {
+      queue->finish();  // at most one driver call per queue: later ones find nothing outstanding
+    } catch (const std::exception& e) {
+      log_message(LogLevel::kError, "finishing %s before host access failed: %s",
+                  backend_.device().str().c_str(), e.what());
+    }
+  }
+  in_flight_.clear();
 }
 
 void DeviceWorker::dispatch_after_shutdown(Instruction* instruction) noexcept {

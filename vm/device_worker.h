@@ -26,10 +26,12 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
+#include <utility>
 
 #include "oclvm/storage/allocator.h"
 #include "oclvm/storage/backend.h"
@@ -101,6 +103,11 @@ class DeviceWorker {
   // rather than a new one: Note [Lists run in a host section]).
   uint64_t dispatched_through() const { return dispatched_through_; }
   DeviceQueue& foreign_queue(Device device);
+  // Note [Batches that end with a marker]: finishes every queue that an asynchronous batch left
+  // commands on, so the host may touch the device's memory (host sections) or the process may
+  // exit. Only with the execution right. Never throws: a driver failure is logged (the batch's
+  // own ticket reports it too, from its marker).
+  void finish_in_flight() noexcept;
   // Taken by callers that execute after stop() (runs_after_shutdown instructions).
   Mutex& execution_mutex() OCLVM_RETURN_CAPABILITY(execution_mutex_) { return execution_mutex_; }
 
@@ -136,6 +143,12 @@ class DeviceWorker {
   uint64_t last_sequence_ = 0;             // guarded by the VM's submission lock
   uint64_t dispatched_through_ = 0;        // only with the execution right
   std::unordered_map<uint16_t, std::unique_ptr<DeviceQueue>> foreign_queues_;  // execution right
+  // Note [Batches that end with a marker]: the marker that ended each asynchronous batch on a
+  // queue, oldest first, while its commands may still run; at most kMaxBatchesInFlight (the
+  // oldest is waited for past that). Only with the execution right.
+  static constexpr size_t kMaxBatchesInFlight = 64;
+  std::deque<std::pair<DeviceQueue*, std::shared_ptr<QueueMarker>>> in_flight_;
+  void end_with_marker(Batch& batch, DeviceQueue& queue);
 
   std::thread thread_;
 };

@@ -8,6 +8,7 @@ namespace oclvm::vm {
 std::optional<HostSection> HostSection::try_enter(VirtualMachine& vm, Device device) {
   DeviceWorker& worker = vm.worker(device);
   if (!worker.try_acquire_idle()) return std::nullopt;
+  worker.finish_in_flight();  // Note [Batches that end with a marker]
   return HostSection(&vm, &worker);
 }
 
@@ -15,6 +16,7 @@ std::optional<HostSection> HostSection::enter(VirtualMachine& vm, Device device)
   DeviceWorker& worker = vm.worker(device);
   if (DeviceWorker::holds_execution_right_on_this_thread()) return std::nullopt;
   if (!worker.acquire_when_idle()) return std::nullopt;
+  worker.finish_in_flight();  // Note [Batches that end with a marker]
   return HostSection(&vm, &worker);
 }
 

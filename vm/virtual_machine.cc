@@ -29,9 +29,28 @@ void Ticket::wait_for(Batch& batch) {
   // Another thread dispatching this batch (a worker, or a caller combining it) usually finishes
   // within microseconds: yield a few times before sleeping. See Note [Batch lifetime].
   for (int i = 0; i < 64 && batch.remaining.load() != 0; ++i) std::this_thread::yield();
+  std::vector<std::shared_ptr<QueueMarker>> markers;
+  {
+    MutexLock lock(batch.mutex);
+    if (!batch.done && !batch.done_cv) batch.done_cv.emplace();
+    while (!batch.done) batch.done_cv->wait(lock.native());
+    if (batch.markers.empty()) {
+      if (batch.first_error) std::rethrow_exception(batch.first_error);
+      return;
+    }
+    markers = batch.markers;  // copied: another waiter of the same batch waits for them too
+  }
+  // Note [Batches that end with a marker]: the device's part, outside the lock.
+  std::exception_ptr failed;
+  for (const std::shared_ptr<QueueMarker>& marker : markers) {
+    try {
+      marker->wait();
+    } catch (...) {
+      if (!failed) failed = std::current_exception();
+    }
+  }
   MutexLock lock(batch.mutex);
-  if (!batch.done && !batch.done_cv) batch.done_cv.emplace();
-  while (!batch.done) batch.done_cv->wait(lock.native());
+  if (failed && !batch.first_error) batch.first_error = failed;
   if (batch.first_error) std::rethrow_exception(batch.first_error);
 }
 
@@ -58,21 +77,48 @@ VirtualMachine::VirtualMachine(DeviceManager& devices, const Options& options,
 
 VirtualMachine::~VirtualMachine() { shutdown(); }
 
+namespace {
+
+std::atomic<VirtualMachine*> process_vm{nullptr};
+
+// Drain and join at exit; tensors destroyed later release on their own thread
+// (runs_after_shutdown). The VM is never deleted, so such releases still find it.
+void shut_down_at_exit() {
+  try {
+    VirtualMachine::instance().shutdown();
+  } catch (const Error&) {
+    // exit() from inside an instruction callback: the workers are left to the process's end.
+  }
+}
+
+}  // namespace
+
 VirtualMachine& VirtualMachine::instance() {
   static VirtualMachine* const vm = [] {
     auto* created = new VirtualMachine(DeviceManager::instance(), DeviceManager::instance().options());
-    // Drain and join at exit; tensors destroyed later release on their own thread
-    // (runs_after_shutdown). Never deleted, so such releases still find it.
-    std::atexit([] {
-      try {
-        VirtualMachine::instance().shutdown();
-      } catch (const Error&) {
-        // exit() from inside an instruction callback: the workers are left to the process's end.
-      }
-    });
+    std::atexit(shut_down_at_exit);
+    process_vm.store(created);
     return created;
   }();
   return *vm;
+}
+
+// Note [Exit after the driver's compiler ran]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// exit() runs its handlers in the reverse order of their registration. The process-wide VM
+// registers its shutdown when it is made, usually before any kernel is compiled. PoCL compiles
+// with LLVM and clang, whose function-local statics (the real file system, among others) are
+// registered for destruction when first used: during the first clBuildProgram, later than the
+// VM. So at exit they were destroyed first, and the VM's shutdown then waited for kernels still
+// in flight while PoCL's device thread compiled their work-group functions with the destroyed
+// objects: exit_probe crashed (SIGSEGV in llvm::vfs::FileSystem::exists, or "LLVM ERROR") in
+// every mode with a fresh PoCL cache. Registering the shutdown once more after the first build
+// puts it after those statics, so it runs, and drains the device, before they go; shutdown() is
+// idempotent, so the first registration's later call returns at once.
+void VirtualMachine::after_kernel_build() {
+  if (process_vm.load() != this) return;
+  static std::once_flag once;
+  std::call_once(once, [] { std::atexit(shut_down_at_exit); });
 }
 
 size_t VirtualMachine::worker_index(Device device) const {

@@ -45,6 +45,7 @@
 #include "oclvm/storage/errors.h"
 #include "oclvm/storage/memory_history.h"
 #include "oclvm/storage/options.h"
+#include "oclvm/storage/queue.h"
 #include "oclvm/storage/stats.h"
 #include "oclvm/storage/thread_annotations.h"
 #include "oclvm/vm/dependence.h"
@@ -91,6 +92,9 @@ struct Batch {
   bool done OCLVM_GUARDED_BY(mutex) = false;  // remaining reached 0
   std::exception_ptr first_error OCLVM_GUARDED_BY(mutex);
   std::shared_ptr<Batch> self OCLVM_GUARDED_BY(mutex);  // the VM's reference until done
+  // Recorded after the batch's last command on each queue, for an asynchronous batch (Note
+  // [Batches that end with a marker] in vm/device_worker.cc); Ticket::wait waits for them.
+  std::vector<std::shared_ptr<QueueMarker>> markers OCLVM_GUARDED_BY(mutex);
   bool detached = false;                // no ticket: errors are reported on stderr
   bool shared = false;                  // made by new_batch, co-owned through `self`; false for
                                         // run()'s batch on its caller's stack
@@ -107,9 +111,10 @@ class Ticket {
  public:
   Ticket() = default;
   explicit Ticket(std::shared_ptr<Batch> batch) : batch_(std::move(batch)) {}
-  // Blocks until every instruction is dispatched and every queue the batch touched has finished
-  // (the last instruction of the batch on each stream finishes it, on its worker); rethrows the
-  // first error. Idempotent: a second wait returns at once (rethrowing the same error).
+  // Blocks until every instruction is dispatched and every device command the batch enqueued
+  // has completed (the markers its last instruction on each stream recorded: Note [Batches that
+  // end with a marker]); rethrows the first error, a failed command's among them. Idempotent: a
+  // second wait returns at once (rethrowing the same error).
   void wait();
   bool valid() const { return batch_ != nullptr; }
   // What wait() does, for a batch that run() keeps on its stack.
@@ -130,6 +135,10 @@ class VirtualMachine {
   // The process-wide VM over DeviceManager::instance(), created on first use; shut down by an
   // atexit handler and never destroyed (tensors freed later still find it).
   static VirtualMachine& instance();
+  // Note [Exit after the driver's compiler ran] (virtual_machine.cc): called after a kernel was
+  // compiled for this VM's devices; for the process-wide VM, the first call registers its exit
+  // handler once more, so it runs before the handlers the compiler's libraries registered.
+  void after_kernel_build();
 
   DeviceManager& devices() const { return devices_; }
   const Options& options() const { return options_; }

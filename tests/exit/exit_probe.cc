@@ -5,7 +5,8 @@
 // Every mode starts the same way: on every OpenCL device it allocates live blobs and TensorStorages
 // (some never released), then keeps producer threads submitting lists (allocate, fill, copy,
 // download, release) with vm::Submit and dropped tickets, so instructions are in flight. After
-// DELAY_US microseconds the process ends by MODE:
+// DELAY_US microseconds the process ends by MODE (each list also launches a kernel, so kernels are
+// in flight too):
 //   return        main returns (static destructors run while the workers are busy)
 //   exit_thread   a producer thread calls std::exit(0) (the main thread is still submitting)
 //   exit_main     the main thread calls std::exit(0) mid-submission
@@ -46,7 +47,7 @@ std::vector<Device> opencl_devices() {
 }
 
 // Submits small lists until told to stop; tickets are dropped at once, so lists stay in flight.
-void produce(Device device, int index, bool exits) {
+void produce(Device device, std::shared_ptr<const Kernel> kernel, int index, bool exits) {
   std::vector<uint8_t>& host = g_host_buffers[index];
   host.assign(kHostBytes, static_cast<uint8_t>(index));
   int rounds = 0;
@@ -57,6 +58,9 @@ void produce(Device device, int index, bool exits) {
     auto b = builder.allocate_blob(stream, host.size());
     builder.copy_host_to_device(host.data(), a, 0, host.size());
     builder.copy(a, 0, b, 0, host.size());
+    LaunchRange range;
+    range.global[0] = host.size() / sizeof(uint32_t);
+    builder.launch(stream, kernel, range, {LaunchArg::of_blob(b, 0, KernelAccess::kReadWrite)});
     builder.release(a);
     builder.release(b);
     (void)vm::Submit(builder.take());  // dropped: the VM owns the batch until it completes
@@ -91,11 +95,19 @@ int main(int argc, char** argv) {
     live_tensors.push_back(
         make_tensor_storage(vm::VirtualMachine::instance(), d, {1024}, DType::kF32));
   }
+  std::vector<std::shared_ptr<const Kernel>> kernels;
+  for (Device d : devices) {
+    kernels.push_back(InstructionsBuilder(vm::VirtualMachine::instance())
+                          .kernel(d, KernelSource{"__kernel void bump(OCLVM_BLOB(uint, v)) {\n"
+                                                  "  OCLVM_PTR(uint, v)[get_global_id(0)] += 1; }",
+                                                  "bump", ""}));
+  }
   g_host_buffers = new std::vector<uint8_t>[2 * devices.size()];
   std::vector<std::thread> producers;
   for (size_t i = 0; i < 2 * devices.size(); ++i) {
     const bool exits = mode == "exit_thread" && i == 0;
-    producers.emplace_back(produce, devices[i % devices.size()], static_cast<int>(i), exits);
+    producers.emplace_back(produce, devices[i % devices.size()], kernels[i % devices.size()],
+                           static_cast<int>(i), exits);
   }
   std::this_thread::sleep_for(std::chrono::microseconds(delay_us));
   if (mode == "exit_main") std::exit(0);

@@ -2,8 +2,12 @@
 // file) is run OCLVM_EXIT_RUNS times per mode (default 20; `make exit-soak` sets 100), each with a
 // different delay before it ends (0 .. 20 ms, so exits land at different points of the work), with
 // live blobs, live TensorStorages and lists in flight on every OpenCL device. Each run must exit
-// with status 0 within 60 s and print nothing on stderr.
+// with status 0 within 60 s and print nothing on stderr. Every fourth run starts with empty
+// kernel caches (PoCL's and oclvm's, in a fresh directory), so the probe's kernels are compiled
+// while the process ends (Note [Exit after the driver's compiler ran] in vm/virtual_machine.cc).
 #include <gtest/gtest.h>
+
+#include <filesystem>
 
 #include <sys/wait.h>
 #include <unistd.h>
@@ -27,11 +31,17 @@ struct Outcome {
 };
 
 // Runs the probe with stderr captured through a pipe; kills it after `timeout`.
-Outcome run_probe(const std::string& mode, long delay_us, std::chrono::seconds timeout) {
+// `cache_dir` (not empty): the probe's PoCL and oclvm kernel caches.
+Outcome run_probe(const std::string& mode, long delay_us, std::chrono::seconds timeout,
+                  const std::string& cache_dir) {
   int pipe_fds[2];
   if (pipe(pipe_fds) != 0) return {};
   const pid_t pid = fork();
   if (pid == 0) {
+    if (!cache_dir.empty()) {
+      setenv("POCL_CACHE_DIR", cache_dir.c_str(), 1);
+      setenv("OCLVM_KERNEL_CACHE", cache_dir.c_str(), 1);
+    }
     dup2(pipe_fds[1], STDERR_FILENO);
     close(pipe_fds[0]);
     close(pipe_fds[1]);
@@ -73,7 +83,13 @@ class ExitTest : public ::testing::TestWithParam<const char*> {};
 TEST_P(ExitTest, EndsCleanlyWithWorkInFlight) {
   for (int run = 0; run < runs(); ++run) {
     const long delay_us = (run * 7919L) % 20000;  // spread over 0 .. 20 ms
-    const Outcome outcome = run_probe(GetParam(), delay_us, std::chrono::seconds(60));
+    std::string cache_dir;
+    if (run % 4 == 0) {
+      char pattern[] = "/tmp/oclvm-exit-caches-XXXXXX";
+      if (mkdtemp(pattern) != nullptr) cache_dir = pattern;
+    }
+    const Outcome outcome = run_probe(GetParam(), delay_us, std::chrono::seconds(60), cache_dir);
+    if (!cache_dir.empty()) std::filesystem::remove_all(cache_dir);
     ASSERT_FALSE(outcome.timed_out) << GetParam() << " run " << run << " hung (delay "
                                     << delay_us << " us)";
     ASSERT_EQ(outcome.status, 0) << GetParam() << " run " << run << " (delay " << delay_us

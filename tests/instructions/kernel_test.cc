@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -20,6 +21,7 @@
 #include "oclvm/storage/device_manager.h"
 #include "oclvm/storage/errors.h"
 #include "oclvm/storage/kernel_cache.h"
+#include "oclvm/vm/host_section.h"
 #include "oclvm/vm/virtual_machine.h"
 #include "tests/storage/test_util.h"
 
@@ -431,6 +433,60 @@ TEST_F(KernelTest, EachDeviceRunsItsOwnKernelAndCopiesJoinThem) {
   release(a);
   release(b);
   release(ones);
+}
+
+// Note [Batches that end with a marker]: a submitted list returns once queued; its ticket waits
+// for the device; a host section entered right after a submission sees what its kernels wrote;
+// more batches than the worker keeps markers for still complete in order.
+TEST_F(KernelTest, SubmittedKernelsCompleteAtTheTicketAndBeforeAHostSection) {
+  const KernelSource slow{unique_source(R"(
+__kernel void slow_fill(OCLVM_BLOB(float, v), float value) {
+  __global float* p = OCLVM_PTR(float, v);
+  float x = 0.0f;
+  for (int k = 0; k < 2000; ++k) x = x * 0.5f + value;  // converges to 2 * value
+  p[get_global_id(0)] = x;
+})"),
+                          "slow_fill", ""};
+  constexpr size_t kItems = 1 << 14;
+  InstructionsBuilder builder(*vm_);
+  auto v = builder.allocate_blob(builder.stream(kOpenCL0), {int64_t{kItems}}, DType::kF32);
+  vm_->run(builder.take());
+  auto kernel = builder.kernel(kOpenCL0, slow);
+  builder.launch(builder.stream(kOpenCL0), kernel, range1(kItems),
+                 {LaunchArg::of_blob(v, 0, KernelAccess::kWrite), LaunchArg::of(1.5f)});
+  vm::Ticket ticket = vm_->submit(builder.take());
+  ticket.wait();
+  EXPECT_EQ(download(v, 1), std::vector<float>{3.0f});
+
+  if (backend().properties().host_addressable) {
+    builder.launch(builder.stream(kOpenCL0), kernel, range1(kItems),
+                   {LaunchArg::of_blob(v, 0, KernelAccess::kWrite), LaunchArg::of(4.0f)});
+    vm::Ticket pending = vm_->submit(builder.take());
+    {
+      std::optional<vm::HostSection> section = vm::HostSection::enter(*vm_, kOpenCL0);
+      ASSERT_TRUE(section.has_value());
+      const auto* host = static_cast<const float*>(v->storage()->host_address());
+      EXPECT_EQ(host[0], 8.0f);
+      EXPECT_EQ(host[kItems - 1], 8.0f);
+    }
+    pending.wait();
+  }
+
+  // 200 batches, past the 64 whose markers the worker keeps: each adds 1.
+  const KernelSource add_one{"__kernel void add_one(OCLVM_BLOB(float, v)) {\n"
+                             "  OCLVM_PTR(float, v)[get_global_id(0)] += 1.0f; }",
+                             "add_one", ""};
+  std::vector<vm::Ticket> tickets;
+  for (int i = 0; i < 200; ++i) {
+    builder.launch(builder.stream(kOpenCL0), add_one, range1(kItems),
+                   {LaunchArg::of_blob(v, 0, KernelAccess::kReadWrite)});
+    tickets.push_back(vm_->submit(builder.take()));
+  }
+  for (vm::Ticket& t : tickets) t.wait();
+  const std::vector<float> out = download(v, kItems);
+  EXPECT_EQ(out.front(), 208.0f);
+  EXPECT_EQ(out.back(), 208.0f);
+  release(v);
 }
 
 }  // namespace
