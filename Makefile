@@ -84,7 +84,7 @@ package: build
 stress: build
 	POCL_DEVICES="basic basic" $(BUILD)/stress --threads 4 --devices 2 --instructions 1000000
 	POCL_DEVICES="basic basic" $(BUILD)/stress --threads 4 --devices 2 --instructions 1000000 \
-	  --faults segment:p=0.2,copy:p=0.001,fill:p=0.001,finish:p=0.002,seed=11
+	  --faults segment:p=0.2,copy:p=0.001,fill:p=0.001,finish:p=0.002,build:p=0.1,launch:p=0.002,seed=11
 
 # The PyTorch stress at length: 4 threads x 60 s of random tensor work, on one device and on two
 # (tests/torch/test_stress.py; OCLVM_TORCH_STRESS_SEED replays a run).

@@ -6,9 +6,10 @@
 // Each producer owns up to 16 live blobs (64 B .. 512 KiB, on random devices) and a host shadow of
 // each blob's bytes. It builds lists of up to 8 random instructions — allocate (+ fill, so the
 // contents are known), fill of a range, upload, device copy within and across devices, download
-// (checked against the shadow after the sync point), soft sync between its two streams of a
-// device, release, empty_cache, QueryStats — on the device's compute stream or the producer's user
-// stream, and runs them with vm::Run. Under --faults (OCLVM_FAULTS syntax, storage/faults.h) a list
+// (checked against the shadow after the sync point), kernels (a LaunchKernel that xors a byte
+// range with a value, and one that adds one blob's bytes into another's on the same device),
+// soft sync between its two streams of a device, release, empty_cache, QueryStats — on the
+// device's compute stream or the producer's user stream, and runs them with vm::Run. Under --faults (OCLVM_FAULTS syntax, storage/faults.h) a list
 // may fail: the error must be OutOfMemoryError or BackendError naming the device, and every blob
 // the list touched has unknown contents until a whole-blob fill makes them known again.
 //
@@ -186,6 +187,69 @@ class Producer {
     return (size_t{1} << shift) + random_below(size_t{1} << shift);
   }
 
+  // The kernel `name` of kKernels for device d, compiled on first use; nullptr when an injected
+  // build fault refused it (the next use tries again).
+  std::shared_ptr<const Kernel> kernel(InstructionsBuilder& builder, Device d, const char* name) {
+    static const char* const kKernels =
+        "__kernel void xor_bytes(OCLVM_BLOB(uchar, v), uchar value, ulong n) {\n"
+        "  if (get_global_id(0) < n) OCLVM_PTR(uchar, v)[get_global_id(0)] ^= value; }\n"
+        "__kernel void add_bytes(OCLVM_BLOB(uchar, dst), OCLVM_BLOB(const uchar, src), ulong n) {\n"
+        "  size_t i = get_global_id(0);\n"
+        "  if (i < n) OCLVM_PTR(uchar, dst)[i] += OCLVM_PTR(const uchar, src)[i]; }\n";
+    try {
+      return builder.kernel(d, KernelSource{kKernels, name, ""});
+    } catch (const BackendError&) {
+      if (!config_.faults.any() && !std::getenv("OCLVM_FAULTS")) throw;
+      return nullptr;
+    }
+  }
+
+  // Adds a LaunchKernel to the list and mirrors it on the shadows: xor of a byte range with a
+  // value, or (when another blob of the same device exists) dst[i] += src[i] over a range.
+  // False when no kernel was added.
+  bool launch_kernel(InstructionsBuilder& builder, std::vector<size_t>& touched) {
+    const size_t i = random_below(blobs_.size());
+    Blob& b = blobs_[i];
+    const Device d = b.object->device();
+    const size_t offset = random_below(b.shadow.size());
+    size_t bytes = random_below(b.shadow.size() - offset + 1);
+    // One work-group size, so PoCL compiles each kernel once (it compiles per local size).
+    constexpr size_t kLocal = 64;
+    LaunchRange range;
+    range.local[0] = kLocal;
+    size_t source = blobs_.size();
+    for (size_t k = 0; k < blobs_.size(); ++k) {
+      if (k != i && blobs_[k].object->device() == d && random_below(2) == 0) source = k;
+    }
+    if (source == blobs_.size()) {
+      std::shared_ptr<const Kernel> xor_bytes = kernel(builder, d, "xor_bytes");
+      if (xor_bytes == nullptr) return false;
+      const auto value = static_cast<uint8_t>(random_());
+      range.global[0] = (bytes + kLocal - 1) / kLocal * kLocal;
+      builder.launch(stream_on(d), xor_bytes, range,
+                     {LaunchArg::of_blob(b.object, offset, KernelAccess::kReadWrite),
+                      LaunchArg::of(value), LaunchArg::of(uint64_t{bytes})});
+      for (size_t k = offset; k < offset + bytes; ++k) b.shadow[k] ^= value;
+    } else {
+      std::shared_ptr<const Kernel> add_bytes = kernel(builder, d, "add_bytes");
+      if (add_bytes == nullptr) return false;
+      Blob& src = blobs_[source];
+      bytes = std::min(bytes, src.shadow.size());
+      const size_t src_offset = random_below(src.shadow.size() - bytes + 1);
+      range.global[0] = (bytes + kLocal - 1) / kLocal * kLocal;
+      builder.launch(stream_on(d), add_bytes, range,
+                     {LaunchArg::of_blob(b.object, offset, KernelAccess::kReadWrite),
+                      LaunchArg::of_blob(src.object, src_offset, KernelAccess::kRead),
+                      LaunchArg::of(uint64_t{bytes})});
+      for (size_t k = 0; k < bytes; ++k) {
+        b.shadow[offset + k] = static_cast<uint8_t>(b.shadow[offset + k] + src.shadow[src_offset + k]);
+      }
+      if (!src.known) b.known = false;
+    }
+    touched.push_back(i);
+    return true;
+  }
+
   // Builds and runs one list; returns its length.
   size_t run_list() {
     InstructionsBuilder builder(vm_);
@@ -234,7 +298,7 @@ class Producer {
         uploads.push_back(std::move(data));
         touched.push_back(i);
         ++built;
-      } else if (choice < 65 && blobs_.size() >= 2) {  // device copy, same or across devices
+      } else if (choice < 62 && blobs_.size() >= 2) {  // device copy, same or across devices
         const size_t from = random_below(blobs_.size());
         size_t to = random_below(blobs_.size() - 1);
         if (to >= from) ++to;
@@ -251,6 +315,8 @@ class Producer {
                     dst.shadow.begin() + static_cast<ptrdiff_t>(dst_offset));
         if (!src.known) dst.known = false;
         touched.push_back(to);
+        ++built;
+      } else if (choice < 66 && launch_kernel(builder, touched)) {  // a kernel
         ++built;
       } else if (choice < 80) {  // download, checked after the sync point
         const size_t i = random_below(blobs_.size());
