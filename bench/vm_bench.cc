@@ -31,6 +31,12 @@
 //                            what a second process's first launch does (the in-memory cache is
 //                            dropped before each iteration; process start-up is not counted)
 //
+// After the benchmarks, vm_bench runs itself three times as `vm_bench --first-launch` (a process
+// that compiles or loads the chain kernel, launches it once and prints how long that took):
+// with empty kernel caches (oclvm's and PoCL's own, in fresh directories), again with both
+// caches as the first left them, and with PoCL's cache alone (OCLVM_KERNEL_CACHE=0): a second
+// process's first launch, with and without oclvm's binaries on disk.
+//
 // The kernel benchmarks name their driver after POCL_DEVICES' word for the device (`make bench`
 // runs them with POCL_DEVICES="basic pthread"), and lines beginning `ratio` give each target's
 // ratio on a line of its own.
@@ -39,6 +45,7 @@
 // this same run (machines here are shared and noisy; absolute times drift).
 #include <benchmark/benchmark.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -501,12 +508,62 @@ class RatioReporter : public benchmark::ConsoleReporter {
 
 }  // namespace
 
+// `vm_bench --first-launch`: the time from asking for the kernel to its first launch completed,
+// in microseconds, on stdout.
+int first_launch() {
+  const Device device = device_for(0);
+  vm::VirtualMachine& vm = the_vm();
+  ChainBlobs blobs(vm, device);
+  const auto start = std::chrono::steady_clock::now();
+  InstructionsBuilder builder(vm);
+  build_chain(builder, vm.stream(device), builder.kernel(device, chain_source()), blobs, 0, 1);
+  vm.run(builder.take());
+  const auto end = std::chrono::steady_clock::now();
+  std::printf("%.1f\n", std::chrono::duration<double, std::micro>(end - start).count());
+  return 0;
+}
+
+// Runs `self --first-launch` with these caches and returns its microseconds (-1 on failure).
+double time_first_launch(const std::string& self, const std::string& oclvm_cache,
+                         const std::string& pocl_cache) {
+  const std::string command = "OCLVM_KERNEL_CACHE='" + oclvm_cache + "' POCL_CACHE_DIR='" +
+                              pocl_cache + "' '" + self + "' --first-launch";
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return -1;
+  double micros = -1;
+  if (std::fscanf(pipe, "%lf", &micros) != 1) micros = -1;
+  return pclose(pipe) == 0 ? micros : -1;
+}
+
+void print_first_launches(const std::string& self) {
+  const std::filesystem::path root = std::filesystem::temp_directory_path() /
+                                     ("oclvm-bench-first-launch-" + std::to_string(getpid()));
+  const std::string oclvm_cache = (root / "oclvm").string();
+  const std::string pocl_cache = (root / "pocl").string();
+  std::filesystem::create_directories(pocl_cache);
+  const double cold = time_first_launch(self, oclvm_cache, pocl_cache);
+  const double warm = time_first_launch(self, oclvm_cache, pocl_cache);
+  const double pocl_only = time_first_launch(self, "0", pocl_cache);
+  std::filesystem::remove_all(root);
+  if (cold <= 0 || warm <= 0 || pocl_only <= 0) {
+    std::printf("  a process's first launch: could not be measured\n");
+    return;
+  }
+  std::printf("  a process's first launch: empty caches %.2f ms, oclvm's and PoCL's caches %.2f ms, "
+              "PoCL's cache alone %.2f ms\n", cold / 1e3, warm / 1e3, pocl_only / 1e3);
+  std::printf("ratio kernel_first_launch_cold_vs_cached %.1f\n", cold / warm);
+  std::printf("ratio kernel_first_launch_pocl_cache_vs_both %.1f\n", pocl_only / warm);
+}
+
 int main(int argc, char** argv) {
+  if (argc == 2 && std::strcmp(argv[1], "--first-launch") == 0) return first_launch();
+  const std::string self = argv[0];
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   RatioReporter reporter;
   benchmark::RunSpecifiedBenchmarks(&reporter);
   reporter.print_ratios();
+  print_first_launches(self);
   benchmark::Shutdown();
   return 0;
 }
