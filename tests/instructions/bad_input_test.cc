@@ -35,21 +35,7 @@ constexpr Device kCpu{DeviceType::kCpu, 0};
 constexpr Device kMissingOpenCL{DeviceType::kOpenCL, 99};
 constexpr Device kMissingCpu{DeviceType::kCpu, 1};  // only parse_device refuses "cpu:1"
 
-// Runs `f`, expects an exception of exactly the oclvm type E (not a subclass of it that is another
-// oclvm type) and returns its message; "" and a failure otherwise.
-template <typename E, typename F>
-std::string message_of(F&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "threw the wrong type: " << e.what();
-    return "";
-  }
-  ADD_FAILURE() << "did not throw";
-  return "";
-}
+using testing::message_of;
 
 class BadInputTest : public testing::LeakCheckedTest {
  protected:

@@ -40,20 +40,7 @@ std::vector<uint8_t> pattern_bytes(size_t n, uint8_t seed) {
   return bytes;
 }
 
-// Runs `f`, expects an exception of type E and returns its message ("" and a failure otherwise).
-template <typename E, typename F>
-std::string message_of(F&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "threw the wrong type: " << e.what();
-    return "";
-  }
-  ADD_FAILURE() << "did not throw";
-  return "";
-}
+using testing::message_of;
 
 class VmTest : public testing::LeakCheckedTest {
  protected:

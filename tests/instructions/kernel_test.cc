@@ -49,19 +49,7 @@ __kernel void axpy(OCLVM_BLOB(float, y), OCLVM_BLOB(const float, x), float a, ui
 }
 )";
 
-template <typename E, typename F>
-std::string message_of(F&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "threw the wrong type: " << e.what();
-    return "";
-  }
-  ADD_FAILURE() << "did not throw";
-  return "";
-}
+using testing::message_of;
 
 class KernelTest : public testing::LeakCheckedTest {
  protected:

@@ -13,7 +13,8 @@
 // stats_equal / same_stats compare two DeviceStats snapshots field by field ("changes nothing"
 // checks); expect_stat checks the four numbers of one Stat; kSmall / kLarge index a StatArray.
 // write_pattern / expect_pattern prove that a block holds its own data, and expect_disjoint that
-// blocks do not overlap. A test file takes them all with `using namespace oclvm::testing;`.
+// blocks do not overlap. message_of<E>(f) runs f and returns the message of the E it must throw.
+// A test file takes them all with `using namespace oclvm::testing;`.
 //
 // This file is compiled into more than one test binary (see CMakeLists.txt): it registers no tests,
 // environments or listeners and holds no global state of its own.
@@ -22,6 +23,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <exception>
 #include <string>
 #include <utility>
 #include <vector>
@@ -33,6 +35,21 @@
 #include "oclvm/storage/stats.h"
 
 namespace oclvm::testing {
+
+// Runs `f`, expects an exception of type E and returns its message ("" and a failure otherwise).
+template <typename E, typename F>
+std::string message_of(F&& f) {
+  try {
+    f();
+  } catch (const E& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "threw the wrong type: " << e.what();
+    return "";
+  }
+  ADD_FAILURE() << "did not throw";
+  return "";
+}
 
 // The pools of a StatArray (array[kSmall]; the whole device is array.aggregate()), and byte units,
 // for writing expected values.
