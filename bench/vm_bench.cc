@@ -26,6 +26,10 @@
 //   BM_KernelChainVm/D       the same 10,000 LaunchKernels built and run as one vm::Run
 //   BM_KernelChainLists/D    the same as ten vm::Runs of 1,000 (Note [Lists of a thousand])
 //   BM_KernelChainSubmits/D  the same, one vm::Submit per kernel, waiting for the last ticket
+//   BM_AllocKernelRelease/D/F  100 operators on opencl:D as an eager runtime runs them (Note
+//                            [Allocate, launch, release]); F=0 stream-ordered releases, F=1
+//                            OCLVM_RELEASE=finish. `ratio alloc_kernel_release_finish_vs_stream_*`
+//                            is finish over stream-ordered (above 1: stream-ordered is faster)
 //   BM_KernelBuild/0         a program's first use with no binary on disk: the compiler runs
 //   BM_KernelBuildCached/0   the same with the binary kept on disk by an earlier use, which is
 //                            what a second process's first launch does (the in-memory cache is
@@ -331,6 +335,47 @@ void BM_KernelChainVm(benchmark::State& state) {
   });
 }
 
+// Note [Allocate, launch, release]
+// An operator's life as an eager runtime drives the VM: a vm::Run allocates its output, a
+// vm::Submit launches the kernel that writes it, and a vm::Run releases it, 100 times per
+// iteration, then the last ticket is waited for. With OCLVM_RELEASE=finish each release finishes
+// the queue, so the host waits for every kernel; stream-ordered, the next allocation takes the
+// block back at once and the host runs ahead (the worker's in-flight bound limits how far).
+void BM_AllocKernelRelease(benchmark::State& state) {
+  const int index = static_cast<int>(state.range(0));
+  if (skip_without_device(state, index)) return;
+  const bool finish = state.range(1) != 0;
+  const Device device{DeviceType::kOpenCL, static_cast<DeviceIndex>(index)};
+  Options options = Options::from_environment();
+  options.release = finish ? ReleaseMode::kFinish : ReleaseMode::kStreamOrdered;
+  vm::VirtualMachine vm(DeviceManager::instance(), options);
+  {
+    ChainBlobs blobs(vm, device);
+    InstructionsBuilder builder(vm);
+    std::shared_ptr<const Kernel> kernel = builder.kernel(device, chain_source());
+    vm::Stream& stream = vm.stream(device);
+    LaunchRange range;
+    range.global[0] = kChainItems;
+    constexpr int kOperators = 100;
+    for (auto _ : state) {
+      vm::Ticket last;
+      for (int i = 0; i < kOperators; ++i) {
+        auto out = builder.allocate_blob(stream, {int64_t{kChainItems}}, DType::kF32);
+        vm.run(builder.take());
+        builder.launch(stream, kernel, range,
+                       {LaunchArg::of_blob(out, 0, KernelAccess::kWrite),
+                        LaunchArg::of_blob(blobs.a, 0, KernelAccess::kRead)});
+        last = vm.submit(builder.take());
+        builder.release(std::move(out));
+        vm.run(builder.take());
+      }
+      last.wait();
+    }
+    state.SetItemsProcessed(state.iterations() * kOperators);
+  }
+  state.SetLabel(driver_name(index) + (finish ? " finish" : " stream"));
+}
+
 // Note [Lists of a thousand]
 // A list of 10,000 launches holds ~4 MB of instructions at once, past the small-object pool's
 // per-thread cache (1,024 blocks a size class); the rest comes from malloc, and freeing it lets
@@ -398,6 +443,7 @@ BENCHMARK(BM_KernelChainRaw)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->Rep
 BENCHMARK(BM_KernelChainVm)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->Repetitions(5)->ReportAggregatesOnly(true);
 BENCHMARK(BM_KernelChainLists)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->Repetitions(5)->ReportAggregatesOnly(true);
 BENCHMARK(BM_KernelChainSubmits)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->Repetitions(5)->ReportAggregatesOnly(true);
+BENCHMARK(BM_AllocKernelRelease)->ArgsProduct({{0, 1}, {0, 1}})->Unit(benchmark::kMicrosecond)->Repetitions(5)->ReportAggregatesOnly(true);
 BENCHMARK(BM_KernelBuild)->Unit(benchmark::kMillisecond)->Repetitions(5)->ReportAggregatesOnly(true);
 BENCHMARK(BM_KernelBuildCached)->Unit(benchmark::kMillisecond)->Repetitions(5)->ReportAggregatesOnly(true);
 
@@ -477,6 +523,17 @@ class RatioReporter : public benchmark::ConsoleReporter {
       if (submits > 0) {
         std::printf("ratio kernel_chain_submits_%s %.2f\n", driver.c_str(), submits / raw);
       }
+    }
+    for (int device = 0; device < 2; ++device) {
+      const std::string arg = "/" + std::to_string(device);
+      const double stream = find("BM_AllocKernelRelease" + arg + "/0", "", medians_);
+      const double finish = find("BM_AllocKernelRelease" + arg + "/1", "", medians_);
+      if (stream <= 0 || finish <= 0) continue;
+      std::printf("  100 x (allocate, launch, release) on opencl:%d: stream-ordered %.1f us, "
+                  "finish %.1f us\n",
+                  device, stream * 1e6, finish * 1e6);
+      std::printf("ratio alloc_kernel_release_finish_vs_stream_%s %.2f\n",
+                  driver_name(device).c_str(), finish / stream);
     }
     const double build = find("BM_KernelBuild/", "", medians_);
     const double cached = find("BM_KernelBuildCached", "", medians_);

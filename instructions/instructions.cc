@@ -156,6 +156,8 @@ void AllocateBlob::execute(vm::ExecutionContext& context) {
   }
   MemoryHistory& history = context.allocator.backend().history();
   if (history.on()) history.set_stream(stream().id());
+  // Note [Stream-ordered release]: a block another stream released may still be in use there.
+  context.worker.order_allocation(context.stream.queue());
   std::shared_ptr<BlobStorage> storage;
   try {
     storage = BlobStorage::allocate(context.allocator, target.required_bytes());
@@ -206,17 +208,13 @@ void ReleaseTensor::execute(vm::ExecutionContext& context) {
                           context.stream.device().str() + ", but got " + blob_label(*blob()) +
                           " from another allocator (a blob of another VM?)");
   }
-  // Note [Stream-ordered release]: every command that may still use the memory is on this queue
-  // or ordered before its end by a soft sync the VM inserted (a release runs on the producer
-  // stream and writes its blob, so it waits for every other stream that used it; design/vm.md).
-  // Once the queue has finished, the block is idle on every stream, so the allocator may hand it
-  // to the next allocation of any stream at once.
-  // Note [A release whose finish fails]: the block is given back all the same and the error is
-  // the instruction's. A queue whose finish reports an error has failed (no later command of it
-  // can use the memory), and keeping the block would leak it for the life of the process.
-  // The history sees the free requested, then completed just before the block goes back (and
-  // before any segment_free that brings): a release waits for every stream that used the block,
-  // so the block is reusable as soon as it is given back.
+  // How the block's next users are ordered after its last: Note [Stream-ordered release] below.
+  // Note [A release whose ordering fails]: the block is given back all the same and the error
+  // is the instruction's. A queue that cannot record a marker or finish has failed (no later
+  // command of it can use the memory), and keeping the block would leak it for the life of the
+  // process. The history sees the free requested, then completed just before the block goes back
+  // (and before any segment_free that brings): from then on the allocator may hand it out,
+  // ordered as Note [Stream-ordered release] says.
   MemoryHistory& history = context.allocator.backend().history();
   const Allocation& allocation = storage->allocation();
   const bool recorded = history.on() && allocation;
@@ -231,13 +229,36 @@ void ReleaseTensor::execute(vm::ExecutionContext& context) {
     storage->release();
   };
   try {
-    context.stream.queue().finish();
+    context.worker.order_release(context.stream.queue());
   } catch (...) {
     give_back();
     throw;
   }
   give_back();
 }
+
+// Note [Stream-ordered release]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A release runs on its blob's producer stream and writes the blob, so every command that may
+// still use the memory is on this stream's queue or ordered before its end: other streams of the
+// device by a soft sync the VM inserted, other devices by a signal set after their queue finished.
+// The block goes back to the allocator at once, and the host does not wait for the device:
+//   - the worker records a marker on the queue after the release (DeviceWorker::order_release;
+//     none when the queue is idle or its last release marker already follows every command);
+//   - a later allocation on the same stream may take the block with no wait: the queue is in
+//     order, so its commands run after every command that used the old contents;
+//   - an allocation on another stream of the device first makes its queue wait, on the device,
+//     for each other stream's latest release marker (DeviceWorker::order_allocation);
+//   - the marker joins the worker's in-flight markers, so a host section (which finishes them on
+//     entry), the worker's exit and the in-flight bound all wait for it;
+//   - a segment goes back to the driver (empty_cache, a memory limit, the out-of-memory ladder,
+//     the system allocator's every free) only after the in-flight markers completed: the
+//     allocator's segment-release guard finishes them first.
+// What the caller sees stays synchronous: when the release returns, the block is the allocator's,
+// and no later allocation sees its bytes change under it. With OCLVM_RELEASE=finish
+// (ReleaseMode::kFinish) the release finishes its queue first instead: the block is idle when it
+// goes back. Either way a list of allocations and releases alone needs no finish at its end
+// (Instruction::needs_finish).
 
 std::string ReleaseTensor::describe() const {
   return blob_text(*blob()) + ", " + std::to_string(blob()->required_bytes()) + " B";

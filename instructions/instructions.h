@@ -88,6 +88,7 @@ class AllocateBlob final : public vm::Instruction {
   AllocateBlob(vm::Stream& stream, std::shared_ptr<BlobObject> blob,
                std::shared_ptr<const MemoryContext> memory_context = nullptr);
   const char* name() const override { return "AllocateBlob"; }
+  bool needs_finish() const override { return false; }
   // Allocates blob->required_bytes() from context.allocator (0 bytes: an empty allocation that
   // touches no driver) and attaches it. On a throw (OutOfMemoryError, or a blob that already has
   // storage) the blob keeps no storage and nothing is held. While the device's memory history is
@@ -115,10 +116,12 @@ class ReleaseTensor final : public vm::Instruction {
   ReleaseTensor(vm::Stream& stream, std::shared_ptr<BlobObject> blob,
                 std::shared_ptr<const MemoryContext> memory_context = nullptr);
   const char* name() const override { return "ReleaseTensor"; }
-  // Finishes the stream's queue (so no command still uses the memory; the VM has made the queue
-  // wait for every other stream that used the blob), then releases the storage — also when the
-  // finish fails, whose error is then the instruction's (Note [A release whose finish fails]). See Note
-  // [Releasing a blob without storage]. A storage that context.allocator did not make (a blob
+  bool needs_finish() const override { return false; }
+  // Orders the block's next users after every command that used it (a marker on the stream, or
+  // a finish with OCLVM_RELEASE=finish: Note [Stream-ordered release]; the VM has made the queue
+  // wait for every other stream that used the blob), then releases the storage — also when that
+  // fails, whose error is then the instruction's (Note [A release whose ordering fails]). See
+  // Note [Releasing a blob without storage]. A storage that context.allocator did not make (a blob
   // of another VM) is InvalidArgument, and is left alone.
   void execute(vm::ExecutionContext& context) override;
   std::string describe() const override;

@@ -24,6 +24,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -115,6 +116,22 @@ class Allocator {
   // Checks the allocator's invariants (stats.h and its own); aborts on violation. Tests call it
   // after every step; cost is linear in the number of blocks.
   virtual void check_invariants() const {}
+
+  // Runs `guard` before any segment of this allocator goes back to the driver (cache trims, the
+  // out-of-memory ladder, the system allocator's frees, the destructor), so that commands still
+  // queued on freed blocks complete first (Note [Stream-ordered release] in
+  // instructions/instructions.cc). It must not throw. An empty guard (the default) runs nothing.
+  virtual void set_segment_release_guard(std::function<void()> guard) { guard_ = std::move(guard); }
+
+ protected:
+  // Gives `segment` back to its backend after the guard ran. Never throws.
+  void release_to_driver(MemoryBackend& backend, Segment* segment) noexcept {
+    if (guard_) guard_();
+    backend.release_segment(segment);
+  }
+
+ private:
+  std::function<void()> guard_;
 };
 
 // Bytes `allocator` could still take from its device: its memory limit (the device's global

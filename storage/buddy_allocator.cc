@@ -57,7 +57,7 @@ BuddyAllocator::BuddyAllocator(MemoryBackend& backend, const BuddyAllocatorOptio
 }
 
 BuddyAllocator::~BuddyAllocator() {
-  for (auto& [id, arena] : arenas_) backend_.release_segment(arena->segment);
+  for (auto& [id, arena] : arenas_) release_to_driver(backend_, arena->segment);
 }
 
 int BuddyAllocator::order_for(size_t bytes) const {
@@ -304,7 +304,7 @@ void BuddyAllocator::empty_cache() {
     OCLVM_DCHECK(whole != list.end());
     erase_free(whole, arena.order);
     tracker_.on_segment_release(pool_of_size(arena.size), arena.size);
-    backend_.release_segment(arena.segment);
+    release_to_driver(backend_, arena.segment);
     it = arenas_.erase(it);
   }
 }

@@ -75,7 +75,7 @@ CachingAllocator::~CachingAllocator() {
   live_.clear();
   small_free_.clear();
   large_free_.clear();
-  for (auto& [id, info] : segments_) backend_.release_segment(info.segment);
+  for (auto& [id, info] : segments_) release_to_driver(backend_, info.segment);
   segments_.clear();
   if (leaked != 0) {
     log_message(LogLevel::kWarning,
@@ -529,7 +529,7 @@ void CachingAllocator::release_segment(Block* whole_block) {
   if (oversize(segment->size)) tracker_.on_oversize_segment(whole_block->pool, -1);
   segments_.erase(segment->id);
   recycle_block(whole_block);
-  backend_.release_segment(segment);
+  release_to_driver(backend_, segment);
   if (reserved_over_limit_ != 0) note_reserved_over_limit();
 }
 

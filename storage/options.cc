@@ -176,6 +176,17 @@ Options Options::from_environment() {
   } else if (const char* home = std::getenv("HOME"); home != nullptr && *home != '\0') {
     options.kernel_cache_dir = std::string(home) + "/.cache/oclvm/kernels";
   }
+  if (const char* release = std::getenv("OCLVM_RELEASE")) {
+    const std::string_view mode(release);
+    if (mode == "stream" || mode.empty()) {
+      options.release = ReleaseMode::kStreamOrdered;
+    } else if (mode == "finish") {
+      options.release = ReleaseMode::kFinish;
+    } else {
+      throw InvalidArgument("Expected OCLVM_RELEASE to be 'stream' or 'finish', but got '" +
+                            std::string(mode) + "'");
+    }
+  }
   if (const char* conf = std::getenv("PYTORCH_ALLOC_CONF")) {
     options.alloc_conf = AllocConf::parse(conf, "PYTORCH_ALLOC_CONF");
   }

@@ -9,6 +9,8 @@
 //   OCLVM_FAULTS         fault injection rules for every device (storage/faults.h)  (default: none)
 //   OCLVM_KERNEL_CACHE   directory for compiled kernel binaries; 0 or "" keeps none
 //                        (default: $XDG_CACHE_HOME/oclvm/kernels, else ~/.cache/oclvm/kernels)
+//   OCLVM_RELEASE        stream | finish: a release gives its block back ordered by a marker on
+//                        its stream, or after finishing the queue        (default: stream)
 //   PYTORCH_ALLOC_CONF   PyTorch's allocator settings; those the caching allocator has (AllocConf)
 //   OCL_ICD_VENDORS, OCL_ICD_FILENAMES  read by the OpenCL ICD loader itself; named (with
 //                        POCL_DEVICES) in the error that says why no device was found.
@@ -45,6 +47,12 @@ struct AllocConf {
   static AllocConf parse(std::string_view text, std::string_view what);
 };
 
+// How ReleaseTensor gives a block back (Note [Stream-ordered release] in instructions.cc).
+enum class ReleaseMode {
+  kStreamOrdered,  // at once; a marker on the stream orders later users; the host never waits
+  kFinish,         // after finishing the stream's queue: the block is idle when it goes back
+};
+
 struct Options {
   // Substring of the OpenCL platform name; empty picks the first platform that has devices.
   std::string platform;
@@ -59,6 +67,8 @@ struct Options {
   std::string pocl_default_devices = "basic";
   // Where every device keeps its compiled kernel binaries (storage/kernel_cache.h); "" keeps none.
   std::string kernel_cache_dir;
+  // How a release gives its block back; OCLVM_RELEASE=finish selects kFinish.
+  ReleaseMode release = ReleaseMode::kStreamOrdered;
   // PYTORCH_ALLOC_CONF's settings for the caching allocator.
   AllocConf alloc_conf;
   // The OpenCL loader's and PoCL's own variables that are set, as "NAME='value'" joined by ", "

@@ -87,6 +87,13 @@ class DeviceQueue {
   // Blocks until every command enqueued before the call has completed. Returns at once, without
   // a driver call, when a finish that completed already covered all of them (Note [Cheap finish]).
   void finish();
+  // Commands counted so far (markers included); unchanged means nothing was enqueued since.
+  uint64_t commands() const { return enqueued_.load(std::memory_order_acquire); }
+  // True when a completed finish covered every command counted so far: nothing enqueued on this
+  // queue can still be running. Never calls the driver.
+  bool idle() const {
+    return finished_.load(std::memory_order_acquire) >= enqueued_.load(std::memory_order_acquire);
+  }
 
  protected:
   virtual void do_write(void* native, size_t offset, const void* src, size_t n, bool blocking) = 0;

@@ -57,7 +57,7 @@ SystemAllocator::SystemAllocator(MemoryBackend& backend, uint64_t memory_limit)
     : backend_(backend), memory_limit_(memory_limit) {}
 
 SystemAllocator::~SystemAllocator() {
-  for (auto& [address, block] : live_) backend_.release_segment(block.segment);
+  for (auto& [address, block] : live_) release_to_driver(backend_, block.segment);
 }
 
 Allocation SystemAllocator::allocate(size_t bytes) {
@@ -131,7 +131,7 @@ void SystemAllocator::deallocate(const Allocation& allocation) {
   live_.erase(block.segment->address);
   tracker_.on_free(pool, segment_bytes, block.requested);
   tracker_.on_segment_release(pool, segment_bytes);
-  backend_.release_segment(block.segment);
+  release_to_driver(backend_, block.segment);
 }
 
 size_t SystemAllocator::allocated_size(const Allocation& allocation) const {

@@ -66,6 +66,9 @@ class TrackingAllocator final : public Allocator {
   void empty_cache() override { inner_->empty_cache(); }
   uint64_t memory_limit() const override { return inner_->memory_limit(); }
   void set_memory_limit(uint64_t bytes) override { inner_->set_memory_limit(bytes); }
+  void set_segment_release_guard(std::function<void()> guard) override {
+    inner_->set_segment_release_guard(std::move(guard));
+  }
   void check_invariants() const override;
   std::vector<SegmentSnapshot> segments() const override { return inner_->segments(); }
 

@@ -34,10 +34,18 @@ DeviceQueue& ExecutionContext::queue_on(Device device) const {
 DeviceWorker::DeviceWorker(VirtualMachine& vm, MemoryBackend& backend,
                            std::unique_ptr<Allocator> allocator)
     : vm_(vm), backend_(backend), allocator_(std::move(allocator)) {
+  // Note [Stream-ordered release]: a segment goes back to the driver only after the commands
+  // queued on its freed blocks have completed. The guard runs where the allocator runs: with the
+  // execution right.
+  allocator_->set_segment_release_guard([this] { finish_in_flight(); });
   thread_ = std::thread([this] { run(); });
 }
 
-DeviceWorker::~DeviceWorker() { stop(); }
+DeviceWorker::~DeviceWorker() {
+  stop();
+  finish_in_flight();  // releases run after shutdown may have left markers
+  allocator_->set_segment_release_guard({});
+}
 
 // Note [The execution right without the lock]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -152,6 +160,7 @@ void DeviceWorker::run() {
           // Stopping, and everything before the stop is dispatched. Nobody can take the right
           // any more (kStopping), so the queues are this thread's to finish.
           finish_in_flight();
+          finish_releases_ = true;
           exited_ = true;
           return;
         }
@@ -258,6 +267,10 @@ void DeviceWorker::end_with_marker(Batch& batch, DeviceQueue& queue) {
     MutexLock lock(batch.mutex);
     batch.markers.push_back(marker);
   }
+  keep_in_flight(queue, std::move(marker));
+}
+
+void DeviceWorker::keep_in_flight(DeviceQueue& queue, std::shared_ptr<QueueMarker> marker) {
   in_flight_.emplace_back(&queue, std::move(marker));
   if (in_flight_.size() > kMaxBatchesInFlight) {
     try {
@@ -279,6 +292,35 @@ void DeviceWorker::finish_in_flight() noexcept {
     }
   }
   in_flight_.clear();
+  release_markers_.clear();  // each was in in_flight_, or waited for when it left
+}
+
+void DeviceWorker::order_release(DeviceQueue& queue) {
+  if (finish_releases_ || vm_.options().release == ReleaseMode::kFinish) {
+    queue.finish();
+    return;
+  }
+  if (queue.idle()) return;  // a completed finish covered every command: nothing can use the block
+  auto it = std::find_if(release_markers_.begin(), release_markers_.end(),
+                         [&](const ReleaseMarker& r) { return r.queue == &queue; });
+  if (it != release_markers_.end() && it->commands == queue.commands()) return;
+  std::shared_ptr<QueueMarker> marker = queue.record_marker();
+  if (it == release_markers_.end()) it = release_markers_.insert(it, ReleaseMarker{&queue, nullptr, 0, {}});
+  it->marker = marker;
+  it->commands = queue.commands();
+  it->waited.clear();
+  keep_in_flight(queue, std::move(marker));
+}
+
+void DeviceWorker::order_allocation(DeviceQueue& queue) {
+  for (ReleaseMarker& release : release_markers_) {
+    if (release.queue == &queue ||
+        std::find(release.waited.begin(), release.waited.end(), &queue) != release.waited.end()) {
+      continue;
+    }
+    queue.wait_marker(release.marker);
+    release.waited.push_back(&queue);
+  }
 }
 
 void DeviceWorker::dispatch_after_shutdown(Instruction* instruction) noexcept {

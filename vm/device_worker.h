@@ -32,6 +32,7 @@
 #include <thread>
 #include <unordered_map>
 #include <utility>
+#include <vector>
 
 #include "oclvm/storage/allocator.h"
 #include "oclvm/storage/backend.h"
@@ -108,6 +109,17 @@ class DeviceWorker {
   // exit. Only with the execution right. Never throws: a driver failure is logged (the batch's
   // own ticket reports it too, from its marker).
   void finish_in_flight() noexcept;
+  // Note [Stream-ordered release] (instructions/instructions.cc). Only with the execution right.
+  // order_release: a release on `queue` is about to give its block back. Records a marker after
+  // every command of `queue` so far (none when the queue is idle, or when its last release's
+  // marker already follows every command), which joins the in-flight markers; with
+  // ReleaseMode::kFinish, and after the thread has exited, finishes `queue` instead. Throws what
+  // the driver throws.
+  void order_release(DeviceQueue& queue);
+  // order_allocation: an allocation on `queue` is about to take a block. Makes `queue` wait, on the
+  // device, for the latest release marker of each other queue of this device that it has not
+  // waited for yet, so a block freed there is idle before this queue's commands touch it.
+  void order_allocation(DeviceQueue& queue);
   // Taken by callers that execute after stop() (runs_after_shutdown instructions).
   Mutex& execution_mutex() OCLVM_RETURN_CAPABILITY(execution_mutex_) { return execution_mutex_; }
 
@@ -149,6 +161,18 @@ class DeviceWorker {
   static constexpr size_t kMaxBatchesInFlight = 64;
   std::deque<std::pair<DeviceQueue*, std::shared_ptr<QueueMarker>>> in_flight_;
   void end_with_marker(Batch& batch, DeviceQueue& queue);
+  void keep_in_flight(DeviceQueue& queue, std::shared_ptr<QueueMarker> marker);
+  // The latest release marker of each queue that released since the last finish_in_flight, and
+  // the queues that have waited for it (order_allocation). Only with the execution right.
+  struct ReleaseMarker {
+    DeviceQueue* queue = nullptr;
+    std::shared_ptr<QueueMarker> marker;
+    uint64_t commands = 0;  // queue->commands() just after the marker was recorded
+    std::vector<DeviceQueue*> waited;
+  };
+  std::vector<ReleaseMarker> release_markers_;
+  // Set by the thread as it exits: releases after that (runs_after_shutdown) finish their queue.
+  bool finish_releases_ = false;
 
   std::thread thread_;
 };

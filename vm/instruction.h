@@ -93,6 +93,10 @@ class Instruction {
   // True for instructions that may still run after shutdown, on the caller's thread (releases
   // of objects destroyed during process exit).
   virtual bool runs_after_shutdown() const { return false; }
+  // True when a synchronous list must finish this instruction's stream at its end for the
+  // instruction's effect to be complete; false for instructions that enqueue nothing a caller
+  // waits for (allocations, releases: Note [Stream-ordered release]).
+  virtual bool needs_finish() const { return true; }
 
   Stream& stream() const { return *stream_; }
   // Two operands live inline (every instruction but LaunchKernel has two or fewer).
@@ -123,7 +127,7 @@ class Instruction {
   uint64_t sequence_ = 0;          // position in the worker's sequence (1-based)
   std::vector<StreamWait> waits_;  // cross-stream / cross-device dependencies
   Batch* batch_ = nullptr;         // the submission it belongs to
-  bool finish_stream_ = false;     // last of its batch on its stream: finish the queue after it
+  bool finish_stream_ = false;     // last of its batch on its stream, which a member needs_finish
   std::exception_ptr pre_error_;   // submission failed for it (bad_alloc in analysis): dispatch
                                    // reports this instead of waiting and executing
 };

@@ -232,16 +232,28 @@ InvalidArgument VirtualMachine::foreign_blob_error(const Instruction& instructio
 }
 
 // The last instruction of a batch on each stream finishes that stream's queue, on the stream's
-// own worker, so the sync point needs no queue call of its own. Allocates nothing (it runs under
-// the submission lock): an instruction is the last on its stream when the scan to the next one on
-// the same stream finds none, which is short for the lists callers make.
-void VirtualMachine::mark_stream_ends(IntrusiveInstructionList& ordered) noexcept {
+// own worker, so the sync point needs no queue call of its own; unless no instruction of the
+// batch on that stream needs it (Instruction::needs_finish: a list of allocations and releases,
+// unless OCLVM_RELEASE=finish asks for every list to finish as it did before frees were ordered).
+// Allocates nothing (it runs under the submission lock): an instruction is the last on its
+// stream when the scan to the next one on the same stream finds none, which is short for the
+// lists callers make; then one scan back asks its stream's instructions.
+void VirtualMachine::mark_stream_ends(IntrusiveInstructionList& ordered) const noexcept {
+  const bool finish_every_list = options_.release == ReleaseMode::kFinish;
   for (auto it = ordered.begin(); it != ordered.end(); ++it) {
     bool later = false;
     for (auto next = std::next(it); next != ordered.end() && !later; ++next) {
       later = &next->stream() == &it->stream();
     }
-    it->finish_stream_ = !later;
+    bool needed = false;
+    if (!later) {
+      for (auto earlier = ordered.begin(); !needed; ++earlier) {
+        needed = &earlier->stream() == &it->stream() &&
+                 (finish_every_list || earlier->needs_finish());
+        if (earlier == it) break;
+      }
+    }
+    it->finish_stream_ = needed;
   }
 }
 

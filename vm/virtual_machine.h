@@ -227,8 +227,9 @@ class VirtualMachine {
   const Instruction* first_with_foreign_blob(const IntrusiveInstructionList& items) const
       OCLVM_REQUIRES(submit_mutex_);
   static InvalidArgument foreign_blob_error(const Instruction& instruction);
-  // Marks the last instruction on each stream to finish that stream's queue after it.
-  static void mark_stream_ends(IntrusiveInstructionList& ordered) noexcept;
+  // Marks the last instruction on each stream to finish that stream's queue after it, where the
+  // batch needs a finish there.
+  void mark_stream_ends(IntrusiveInstructionList& ordered) const noexcept;
   // HostSection::run: dispatches `list` on this thread, which holds `held`'s execution right
   // (Note [Lists run in a host section]).
   void run_held(DeviceWorker& held, InstructionList&& list);

@@ -437,9 +437,11 @@ TEST(RuntimeLifetimeTest, ACoreRetiredInsideAnotherRuntimesCallbackIsFreed) {
 // Regression (review of issue #6): when the stream's finish failed after a successful
 // AllocateBlob, create_storage threw with the memory still allocated, and the blob's destructor
 // freed it on the caller's thread, racing with the worker.
+// With OCLVM_RELEASE=finish every list finishes its queues at its end, an allocation's too.
 TEST(RuntimeFaultTest, CreateStorageGivesTheMemoryBackWhenAFinishFails) {
   const uint64_t fallbacks = BlobStorage::destructor_releases();
   Options options;
+  options.release = ReleaseMode::kFinish;
   options.faults = FaultOptions::parse("finish:every=1", "test");
   Runtime runtime(options);
   // A queue's finish reaches the driver only with work outstanding: a fill whose finish fails
@@ -455,6 +457,23 @@ TEST(RuntimeFaultTest, CreateStorageGivesTheMemoryBackWhenAFinishFails) {
   EXPECT_EQ(runtime.stats(kOpenCL0).allocation.aggregate().current, 1)
       << "given back through the VM";
   first.reset();
+  EXPECT_EQ(runtime.stats(kOpenCL0).allocation.aggregate().current, 0);
+}
+
+// Stream-ordered (the default), a list of allocations and releases finishes no queue: a failing
+// finish does not reach them, while a fill's list still reports it.
+TEST(RuntimeFaultTest, AllocationsAndReleasesNeedNoFinish) {
+  Options options;
+  options.faults = FaultOptions::parse("finish:every=1", "test");
+  Runtime runtime(options);
+  std::shared_ptr<TensorStorage> first = runtime.create_storage(kOpenCL0, 256);
+  InstructionsBuilder builder = runtime.builder();
+  builder.fill(first->blob(), 0, 256, 1);
+  EXPECT_THROW(runtime.run(builder.take()), BackendError);
+  std::shared_ptr<TensorStorage> second = runtime.create_storage(kOpenCL0, 4096);
+  second.reset();
+  first.reset();
+  runtime.vm().devices().backend(kOpenCL0).faults().configure(FaultOptions{});
   EXPECT_EQ(runtime.stats(kOpenCL0).allocation.aggregate().current, 0);
 }
 

@@ -113,7 +113,7 @@ class OptionsEnvironmentTest : public ::testing::Test {
  protected:
   static constexpr const char* kVariables[] = {"OCLVM_MEMORY_LIMIT", "OCLVM_ALLOCATOR",
                                                "OCLVM_PLATFORM", "OCLVM_FAULTS",
-                                               "PYTORCH_ALLOC_CONF"};
+                                               "OCLVM_RELEASE", "PYTORCH_ALLOC_CONF"};
 
   void SetUp() override {
     for (const char* name : kVariables) {
@@ -156,6 +156,21 @@ TEST_F(OptionsEnvironmentTest, ReadsFaultRules) {
     ADD_FAILURE() << "a malformed OCLVM_FAULTS was accepted";
   } catch (const InvalidArgument& e) {
     EXPECT_NE(std::string(e.what()).find("OCLVM_FAULTS"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(OptionsEnvironmentTest, ReadsTheReleaseMode) {
+  EXPECT_EQ(Options::from_environment().release, ReleaseMode::kStreamOrdered);
+  setenv("OCLVM_RELEASE", "finish", 1);
+  EXPECT_EQ(Options::from_environment().release, ReleaseMode::kFinish);
+  setenv("OCLVM_RELEASE", "stream", 1);
+  EXPECT_EQ(Options::from_environment().release, ReleaseMode::kStreamOrdered);
+  setenv("OCLVM_RELEASE", "later", 1);
+  try {
+    Options::from_environment();
+    ADD_FAILURE() << "OCLVM_RELEASE=later was accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("'stream' or 'finish'"), std::string::npos) << e.what();
   }
 }
 
