@@ -53,6 +53,7 @@
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -240,8 +241,18 @@ const KernelSource& chain_source() {
   return source;
 }
 
-// POCL_DEVICES' word for opencl:`index` ("basic", "pthread"), or "opencl<index>".
+// POCL_DEVICES' word for opencl:`index` ("basic", "pthread") on PoCL; on another platform its
+// first word in lower case ("nvidia"); "opencl<index>" for a device there is not.
 std::string driver_name(int index) {
+  if (static_cast<size_t>(index) < DeviceManager::instance().opencl_device_count()) {
+    const Device device{DeviceType::kOpenCL, static_cast<DeviceIndex>(index)};
+    const std::string& platform = DeviceManager::instance().backend(device).properties().platform;
+    if (platform.find("Portable Computing Language") == std::string::npos) {
+      std::string word = platform.substr(0, platform.find(' '));
+      for (char& c : word) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      return word;
+    }
+  }
   const char* devices = std::getenv("POCL_DEVICES");
   std::istringstream words(devices != nullptr ? devices : "basic");
   std::string word;
@@ -653,7 +664,14 @@ void print_first_launches(const std::string& self) {
 }
 
 int main(int argc, char** argv) {
-  if (argc == 2 && std::strcmp(argv[1], "--first-launch") == 0) return first_launch();
+  if (argc == 2 && std::strcmp(argv[1], "--first-launch") == 0) {
+    try {
+      return first_launch();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "vm_bench --first-launch: %s\n", e.what());
+      return 1;
+    }
+  }
   const std::string self = argv[0];
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
