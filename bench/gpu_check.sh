@@ -7,7 +7,7 @@
 #                                              copies of BUILD_DIR's (default build) vm_bench,
 #                                              oclvm, oclvm_instructions_tests, the eager tensor
 #                                              example if built, and what a stock Ubuntu 24.04
-#                                              lacks: clinfo, libbenchmark and the ocl-icd
+#                                              lacks: clinfo, libbenchmark, CLBlast and the ocl-icd
 #                                              loader from Debian's packages, this machine's
 #                                              libstdc++ as a last resort; prints its size
 #   bash bench/gpu_check.sh run                there (and here, against PoCL): probes the GPU,
@@ -98,11 +98,12 @@ pack_example() {
   done
 }
 
-# Debian's libbenchmark, ocl-icd loader and clinfo, unpacked with dpkg -x beside .gpu/ (never /).
+# Debian's libbenchmark, CLBlast (the example's matmul), ocl-icd loader and clinfo, unpacked with
+# dpkg -x beside .gpu/ (never /).
 pack_debian_packages() {
   local debs="$GPU/.debs" tree="$GPU/.tree" deb
   mkdir -p "$debs" "$tree"
-  if ! (cd "$debs" && timeout 120 apt-get download libbenchmark1debian ocl-icd-libopencl1 clinfo \
+  if ! (cd "$debs" && timeout 120 apt-get download libbenchmark1debian libclblast1 ocl-icd-libopencl1 clinfo \
           2>&1 | grep -v '^W: Download is performed unsandboxed'); then
     say "WARNING: apt-get download failed"
   fi
@@ -110,6 +111,7 @@ pack_debian_packages() {
     [ -f "$deb" ] && dpkg -x "$deb" "$tree"
   done
   copy_first "$GPU/lib" libbenchmark.so.1debian "$tree"
+  copy_first "$GPU/lib" libclblast.so.1 "$tree"
   copy_first "$GPU/loader" libOpenCL.so.1 "$tree"
   [ -x "$tree/usr/bin/clinfo" ] && cp "$tree/usr/bin/clinfo" "$GPU/bin/"
   rm -rf "$debs" "$tree"

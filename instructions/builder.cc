@@ -473,6 +473,26 @@ void InstructionsBuilder::launch(vm::Stream& stream, const KernelSource& source,
   launch(stream, kernel(stream.device(), source), range, args.data(), args.size());
 }
 
+void InstructionsBuilder::native(vm::Stream& stream, std::string label,
+                                 const std::vector<NativeArg>& args, NativeBody body) {
+  check_own_stream(vm_, stream);
+  if (stream.device().type != DeviceType::kOpenCL) {
+    throw InvalidArgument("Expected a stream of an OpenCL device for native commands, but got " +
+                          stream.name());
+  }
+  if (!body) throw InvalidArgument("Expected a body for native call '" + label + "', but got none");
+  if (args.size() > 255) {
+    throw InvalidArgument("Expected at most 255 native call arguments, but got " +
+                          std::to_string(args.size()));
+  }
+  for (const NativeArg& arg : args) {
+    check_not_null(arg.blob, "native call argument");
+    check_stream_device(stream, arg.blob->device(), "the native call argument's device");
+    check_blob_range(*arg.blob, arg.offset, arg.bytes, "native call argument");
+  }
+  list_.push_back(std::make_unique<NativeCall>(stream, std::move(label), args, std::move(body)));
+}
+
 vm::InstructionList InstructionsBuilder::take() { return std::move(list_); }
 
 // ---------------------------------------------------------------------------------------------

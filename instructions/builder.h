@@ -140,6 +140,15 @@ class InstructionsBuilder {
   void launch(vm::Stream& stream, std::shared_ptr<const Kernel> kernel, const LaunchRange& range,
               const LaunchArg* args, size_t count);
 
+  // Native commands (Note [Native commands] in storage/queue.h): `body` runs on the stream's
+  // device worker, in stream order, with the stream's driver queue and each arg's range as a
+  // driver buffer, and enqueues its commands there (a BLAS library's). The VM orders it by the
+  // args' accesses like a kernel. Throws InvalidArgument, changing nothing, for a stream of
+  // another VM, a device without driver objects (the host), a null blob or one of another device,
+  // a range outside its blob, an empty body, or more than 255 args.
+  void native(vm::Stream& stream, std::string label, const std::vector<NativeArg>& args,
+              NativeBody body);
+
   // The instructions built so far, in order; the builder starts over empty.
   vm::InstructionList take();
   size_t size() const { return list_.size(); }

@@ -68,6 +68,10 @@ DeviceRange resolve_start(const BlobObject& blob, size_t offset) {
   return DeviceRange{allocation.segment, allocation.offset + blob_base_bytes(blob) + offset};
 }
 
+vm::Access vm_access(KernelAccess access) {
+  return access == KernelAccess::kRead ? vm::Access::kRead : vm::Access::kWrite;
+}
+
 // A scalar argument's value in OpenCL C notation.
 std::string scalar_text(ScalarType type, const std::array<uint8_t, 8>& bytes) {
   auto as = [&](auto value) {
@@ -730,20 +734,10 @@ LaunchKernel::LaunchKernel(vm::Stream& stream, std::shared_ptr<const Kernel> ker
     const LaunchArg& arg = args[i];
     Slot slot{arg.kind, arg.access, arg.scalar, 0, arg.bytes, 0};
     switch (arg.kind) {
-      case LaunchArg::Kind::kBlob: {
-        const vm::Access access =
-            arg.access == KernelAccess::kRead ? vm::Access::kRead : vm::Access::kWrite;
-        auto same = std::find_if(operands().begin(), operands().end(),
-                                 [&](const vm::Operand& o) { return o.blob == arg.blob; });
-        slot.operand = static_cast<uint8_t>(same - operands().begin());
-        if (same == operands().end()) {
-          add_operand(arg.blob, access);
-        } else if (access == vm::Access::kWrite) {
-          upgrade_to_write(slot.operand);
-        }
+      case LaunchArg::Kind::kBlob:
+        slot.operand = static_cast<uint8_t>(operand_for(arg.blob, vm_access(arg.access)));
         slot.value = arg.offset;
         break;
-      }
       case LaunchArg::Kind::kScalar: break;
       case LaunchArg::Kind::kLocal: slot.value = arg.local_bytes; break;
     }
@@ -805,6 +799,46 @@ std::string LaunchKernel::describe() const {
         text += "local " + std::to_string(slot.value) + " B";
         break;
     }
+  }
+  return text;
+}
+
+// ---------------------------------------------------------------------------------------------
+// NativeCall
+
+NativeCall::NativeCall(vm::Stream& stream, std::string label, const std::vector<NativeArg>& args,
+                       NativeBody body)
+    : vm::Instruction(stream), label_(std::move(label)), body_(std::move(body)) {
+  slots_.reserve(args.size());
+  for (const NativeArg& arg : args) {
+    const size_t operand = operand_for(arg.blob, vm_access(arg.access));
+    slots_.push_back(Slot{static_cast<uint8_t>(operand), arg.access, arg.offset, arg.bytes});
+  }
+}
+
+void NativeCall::execute(vm::ExecutionContext& context) {
+  const MemoryBackend& backend = context.allocator.backend();
+  boost::container::small_vector<NativeBuffer, 4> buffers(slots_.size());
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    const Slot& slot = slots_[i];
+    const BlobObject& blob = *operands()[slot.operand].blob;
+    const DeviceRange start = resolve_range(blob, slot.offset, slot.bytes, "native call argument");
+    buffers[i] = NativeBuffer{start.segment != nullptr ? backend.native_memory(*start.segment)
+                                                       : nullptr,
+                              start.offset, slot.bytes};
+  }
+  const Device device = context.stream.device();
+  context.stream.queue().enqueue_native([&](void* queue) {
+    body_(NativeCallContext{queue, std::span<const NativeBuffer>(buffers.data(), buffers.size()),
+                            device});
+  });
+}
+
+std::string NativeCall::describe() const {
+  std::string text = "'" + label_ + "'";
+  for (const Slot& slot : slots_) {
+    text += ", " + blob_text(*operands()[slot.operand].blob) + " +" + std::to_string(slot.offset) +
+            " " + std::to_string(slot.bytes) + " B " + kernel_access_name(slot.access);
   }
   return text;
 }

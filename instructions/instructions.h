@@ -5,7 +5,8 @@
 // build these through InstructionsBuilder (instructions/builder.h), which checks arguments first.
 //
 //   AllocateBlob          gives a pending BlobObject its BlobStorage from the stream's allocator.
-//   ReleaseTensor         finishes the stream's queue, then gives the blob's memory back.
+//   ReleaseTensor         gives the blob's memory back, ordered after its last use by a marker
+//                         (Note [Stream-ordered release]) or a finish (OCLVM_RELEASE=finish).
 //   CopyBlob              host->device, device->host, device->device (one device) and across
 //                         devices (staged through host memory, on the destination's stream).
 //   FillBlob              fills a byte range with a repeated 1/2/4/8-byte pattern.
@@ -20,6 +21,9 @@
 //                         included) waits for that stream (torch's recordStream).
 //   LaunchKernel          runs an OpenCL C kernel over an ND range, with blobs, scalars and local
 //                         memory as its arguments (Note [Kernel launches]).
+//   NativeCall            hands the stream's driver queue and blob ranges as driver buffers to a
+//                         body of the caller's (a BLAS library), which enqueues on them (Note
+//                         [Native commands] in storage/queue.h).
 //
 // Byte ranges. Every offset an instruction takes counts from the blob's element 0, i.e. from byte
 // storage_offset * dtype_size of its storage (0 for byte blobs). The range an instruction may
@@ -29,8 +33,9 @@
 //
 // Operands (what the VM orders accesses by): AllocateBlob, ReleaseTensor, FillBlob write their
 // blob; CopyBlob reads its source and writes its destination; AccessBlobByCallback reads or writes
-// by its mode; RecordBlobUse reads its blob; LaunchKernel reads or writes each blob argument by its
-// access (a blob named twice is one operand, written if either use writes); the others have none.
+// by its mode; RecordBlobUse reads its blob; LaunchKernel and NativeCall read or write each blob
+// argument by its access (a blob named twice is one operand, written if either use writes); the
+// others have none.
 //
 // Errors of execute() are InvalidArgument ("Expected ..., but got ...") for a blob whose storage
 // does not exist (its AllocateBlob failed or has not run) or is already released, and for ranges
@@ -52,8 +57,10 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "oclvm/instructions/memory_snapshot.h"
 #include "oclvm/storage/kernel.h"
@@ -567,6 +574,58 @@ class LaunchKernel final : public vm::Instruction {
   const std::shared_ptr<const Kernel> kernel_;
   const LaunchRange range_;
   boost::container::small_vector<Slot, 6> slots_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// NativeCall (Note [Native commands] in storage/queue.h)
+
+// A blob range a native call touches, and how.
+struct NativeArg {
+  std::shared_ptr<BlobObject> blob;
+  size_t offset = 0;  // bytes from the blob's element 0
+  size_t bytes = 0;   // the range's length
+  KernelAccess access = KernelAccess::kRead;
+};
+
+// A NativeArg as the body sees it.
+struct NativeBuffer {
+  void* memory = nullptr;  // the driver's buffer object holding the range (OpenCL: a cl_mem)
+  size_t offset = 0;       // bytes from that object's start to the range
+  size_t bytes = 0;
+};
+
+// What a native call's body is given, on the stream's device worker.
+struct NativeCallContext {
+  void* queue = nullptr;                  // the stream's driver queue (OpenCL: cl_command_queue)
+  std::span<const NativeBuffer> buffers;  // one per NativeArg, in their order
+  Device device;
+};
+
+// Enqueues commands on context.queue that touch only the buffers' ranges, as their accesses say,
+// and returns without waiting for them; throws on failure (the call's error). It runs holding the
+// device's execution right: it must not use the VM, and keeps nothing it was given.
+using NativeBody = std::function<void(const NativeCallContext&)>;
+
+class NativeCall final : public vm::Instruction {
+ public:
+  // The builder checked the args (blobs of the stream's device, ranges within them) and `body`.
+  // `label` names the call in describe() and errors ("clblast::Gemm").
+  NativeCall(vm::Stream& stream, std::string label, const std::vector<NativeArg>& args,
+             NativeBody body);
+  const char* name() const override { return "NativeCall"; }
+  void execute(vm::ExecutionContext& context) override;
+  std::string describe() const override;
+
+ private:
+  struct Slot {
+    uint8_t operand;  // index in operands()
+    KernelAccess access;
+    size_t offset;
+    size_t bytes;
+  };
+  const std::string label_;
+  const NativeBody body_;
+  boost::container::small_vector<Slot, 4> slots_;
 };
 
 }  // namespace oclvm

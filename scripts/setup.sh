@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what oclvm needs on a fresh Debian machine; idempotent and quick when already done.
 #   - Debian packages: PoCL (the default OpenCL device), the ICD loader and headers, OpenCL-CLHPP,
-#     Boost (Intrusive), GoogleTest, Google Benchmark, clinfo, cmake; clang-15 with
+#     Boost (Intrusive), GoogleTest, Google Benchmark, CLBlast (examples/eager_tensor's matmul),
+#     clinfo, cmake; clang-15 with
 #     libclang-common-15-dev (its libFuzzer and sanitizer runtimes) and llvm-15 (llvm-symbolizer,
 #     for readable sanitizer reports), for `make fuzz`, `make asan` and `make tsan`; valgrind, for
 #     `make bench`'s instruction counts (bench/instruction_count.py).
@@ -15,7 +16,7 @@ stamp_dir=build/.setup
 mkdir -p "$stamp_dir"
 
 apt_packages=(pocl-opencl-icd ocl-icd-opencl-dev opencl-c-headers opencl-clhpp-headers
-              libboost-dev libgtest-dev libbenchmark-dev clinfo cmake g++ make
+              libboost-dev libgtest-dev libbenchmark-dev libclblast-dev clinfo cmake g++ make
               clang-15 libclang-common-15-dev llvm-15 valgrind)
 
 missing=()

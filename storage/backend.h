@@ -120,6 +120,10 @@ class MemoryBackend {
   // binaries on disk stay), so the next kernel() builds again: for measuring a first use.
   virtual void forget_programs() {}
 
+  // The driver's buffer object that holds `segment` (OpenCL: its cl_mem), for native commands
+  // (Note [Native commands] in storage/queue.h); nullptr on a device that has none.
+  virtual void* native_memory(const Segment& /*segment*/) const { return nullptr; }
+
   // The device's fault injector (storage/faults.h): off unless configured. Segment creation, the
   // data movement above and every queue of this backend consult it.
   FaultInjector& faults() const { return faults_; }

@@ -96,6 +96,22 @@ void DeviceQueue::do_launch(const Kernel&, const KernelArg*, size_t, const size_
   throw InvalidArgument("Expected a device that runs OpenCL kernels, but got " + device().str());
 }
 
+void DeviceQueue::enqueue_native(const std::function<void(void* native_queue)>& commands) {
+  void* const queue = native_queue();
+  if (queue == nullptr) {
+    throw InvalidArgument("Expected a device with a native command queue, but got " +
+                          device().str());
+  }
+  backend_.maybe_inject(FaultPoint::kLaunch, "enqueueing native commands");
+  try {
+    commands(queue);
+  } catch (...) {
+    count_command();  // it may have enqueued some before it failed: a finish must cover them
+    throw;
+  }
+  count_command();
+}
+
 void DeviceQueue::finish() {
   const uint64_t target = enqueued_.load(std::memory_order_acquire);
   if (finished_.load(std::memory_order_acquire) >= target) return;

@@ -5,6 +5,7 @@
 //
 //   DeviceQueue   enqueue_write / enqueue_read / enqueue_fill / enqueue_copy on (segment, offset)
 //                 ranges, map/unmap for host access, markers and finish.
+//                 enqueue_native lends the driver's queue to a library (Note [Native commands]).
 //   QueueMarker   a point in a queue: complete once every command enqueued before it has
 //                 completed. A marker may be waited on by the host, or by another queue of the
 //                 same device (a soft sync: record on one queue, wait on the other).
@@ -25,6 +26,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 #include "oclvm/storage/backend.h"
@@ -47,6 +49,19 @@ class QueueMarker {
   const Device device_;
 };
 
+// Note [Native commands]
+// ~~~~~~~~~~~~~~~~~~~~~~~
+// A library that speaks the driver's API (CLBlast's GEMM, a vendor's FFT) cannot be written as
+// oclvm kernels, yet its commands must take their place in stream order among the VM's. So a
+// queue lends the driver's own queue object to a body, for the length of one call, on the thread
+// that holds the device's execution right (the only one that enqueues on the queue), and counts
+// what the body enqueued as one command, so finish(), markers and the release ordering cover it.
+// The VM's NativeCall instruction (instructions/instructions.h) gives the body the blob ranges it
+// declared, as the driver's buffer objects (MemoryBackend::native_memory) with byte offsets, and
+// orders the call by those ranges' accesses like a kernel. What the body may do: enqueue commands
+// on that queue touching only those ranges, create and cache its own programs and scratch
+// buffers, and return without waiting. What it must not: use the VM, keep the queue or buffers
+// after it returns, or wait on commands another queue has yet to run.
 class DeviceQueue {
  public:
   explicit DeviceQueue(MemoryBackend& backend) : backend_(backend) {}
@@ -79,6 +94,12 @@ class DeviceQueue {
   void enqueue_kernel(const Kernel& kernel, const KernelArg* args, size_t num_args,
                       const size_t* global, const size_t* local, uint32_t dims);
 
+  // Note [Native commands]: calls `commands` with the driver's own queue object (OpenCL: the
+  // cl_command_queue), for a library of the caller's (a BLAS) to enqueue on, and counts what it
+  // enqueued as one command that finish() waits for. Throws InvalidArgument on a device that has
+  // no such object (the host device), and what `commands` throws.
+  void enqueue_native(const std::function<void(void* native_queue)>& commands);
+
   // A marker after every command enqueued so far.
   virtual std::shared_ptr<QueueMarker> record_marker() = 0;
   // Makes later commands of this queue wait for `marker`: on the device when the marker was
@@ -107,6 +128,8 @@ class DeviceQueue {
   virtual void do_launch(const Kernel& kernel, const KernelArg* args, size_t num_args,
                          const size_t* global, const size_t* local, uint32_t dims);
   virtual void do_finish() = 0;
+  // The driver's queue object for enqueue_native; nullptr: the device has none.
+  virtual void* native_queue() { return nullptr; }
   // Counts a command that finish() must wait for; called after it was enqueued.
   void count_command() { enqueued_.fetch_add(1, std::memory_order_release); }
 

@@ -115,6 +115,17 @@ class Instruction {
   }
   // Makes operand `index` a write (an instruction that names one blob twice, writing it once).
   void upgrade_to_write(size_t index) { operands_[index].access = Access::kWrite; }
+  // The index of `blob` among the operands, added with `access` when it is not one yet, made a
+  // write when it is and `access` writes (a blob named twice is one operand).
+  size_t operand_for(const std::shared_ptr<BlobObject>& blob, Access access) {
+    for (size_t i = 0; i < operands_.size(); ++i) {
+      if (operands_[i].blob != blob) continue;
+      if (access == Access::kWrite) upgrade_to_write(i);
+      return i;
+    }
+    add_operand(blob, access);
+    return operands_.size() - 1;
+  }
 
  private:
   friend class VirtualMachine;

@@ -76,6 +76,8 @@ int demo() {
     Tensor c = eager::add(a, a[0]);  // every row plus row 0 (broadcast), one LaunchKernel
     Tensor total = eager::sum(c);    // two LaunchKernels: partial sums, then their sum
     std::cout << "c = add(a, a[0])\n" << c << "\nsum(c) = " << total << "\n\n";
+    Tensor p = eager::matmul(c, c.transpose(0, 1));  // one NativeCall: CLBlast's GEMM
+    std::cout << "p = matmul(c, c.transpose(0, 1))\n" << p << "\n\n";
 
     const std::vector<float> back = b.to_host<float>();
     std::printf("b.to_host<float>() has %zu values, first %.1f, last %.1f\n\n", back.size(),

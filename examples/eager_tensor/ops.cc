@@ -1,9 +1,13 @@
-// examples/eager_tensor/ops.cc — the kernels of ops.h and how they are launched.
+// examples/eager_tensor/ops.cc — the kernels of ops.h and how they are launched, and the call
+// that hands CLBlast the VM's queue and buffers for matmul.
 #include "ops.h"
+
+#include <clblast.h>
 
 #include <algorithm>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -229,6 +233,105 @@ Tensor sum(const Tensor& a) {
                   LaunchArg::of(static_cast<uint64_t>(groups)), LaunchArg::local(scratch)});
   submit(runtime, builder);
   return out;  // `partial` dies here: its release waits for the second launch, which reads it
+}
+
+namespace {
+
+// How CLBlast reads a 2-D operand in place: row-major with a leading dimension, or the
+// transpose of such a matrix. Empty when the layout is neither (the caller copies).
+struct GemmOperand {
+  clblast::Transpose transpose = clblast::Transpose::kNo;
+  size_t ld = 0;
+};
+std::optional<GemmOperand> gemm_layout(const Tensor& t) {
+  const int64_t rows = t.shape()[0], cols = t.shape()[1];
+  const int64_t row_stride = t.strides()[0], col_stride = t.strides()[1];
+  if ((col_stride == 1 || cols == 1) && row_stride >= std::max<int64_t>(cols, 1)) {
+    return GemmOperand{clblast::Transpose::kNo, static_cast<size_t>(row_stride)};
+  }
+  if ((row_stride == 1 || rows == 1) && col_stride >= std::max<int64_t>(rows, 1)) {
+    return GemmOperand{clblast::Transpose::kYes, static_cast<size_t>(col_stride)};
+  }
+  return std::nullopt;
+}
+
+// "[2, 3]".
+std::string shape_text(const Shape& shape) {
+  std::string text = "[";
+  for (size_t d = 0; d < shape.size(); ++d) {
+    text += (d == 0 ? "" : ", ") + std::to_string(shape[d]);
+  }
+  return text + "]";
+}
+
+// The bytes of `t`'s storage its elements span, from its first element.
+oclvm::NativeArg native_arg(const Tensor& t, KernelAccess access) {
+  const size_t element = oclvm::dtype_size(t.dtype());
+  size_t last = 0;  // offset of the last element, in elements
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    last += static_cast<size_t>((t.shape()[d] - 1) * t.strides()[d]);
+  }
+  return oclvm::NativeArg{t.storage()->blob(),
+                          static_cast<size_t>(t.storage_offset()) * element, (last + 1) * element,
+                          access};
+}
+
+template <typename T>
+void gemm(const oclvm::NativeCallContext& call, size_t m, size_t n, size_t k, GemmOperand a,
+          GemmOperand b) {
+  cl_command_queue queue = static_cast<cl_command_queue>(call.queue);
+  const auto buffer = [&](size_t i) { return static_cast<cl_mem>(call.buffers[i].memory); };
+  const auto offset = [&](size_t i) { return call.buffers[i].offset / sizeof(T); };
+  const clblast::StatusCode status = clblast::Gemm<T>(
+      clblast::Layout::kRowMajor, a.transpose, b.transpose, m, n, k, T{1}, buffer(1), offset(1),
+      a.ld, buffer(2), offset(2), b.ld, T{0}, buffer(0), offset(0), n, &queue, nullptr);
+  if (status != clblast::StatusCode::kSuccess) {
+    throw oclvm::BackendError("clblast::Gemm failed on " + call.device.str() + " with status " +
+                                  std::to_string(static_cast<int>(status)),
+                              static_cast<int>(status));
+  }
+}
+
+}  // namespace
+
+Tensor matmul(const Tensor& a, const Tensor& b) {
+  check_same_place(a, b, "multiply");
+  if (a.dim() != 2 || b.dim() != 2 || a.shape()[1] != b.shape()[0]) {
+    throw InvalidArgument("Expected a [m, k] and a [k, n] tensor to multiply, but got " +
+                          shape_text(a.shape()) + " and " + shape_text(b.shape()));
+  }
+  if (a.dtype() != DType::kF32 && a.dtype() != DType::kF64) {
+    throw InvalidArgument(std::string("Expected f32 or f64 tensors to multiply, but got ") +
+                          oclvm::dtype_name(a.dtype()));
+  }
+  oclvm::Runtime& runtime = a.runtime();
+  const int64_t m = a.shape()[0], k = a.shape()[1], n = b.shape()[1];
+  Tensor out = Tensor::empty(runtime, {m, n}, a.dtype(), a.device());
+  if (m == 0 || n == 0) return out;
+  if (k == 0) return out.fill(0);
+  std::optional<GemmOperand> a_layout = gemm_layout(a), b_layout = gemm_layout(b);
+  const Tensor lhs = a_layout ? a : a.contiguous();
+  const Tensor rhs = b_layout ? b : b.contiguous();
+  if (!a_layout) a_layout = gemm_layout(lhs);
+  if (!b_layout) b_layout = gemm_layout(rhs);
+  const size_t um = static_cast<size_t>(m), un = static_cast<size_t>(n), uk = static_cast<size_t>(k);
+  oclvm::NativeBody body;
+  if (a.dtype() == DType::kF32) {
+    body = [=, a = *a_layout, b = *b_layout](const oclvm::NativeCallContext& call) {
+      gemm<float>(call, um, un, uk, a, b);
+    };
+  } else {
+    body = [=, a = *a_layout, b = *b_layout](const oclvm::NativeCallContext& call) {
+      gemm<double>(call, um, un, uk, a, b);
+    };
+  }
+  oclvm::InstructionsBuilder builder = runtime.builder();
+  builder.native(builder.stream(a.device()), "clblast::Gemm",
+                 {native_arg(out, KernelAccess::kWrite), native_arg(lhs, KernelAccess::kRead),
+                  native_arg(rhs, KernelAccess::kRead)},
+                 std::move(body));
+  submit(runtime, builder);
+  return out;
 }
 
 void synchronize(oclvm::Runtime& runtime) {

@@ -1,8 +1,10 @@
 // examples/eager_tensor/ops.h — computing on the device: elementwise operations and a sum, each
-// one or two of oclvm's LaunchKernel instructions, submitted without waiting.
+// one or two of oclvm's LaunchKernel instructions, and a matrix product through CLBlast, one
+// NativeCall; all submitted without waiting.
 //
 //   eager::Tensor c = eager::add(a, b.slice(1, 0, 4, 2));   // broadcasting, strided operands
 //   eager::Tensor s = eager::sum(c);                           // a 0-d tensor
+//   eager::Tensor p = eager::matmul(m, n.transpose(0, 1));     // CLBlast's GEMM
 //   double total = s.to_doubles()[0];                          // the first wait for the device
 //
 // Each operation builds its launches into one list and hands it to Runtime::submit: the host
@@ -41,6 +43,16 @@ inline Tensor maximum(const Tensor& a, const Tensor& b) { return binary(BinaryOp
 // The sum of every element as a 0-d tensor: f32 and f64 keep their dtype, i32 and i64 give i64
 // (as torch.sum). Two launches: work-groups reduce slices into partial sums, one group adds those.
 Tensor sum(const Tensor& a);
+
+// The matrix product a @ b of a [m, k] and a [k, n] tensor, f32 or f64, as a new contiguous
+// [m, n] tensor: one NativeCall that hands the stream's queue and the operands' buffers to
+// CLBlast's GEMM (Note [Native commands] in oclvm's storage/queue.h). Row-major operands, and
+// transposed views of them, go in as they are (CLBlast takes a leading dimension and a
+// transpose flag); any other layout is made contiguous first. CLBlast compiles its kernels on
+// its first use in a process (seconds on PoCL, unless PoCL's own cache has them). Throws
+// InvalidArgument for other ranks, dtypes, operands on two devices or on the host device (which
+// has no queue to lend), or inner sizes that differ.
+Tensor matmul(const Tensor& a, const Tensor& b);
 
 // Waits for every list the operations above submitted on `runtime` and rethrows the first error.
 void synchronize(oclvm::Runtime& runtime);

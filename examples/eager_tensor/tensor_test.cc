@@ -355,6 +355,69 @@ TEST_F(TensorTest, SumReducesEveryElementOfAnyLayout) {
             std::vector<float>{0.0f});
 }
 
+// The host's a @ b of row-major values.
+std::vector<double> host_matmul(const std::vector<double>& a, const std::vector<double>& b,
+                                size_t m, size_t k, size_t n) {
+  std::vector<double> out(m * n, 0.0);
+  for (size_t i = 0; i < m; ++i) {
+    for (size_t j = 0; j < n; ++j) {
+      for (size_t l = 0; l < k; ++l) out[i * n + j] += a[i * k + l] * b[l * n + j];
+    }
+  }
+  return out;
+}
+
+// Small integers: every product and sum is exact in f32, so CLBlast's order of summation cannot
+// change the result and it must equal the host's exactly.
+Tensor small_integers(oclvm::Runtime& runtime, int64_t rows, int64_t cols, DType dtype,
+                      Device device, int seed) {
+  std::vector<double> values(static_cast<size_t>(rows * cols));
+  for (size_t i = 0; i < values.size(); ++i) {
+    values[i] = static_cast<double>(static_cast<int>((i * 7 + static_cast<size_t>(seed)) % 9) - 4);
+  }
+  Tensor t = Tensor::empty(runtime, {rows, cols}, dtype, device);
+  if (dtype == DType::kF32) {
+    std::vector<float> f(values.begin(), values.end());
+    t.copy_from(Tensor::from_host<float>(runtime, f, {rows, cols}, device));
+  } else {
+    t.copy_from(Tensor::from_host<double>(runtime, values, {rows, cols}, device));
+  }
+  return t;
+}
+
+TEST_F(TensorTest, MatmulThroughCLBlastEqualsTheHost) {
+  for (DType dtype : {DType::kF32, DType::kF64}) {
+    // Contiguous operands, sizes that fit no tile.
+    Tensor a = small_integers(runtime_, 37, 29, dtype, first_, 1);
+    Tensor b = small_integers(runtime_, 29, 53, dtype, first_, 2);
+    Tensor p = matmul(a, b);
+    EXPECT_EQ(p.shape(), Shape({37, 53}));
+    EXPECT_EQ(p.dtype(), dtype);
+    EXPECT_EQ(p.to_doubles(), host_matmul(a.to_doubles(), b.to_doubles(), 37, 29, 53));
+  }
+  // A transposed view (CLBlast transposes it), a row slice with a leading dimension wider than
+  // its columns, and a view of neither layout (made contiguous first).
+  Tensor base = small_integers(runtime_, 40, 30, DType::kF32, first_, 3);
+  Tensor at = base.transpose(0, 1);                  // [30, 40], strides (1, 30)
+  Tensor rows = small_integers(runtime_, 40, 64, DType::kF32, first_, 4).slice(1, 4, 20);
+  EXPECT_EQ(matmul(at, rows).to_doubles(),
+            host_matmul(at.to_doubles(), rows.to_doubles(), 30, 40, 16));
+  Tensor every_other = small_integers(runtime_, 16, 40, DType::kF32, first_, 5).slice(1, 0, 40, 2);
+  Tensor c = small_integers(runtime_, 20, 8, DType::kF32, first_, 6);
+  EXPECT_EQ(matmul(every_other, c).to_doubles(),
+            host_matmul(every_other.to_doubles(), c.to_doubles(), 16, 20, 8));
+  // An inner size of 0 gives zeros; on the second OpenCL device (when there is one) as on the
+  // first. The host device has no queue to lend.
+  const Device other = second_.type == oclvm::DeviceType::kOpenCL ? second_ : first_;
+  EXPECT_EQ(matmul(Tensor::zeros(runtime_, {2, 0}, DType::kF32, other),
+                   Tensor::zeros(runtime_, {0, 3}, DType::kF32, other))
+                .to_doubles(),
+            std::vector<double>(6, 0.0));
+  Tensor a2 = small_integers(runtime_, 5, 6, DType::kF32, other, 7);
+  Tensor b2 = small_integers(runtime_, 6, 4, DType::kF32, other, 8);
+  EXPECT_EQ(matmul(a2, b2).to_doubles(), host_matmul(a2.to_doubles(), b2.to_doubles(), 5, 6, 4));
+}
+
 TEST_F(TensorTest, OperationsRefuseWhatTheyCannotComputeAndChangeNothing) {
   Tensor a = Tensor::zeros(runtime_, {3}, DType::kF32, first_);
   const int64_t before = live_bytes(first_);
@@ -368,6 +431,22 @@ TEST_F(TensorTest, OperationsRefuseWhatTheyCannotComputeAndChangeNothing) {
                    Tensor::zeros(runtime_, {3}, DType::kI32, first_)),
                oclvm::InvalidArgument);
   EXPECT_THROW(add(a.view({1, 1, 1, 1, 3}), a), oclvm::InvalidArgument);
+  {
+    Tensor m = Tensor::zeros(runtime_, {2, 3}, DType::kF32, first_);
+    const int64_t with_m = live_bytes(first_);
+    EXPECT_THROW(matmul(m, m), oclvm::InvalidArgument);                   // inner sizes 3 and 2
+    EXPECT_THROW(matmul(a, a), oclvm::InvalidArgument);                   // 1-D
+    EXPECT_THROW(matmul(m, Tensor::zeros(runtime_, {3, 2}, DType::kF32, second_)),
+                 oclvm::InvalidArgument);                                  // two devices
+    EXPECT_THROW(matmul(Tensor::zeros(runtime_, {2, 3}, DType::kI32, first_),
+                        Tensor::zeros(runtime_, {3, 2}, DType::kI32, first_)),
+                 oclvm::InvalidArgument);                                  // no integer GEMM
+    const Device host{oclvm::DeviceType::kCpu, 0};
+    EXPECT_THROW(matmul(Tensor::zeros(runtime_, {2, 3}, DType::kF32, host),
+                        Tensor::zeros(runtime_, {3, 2}, DType::kF32, host)),
+                 oclvm::InvalidArgument);                                  // no queue to lend
+    EXPECT_EQ(live_bytes(first_), with_m);
+  }
   EXPECT_EQ(live_bytes(first_), before);
 }
 

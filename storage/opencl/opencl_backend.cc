@@ -187,6 +187,10 @@ void OpenCLQueue::wait_marker(const std::shared_ptr<QueueMarker>& marker) {
   count_command();  // later finishes must not skip past the wait
 }
 
+void* OpenCLBackend::native_memory(const Segment& segment) const {
+  return cl_allocation(segment.native).buffer();
+}
+
 void OpenCLQueue::do_finish() { check_cl(queue_.finish(), "clFinish", where_); }
 
 void OpenCLQueue::do_write(void* native, size_t offset, const void* src, size_t n, bool blocking) {

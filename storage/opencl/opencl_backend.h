@@ -73,6 +73,7 @@ class OpenCLBackend final : public MemoryBackend {
   KernelCacheStats kernel_cache_stats() const override;
   void set_kernel_cache_dir(const std::string& dir) override;
   void forget_programs() override;
+  void* native_memory(const Segment& segment) const override;
 
   // The CLAllocation behind a segment of this backend (segment.native).
   static CLAllocation& allocation_of(const Segment& segment) {
@@ -142,6 +143,7 @@ class OpenCLQueue final : public DeviceQueue {
   void do_launch(const Kernel& kernel, const KernelArg* args, size_t num_args, const size_t* global,
                  const size_t* local, uint32_t dims) override;
   void do_finish() override;
+  void* native_queue() override { return queue_(); }
 
  private:
   const std::string where_;
