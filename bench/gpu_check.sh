@@ -553,7 +553,7 @@ run_all() {
   choose_platform
   run_tests
   # One vm_bench process: the paired chains and first-launch runs follow every benchmark run.
-  bench bench 150 'Kernel|AllocKernelRelease|RunRoundTrip$|DirectAllocatorPair'
+  bench bench 150 'Kernel|AllocKernelRelease|RunRoundTrip/|DirectAllocatorPair'
   first_launches
   summarize
   rm -rf "$WORK"

@@ -271,10 +271,10 @@ void DeviceWorker::end_with_marker(Batch& batch, DeviceQueue& queue) {
 }
 
 void DeviceWorker::keep_in_flight(DeviceQueue& queue, std::shared_ptr<QueueMarker> marker) {
-  in_flight_.emplace_back(&queue, std::move(marker));
+  in_flight_.push_back(InFlight{&queue, std::move(marker), queue.commands()});
   if (in_flight_.size() > kMaxBatchesInFlight) {
     try {
-      in_flight_.front().second->wait();
+      in_flight_.front().marker->wait();
     } catch (...) {
       // The batch that recorded it reports the failure from its own ticket.
     }
@@ -283,7 +283,7 @@ void DeviceWorker::keep_in_flight(DeviceQueue& queue, std::shared_ptr<QueueMarke
 }
 
 void DeviceWorker::finish_in_flight() noexcept {
-  for (auto& [queue, marker] : in_flight_) {
+  for (auto& [queue, marker, commands] : in_flight_) {
     try {
       queue->finish();  // at most one driver call per queue: later ones find nothing outstanding
     } catch (const std::exception& e) {
@@ -304,12 +304,25 @@ void DeviceWorker::order_release(DeviceQueue& queue) {
   auto it = std::find_if(release_markers_.begin(), release_markers_.end(),
                          [&](const ReleaseMarker& r) { return r.queue == &queue; });
   if (it != release_markers_.end() && it->commands == queue.commands()) return;
-  std::shared_ptr<QueueMarker> marker = queue.record_marker();
-  if (it == release_markers_.end()) it = release_markers_.insert(it, ReleaseMarker{&queue, nullptr, 0, {}});
-  it->marker = marker;
+  if (it == release_markers_.end()) {
+    it = release_markers_.insert(it, ReleaseMarker{&queue, nullptr, 0, {}});
+  }
+  // The marker that ended the batch just before often follows every command already.
+  if (const InFlight* latest = latest_marker_of(queue)) {
+    it->marker = latest->marker;
+  } else {
+    it->marker = queue.record_marker();
+    keep_in_flight(queue, it->marker);
+  }
   it->commands = queue.commands();
   it->waited.clear();
-  keep_in_flight(queue, std::move(marker));
+}
+
+const DeviceWorker::InFlight* DeviceWorker::latest_marker_of(const DeviceQueue& queue) const {
+  for (auto it = in_flight_.rbegin(); it != in_flight_.rend(); ++it) {
+    if (it->queue == &queue) return it->commands == queue.commands() ? &*it : nullptr;
+  }
+  return nullptr;
 }
 
 void DeviceWorker::order_allocation(DeviceQueue& queue) {

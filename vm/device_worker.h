@@ -159,7 +159,12 @@ class DeviceWorker {
   // queue, oldest first, while its commands may still run; at most kMaxBatchesInFlight (the
   // oldest is waited for past that). Only with the execution right.
   static constexpr size_t kMaxBatchesInFlight = 64;
-  std::deque<std::pair<DeviceQueue*, std::shared_ptr<QueueMarker>>> in_flight_;
+  struct InFlight {
+    DeviceQueue* queue;
+    std::shared_ptr<QueueMarker> marker;
+    uint64_t commands;  // queue->commands() just after the marker was recorded
+  };
+  std::deque<InFlight> in_flight_;
   void end_with_marker(Batch& batch, DeviceQueue& queue);
   void keep_in_flight(DeviceQueue& queue, std::shared_ptr<QueueMarker> marker);
   // The latest release marker of each queue that released since the last finish_in_flight, and
@@ -170,6 +175,8 @@ class DeviceWorker {
     uint64_t commands = 0;  // queue->commands() just after the marker was recorded
     std::vector<DeviceQueue*> waited;
   };
+  // The in-flight marker of `queue` that follows every command of it so far, if there is one.
+  const InFlight* latest_marker_of(const DeviceQueue& queue) const;
   std::vector<ReleaseMarker> release_markers_;
   // Set by the thread as it exits: releases after that (runs_after_shutdown) finish their queue.
   bool finish_releases_ = false;

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,9 @@ struct Mode {
   ReleaseMode release;
   const char* allocator;
 };
+void PrintTo(const Mode& mode, std::ostream* out) {
+  *out << (mode.release == ReleaseMode::kFinish ? "finish" : "stream") << " with " << mode.allocator;
+}
 
 class ReleaseTest : public testing::LeakCheckedTest, public ::testing::WithParamInterface<Mode> {
  protected:
