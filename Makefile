@@ -53,7 +53,10 @@ test: build setup
 	@echo "the torch tests again on two pthread devices, in host sections"
 	OCLVM_EXIT_RUNS=4 OCLVM_OPINFO=0 OCLVM_DIST_FULL=0 POCL_DEVICES="pthread pthread" $(PY) -m pytest -q tests/torch
 	@echo "the torch tests again on two pthread devices, operands copied (OCLVM_ZERO_COPY=0)"
-	OCLVM_EXIT_RUNS=4 OCLVM_OPINFO=0 OCLVM_DIST_FULL=0 OCLVM_ZERO_COPY=0 POCL_DEVICES="pthread pthread" $(PY) -m pytest -q tests/torch
+	@echo "(there compiled frames run eagerly: the transformers' compiled steps, 1.5 min, are"
+	@echo " the eager steps test_model_families already trains, so they are left out)"
+	OCLVM_EXIT_RUNS=4 OCLVM_OPINFO=0 OCLVM_DIST_FULL=0 OCLVM_ZERO_COPY=0 POCL_DEVICES="pthread pthread" $(PY) -m pytest -q tests/torch \
+	  --deselect tests/torch/test_compile.py::test_compiled_transformer_step_equals_eager_on_cpu
 
 # The torch tests against torch 2.14.1, the current release (the default `make test` uses 2.13.0):
 # its own venv (.venv-torch-2.14: a CUDA build of torch, about 5.5 GB, which the adapter builds
