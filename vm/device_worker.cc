@@ -255,12 +255,15 @@ void DeviceWorker::dispatch(Instruction* instruction, bool settle) noexcept {
 // records a marker there, the batch keeps it, and Ticket::wait waits for the markers after the
 // batch is settled. So the worker goes on dispatching while the device works, and the host waits
 // only at a ticket. What relies on a batch's commands having completed without waiting for its
-// ticket finishes the queues first: a host section on entry (finish_in_flight), a release (its
-// queue, after the release is ordered behind every use), a blocking map or read (its queue's
-// order), and the worker thread before it exits. The markers of the last kMaxBatchesInFlight
-// batches are kept here; the oldest is waited for when one more comes, which bounds what the
-// device has queued and what those batches hold (their host buffers stay the caller's until its
-// ticket returns). A detached batch (a release from a destructor) still finishes: nobody waits.
+// ticket finishes the queues first: a host section on entry (finish_in_flight), a segment given
+// back to the driver (the allocator's guard), a blocking map or read (its queue's order), and the
+// worker thread before it exits; a stream-ordered release keeps its marker here too (Note
+// [Stream-ordered release] in instructions/instructions.cc). The markers of the last
+// kMaxBatchesInFlight batches and releases are kept here; the oldest is waited for when one more
+// comes, which bounds what the device has queued and what those batches hold (their host buffers
+// stay the caller's until its ticket returns). A detached batch (a release from a destructor)
+// ends like a synchronous one: it finishes where it needs a finish, which a release alone does
+// not.
 void DeviceWorker::end_with_marker(Batch& batch, DeviceQueue& queue) {
   std::shared_ptr<QueueMarker> marker = queue.record_marker();
   {
