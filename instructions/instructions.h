@@ -587,7 +587,7 @@ struct NativeArg {
   KernelAccess access = KernelAccess::kRead;
 };
 
-// A NativeArg as the body sees it.
+// A NativeArg as the body sees it; all zero for a range of 0 bytes.
 struct NativeBuffer {
   void* memory = nullptr;  // the driver's buffer object holding the range (OpenCL: a cl_mem)
   size_t offset = 0;       // bytes from that object's start to the range

@@ -137,8 +137,9 @@ class DeviceQueue {
   MemoryBackend& backend_;
   // Note [Cheap finish]: commands counted so far, and the count a completed finish covered.
   // finish() reads enqueued_ first, so a skip is only taken when a finish that started after
-  // every counted command has completed: a release (which finishes before freeing) never skips
-  // past a command still running. Releasing a block whose queue is idle then costs no driver call.
+  // every counted command has completed: a finish never skips past a command still running, and
+  // idle() is true only when nothing enqueued can still run (a stream-ordered release then needs
+  // no marker).
   std::atomic<uint64_t> enqueued_{0};
   std::atomic<uint64_t> finished_{0};
 };

@@ -43,7 +43,9 @@ DeviceWorker::DeviceWorker(VirtualMachine& vm, MemoryBackend& backend,
 
 DeviceWorker::~DeviceWorker() {
   stop();
-  finish_in_flight();  // releases run after shutdown may have left markers
+  // Empty in practice (the thread finished it on exit, and releases after that finish their
+  // queue); it must be, before the queues' owners go: the VM destroys its streams first.
+  finish_in_flight();
   allocator_->set_segment_release_guard({});
 }
 
@@ -307,16 +309,20 @@ void DeviceWorker::order_release(DeviceQueue& queue) {
   auto it = std::find_if(release_markers_.begin(), release_markers_.end(),
                          [&](const ReleaseMarker& r) { return r.queue == &queue; });
   if (it != release_markers_.end() && it->commands == queue.commands()) return;
-  if (it == release_markers_.end()) {
-    it = release_markers_.insert(it, ReleaseMarker{&queue, nullptr, 0, {}});
-  }
-  // The marker that ended the batch just before often follows every command already.
+  // The marker that ended the batch just before often follows every command already. A marker
+  // is recorded (and kept in flight) before any record changes, so a failure leaves none stale.
+  std::shared_ptr<QueueMarker> marker;
   if (const InFlight* latest = latest_marker_of(queue)) {
-    it->marker = latest->marker;
+    marker = latest->marker;
   } else {
-    it->marker = queue.record_marker();
-    keep_in_flight(queue, it->marker);
+    marker = queue.record_marker();
+    keep_in_flight(queue, marker);
   }
+  if (it == release_markers_.end()) {
+    release_markers_.push_back(ReleaseMarker{&queue, std::move(marker), queue.commands(), {}});
+    return;
+  }
+  it->marker = std::move(marker);
   it->commands = queue.commands();
   it->waited.clear();
 }

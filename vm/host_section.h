@@ -9,8 +9,8 @@
 // in virtual_machine.cc), so while it lives no instruction of the device is dispatched — a list
 // another thread submits meanwhile waits, and is dispatched when the section ends — and it is
 // entered only when the device's worker is idle, so every instruction submitted for the device
-// before it has been dispatched and, as every batch ends by finishing the queues it used, has
-// completed on the device. Host reads in the section see every earlier device write; device
+// before it has been dispatched and, as entering finishes every queue a batch or a release left
+// commands on (DeviceWorker::finish_in_flight), has completed on the device. Host reads in the section see every earlier device write; device
 // instructions submitted after it see the host's writes. In stream terms, the section is one more
 // instruction on every stream of the device, run by the host.
 //

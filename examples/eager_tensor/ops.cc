@@ -264,9 +264,12 @@ std::string shape_text(const Shape& shape) {
   return text + "]";
 }
 
-// The bytes of `t`'s storage its elements span, from its first element.
+// The bytes of `t`'s storage its elements span, from its first element (none when it is empty).
 oclvm::NativeArg native_arg(const Tensor& t, KernelAccess access) {
   const size_t element = oclvm::dtype_size(t.dtype());
+  if (t.numel() == 0) {
+    return oclvm::NativeArg{t.storage()->blob(), 0, 0, access};
+  }
   size_t last = 0;  // offset of the last element, in elements
   for (int64_t d = 0; d < t.dim(); ++d) {
     last += static_cast<size_t>((t.shape()[d] - 1) * t.strides()[d]);
