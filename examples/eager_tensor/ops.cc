@@ -255,28 +255,13 @@ std::optional<GemmOperand> gemm_layout(const Tensor& t) {
   return std::nullopt;
 }
 
-// "[2, 3]".
-std::string shape_text(const Shape& shape) {
-  std::string text = "[";
-  for (size_t d = 0; d < shape.size(); ++d) {
-    text += (d == 0 ? "" : ", ") + std::to_string(shape[d]);
-  }
-  return text + "]";
-}
-
 // The bytes of `t`'s storage its elements span, from its first element (none when it is empty).
 oclvm::NativeArg native_arg(const Tensor& t, KernelAccess access) {
+  if (t.numel() == 0) return oclvm::NativeArg{t.storage()->blob(), 0, 0, access};
   const size_t element = oclvm::dtype_size(t.dtype());
-  if (t.numel() == 0) {
-    return oclvm::NativeArg{t.storage()->blob(), 0, 0, access};
-  }
-  size_t last = 0;  // offset of the last element, in elements
-  for (int64_t d = 0; d < t.dim(); ++d) {
-    last += static_cast<size_t>((t.shape()[d] - 1) * t.strides()[d]);
-  }
-  return oclvm::NativeArg{t.storage()->blob(),
-                          static_cast<size_t>(t.storage_offset()) * element, (last + 1) * element,
-                          access};
+  const auto [first, last] = element_span(t.shape(), t.strides(), t.storage_offset());
+  return oclvm::NativeArg{t.storage()->blob(), static_cast<size_t>(first) * element,
+                          static_cast<size_t>(last - first + 1) * element, access};
 }
 
 template <typename T>

@@ -13,9 +13,6 @@
 #include "ops.h"
 
 namespace eager {
-namespace {
-
-using oclvm::InvalidArgument;
 
 std::string shape_text(const Shape& shape) {
   std::string text = "[";
@@ -25,6 +22,16 @@ std::string shape_text(const Shape& shape) {
   }
   return text + "]";
 }
+
+std::pair<int64_t, int64_t> element_span(const Shape& shape, const Shape& strides, int64_t offset) {
+  int64_t last = offset;
+  for (size_t d = 0; d < shape.size(); ++d) last += (shape[d] - 1) * strides[d];
+  return {offset, last};
+}
+
+namespace {
+
+using oclvm::InvalidArgument;
 
 // Number of elements of `shape`. Throws InvalidArgument for a negative size or an overflow.
 int64_t checked_numel(const Shape& shape) {
@@ -79,13 +86,6 @@ void for_each_run(const Shape& shape, const Shape& strides, int64_t offset, Fn&&
       index[d] = 0;
     }
   }
-}
-
-// The storage elements a layout reaches: [first, last] (numel > 0).
-std::pair<int64_t, int64_t> element_span(const Shape& shape, const Shape& strides, int64_t offset) {
-  int64_t last = offset;
-  for (size_t d = 0; d < shape.size(); ++d) last += (shape[d] - 1) * strides[d];
-  return {offset, last};
 }
 
 template <typename Int>

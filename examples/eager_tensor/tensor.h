@@ -36,6 +36,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <type_traits>
 #include <vector>
 
@@ -46,6 +47,11 @@ namespace eager {
 using oclvm::Device;
 using oclvm::DType;
 using Shape = oclvm::Dims;  // sizes or strides, in elements
+
+// "[2, 3]", as messages print a shape.
+std::string shape_text(const Shape& shape);
+// The storage elements a layout reaches, [first, last], for a layout of at least one element.
+std::pair<int64_t, int64_t> element_span(const Shape& shape, const Shape& strides, int64_t offset);
 
 // The DType of a C++ element type (float f32, double f64, int8_t i8, uint8_t u8, int16_t i16,
 // int32_t i32, int64_t i64, bool). f16 and bf16 have no C++ type here: use Tensor::to_doubles.
