@@ -213,7 +213,7 @@ def gpt2_step(device: str, compiled: bool = False):
 
 # Two larger training steps this benchmark does not time: scripts/record_traces.py records their
 # allocations as traces/transformer_train.trace and traces/cnn_train.trace, the traces the
-# README's fragmentation, memory-limit and replay-speed figures are measured on.
+# fragmentation, memory-limit and replay-speed figures of design/performance.md are measured on.
 
 def transformer_step(device: str):
     """GPT-2 from transformers (random init): 4 layers x 512, 8 heads, vocabulary 8192, AdamW,

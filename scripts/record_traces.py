@@ -33,7 +33,7 @@ import oclvm  # noqa: F401  (the opencl device)
 
 _BENCH = pathlib.Path(__file__).resolve().parents[1] / "bench"
 sys.path.insert(0, str(_BENCH))
-import torch_bench  # noqa: E402  (the models and steps the README's figures time)
+import torch_bench  # noqa: E402  (the models and steps design/performance.md's figures time)
 
 
 def record(path: pathlib.Path, make_step, steps: int) -> None:
