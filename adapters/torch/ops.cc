@@ -1,18 +1,23 @@
-// adapters/torch/ops.cc — the native PrivateUse1 ("opencl") operators and the boxed CPU fallback.
+// adapters/torch/ops.cc — the PrivateUse1 ("opencl") operators the device implements itself, the
+// routes that send composite operators to the CPU fallback, and the staging host_view.h declares.
 //
-// Native here: empty.memory_format, empty_strided, as_strided, view, _reshape_alias, resize_,
-// _copy_from, _copy_from_and_resize, _local_scalar_dense, the set_ overloads, fill_.Scalar, zero_,
-// record_stream, and the view operators that have per-backend kernels (unfold, view_as_real, view_as_complex;
-// every other view operator is composite over these and as_strided, so all views alias).
-// Everything else runs on the host through at::native::cpu_fallback (inputs copied to the CPU,
-// the CPU kernel, results copied back), which costs two transfers per call but is correct; it
-// writes mutated arguments back with _copy_from_and_resize, which keeps a strided destination's
-// layout (resize_ to the same sizes changes nothing) and writes it read-modify-write.
-// convolution / convolution_backward take that fallback explicitly (their composite kernels
-// would otherwise reach convolution_overrideable, which throws).
+// Implemented here: empty.memory_format, empty_strided, as_strided, view, _reshape_alias,
+// resize_, _copy_from, _copy_from_and_resize, _local_scalar_dense, the set_ overloads,
+// fill_.Scalar, zero_, record_stream, and the view operators that have per-backend kernels
+// (unfold, view_as_real, view_as_complex; every other view operator is composite over these and
+// as_strided, so all views alias). Every other operator runs its CPU kernel through the boxed
+// fallback (fallback.cc): on a device whose memory has host addresses, on the device's own bytes
+// in a host section, with no copy; elsewhere on host copies of its operands, its results and
+// mutated arguments written back. convolution / convolution_backward take the fallback
+// explicitly and give their results the device's layout (Note [Convolution layouts on the
+// device]); operators with both a CPU and a composite kernel are routed to it too (Note
+// [Composite kernels the CPU does not use]).
 //
-// Data movement is always whole byte ranges through the VM (InstructionsBuilder
-// copy_host_to_device / copy_device_to_host / copy / fill, each list run synchronously):
+// On a device whose memory has host addresses, copies, fills and item() run ATen's CPU kernels on
+// the device's bytes in a host section (Note [Storage operators in a host section]). Elsewhere
+// data moves as whole byte ranges through the VM (InstructionsBuilder copy_host_to_device /
+// copy_device_to_host / copy / fill, each list run synchronously; large copies through a mapping,
+// Note [Large copies on host-unified devices]):
 //   - a tensor's "span" is the bytes from its element 0 to its farthest element; strides and
 //     dtype conversion are applied on the host, on a CPU tensor laid out over that span;
 //   - contiguous same-dtype transfers move exactly the tensor's bytes, with no staging;
