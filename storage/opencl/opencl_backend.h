@@ -58,8 +58,6 @@
 
 namespace oclvm::opencl {
 
-class OpenCLKernel;
-
 struct CLAllocation {
   cl::Buffer buffer;    // the driver's buffer; released when the record is destroyed
   DeviceIndex device;   // opencl:device that owns it
@@ -85,9 +83,6 @@ class OpenCLBackend final : public MemoryBackend {
   KernelCacheStats kernel_cache_stats() const override;
   void set_kernel_cache_dir(const std::string& dir) override;
   void forget_programs() override;
-  // A new kernel object of `kernel`'s program and name, for a queue of this device (Note [A
-  // queue's own kernel objects]); made under the kernel cache's lock, one at a time.
-  cl::Kernel new_kernel_object(const OpenCLKernel& kernel);
   void* native_memory(const Segment& segment) const override;
 
   // The CLAllocation behind a segment of this backend (segment.native).

@@ -174,16 +174,6 @@ std::shared_ptr<const Kernel> OpenCLBackend::kernel(const KernelSource& source) 
   return entry->second;  // a concurrent caller's kernel when it came first
 }
 
-cl::Kernel OpenCLBackend::new_kernel_object(const OpenCLKernel& kernel) {
-  MutexLock lock(kernel_mutex_);
-  cl_int err = CL_SUCCESS;
-  const cl::Program program = kernel.native().getInfo<CL_KERNEL_PROGRAM>(&err);
-  check_cl(err, "clGetKernelInfo(CL_KERNEL_PROGRAM)", where_);
-  cl::Kernel native(program, kernel.source().name.c_str(), &err);
-  check_cl(err, "clCreateKernel", where_);
-  return native;
-}
-
 KernelCacheStats OpenCLBackend::kernel_cache_stats() const {
   MutexLock lock(kernel_mutex_);
   return kernel_stats_;
@@ -204,7 +194,12 @@ cl::Kernel& OpenCLQueue::own_kernel(const OpenCLKernel& kernel) {
   if (last_kernel_ != nullptr && last_kernel_id_ == kernel.id()) return *last_kernel_;
   auto found = own_kernels_.find(kernel.id());
   if (found == own_kernels_.end()) {
-    cl::Kernel native = static_cast<OpenCLBackend&>(backend()).new_kernel_object(kernel);
+    // Thread-safe on the shared object: only setting arguments is not.
+    cl_int err = CL_SUCCESS;
+    const cl::Program program = kernel.native().getInfo<CL_KERNEL_PROGRAM>(&err);
+    check_cl(err, "clGetKernelInfo(CL_KERNEL_PROGRAM)", where_);
+    cl::Kernel native(program, kernel.source().name.c_str(), &err);
+    check_cl(err, "clCreateKernel", where_);
     found = own_kernels_.emplace(kernel.id(), std::move(native)).first;
   }
   last_kernel_id_ = kernel.id();
