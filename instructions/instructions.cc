@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "oclvm/storage/errors.h"
@@ -33,7 +34,10 @@ struct DeviceRange {
 // Resolves a byte range of `blob` (offsets from its element 0) against its storage. `role`
 // names the blob in messages ("copy source", "fill target"). Throws InvalidArgument when the blob
 // has no storage, is released, or the storage does not hold the range.
-DeviceRange resolve_range(const BlobObject& blob, size_t offset, size_t bytes, const char* role) {
+// resolve_range's checks: `blob` has live storage and the `bytes` from `offset` lie within what
+// it may address. Returns the storage and where `offset` lies in it, in bytes.
+std::pair<const BlobStorage*, size_t> checked_range(const BlobObject& blob, size_t offset,
+                                                    size_t bytes, const char* role) {
   const std::shared_ptr<BlobStorage>& storage = blob.storage();
   if (storage == nullptr) {
     throw InvalidArgument(std::string("Expected a ") + role + " with storage, but got " +
@@ -53,19 +57,24 @@ DeviceRange resolve_range(const BlobObject& blob, size_t offset, size_t bytes, c
                           std::to_string(capacity) + " bytes of " + blob_label(blob) +
                           ", but got " + range_text(offset, bytes));
   }
+  return {storage.get(), base + offset};
+}
+
+DeviceRange resolve_range(const BlobObject& blob, size_t offset, size_t bytes, const char* role) {
+  const auto [storage, start] = checked_range(blob, offset, bytes, role);
   if (bytes == 0) return DeviceRange{};
   const Allocation& allocation = storage->allocation();
   OCLVM_DCHECK(allocation.segment != nullptr);
-  return DeviceRange{allocation.segment, allocation.offset + base + offset};
+  return DeviceRange{allocation.segment, allocation.offset + start};
 }
 
 // Where a kernel's blob argument starts: resolve_range's checks for the bytes from `offset` to
 // the storage's end, and the segment even when they are none (the kernel still gets a buffer;
 // a 0-byte storage has no segment, and the kernel gets a null buffer).
 DeviceRange resolve_start(const BlobObject& blob, size_t offset) {
-  resolve_range(blob, offset, 0, "kernel argument");
-  const Allocation& allocation = blob.storage()->allocation();
-  return DeviceRange{allocation.segment, allocation.offset + blob_base_bytes(blob) + offset};
+  const auto [storage, start] = checked_range(blob, offset, 0, "kernel argument");
+  const Allocation& allocation = storage->allocation();
+  return DeviceRange{allocation.segment, allocation.offset + start};
 }
 
 vm::Access vm_access(KernelAccess access) {
@@ -732,16 +741,21 @@ LaunchKernel::LaunchKernel(vm::Stream& stream, std::shared_ptr<const Kernel> ker
   slots_.reserve(count);
   for (size_t i = 0; i < count; ++i) {
     const LaunchArg& arg = args[i];
-    Slot slot{arg.kind, arg.access, arg.scalar, 0, arg.bytes, 0};
+    // Filled in place: a Slot assembled on the stack and copied in stalls on its partial stores.
+    Slot& slot = slots_.emplace_back();
+    slot.kind = arg.kind;
     switch (arg.kind) {
       case LaunchArg::Kind::kBlob:
+        slot.access = arg.access;
         slot.operand = static_cast<uint8_t>(operand_for(arg.blob, vm_access(arg.access)));
         slot.value = arg.offset;
         break;
-      case LaunchArg::Kind::kScalar: break;
+      case LaunchArg::Kind::kScalar:
+        slot.scalar = arg.scalar;
+        slot.bytes = arg.bytes;
+        break;
       case LaunchArg::Kind::kLocal: slot.value = arg.local_bytes; break;
     }
-    slots_.push_back(slot);
   }
 }
 

@@ -562,13 +562,16 @@ class LaunchKernel final : public vm::Instruction {
 
  private:
   // An argument as kept: a blob is named by its operand (the operands hold the blobs, once each).
+  // 16 bytes: a launch's instruction is written once per launch, and its size is memory traffic.
   struct Slot {
-    LaunchArg::Kind kind;
-    KernelAccess access;           // kBlob
-    ScalarType scalar;             // kScalar
-    uint8_t operand;               // kBlob: index in operands()
-    std::array<uint8_t, 8> bytes;  // kScalar
-    size_t value;                  // kBlob: offset; kLocal: bytes
+    LaunchArg::Kind kind = LaunchArg::Kind::kScalar;
+    KernelAccess access = KernelAccess::kRead;  // kBlob
+    ScalarType scalar = ScalarType::kInt;       // kScalar
+    uint8_t operand = 0;                        // kBlob: index in operands()
+    union {
+      std::array<uint8_t, 8> bytes;  // kScalar
+      size_t value = 0;              // kBlob: offset; kLocal: bytes
+    };
   };
 
   const std::shared_ptr<const Kernel> kernel_;

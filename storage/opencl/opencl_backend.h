@@ -29,6 +29,13 @@
 // (storage/kernel_cache.h) has one for this platform, device and driver, else from source, and its
 // binary is then stored. A build that fails leaves the map, so the next call builds again.
 //
+// Note [A queue's own kernel objects]
+// A cl_kernel holds its arguments, and setting them is not thread-safe: two threads launching
+// one cl_kernel (two VMs on one device, each with its worker) could each launch with the other's
+// arguments. So the backend's kernel object is never launched; each OpenCLQueue makes its own
+// from the program (clCreateKernel) on its first launch of a kernel, and only the queue's
+// confined user (storage/queue.h) sets its arguments and launches it.
+//
 // Every OpenCL call is checked (cl_check.h); errors name the call, the error and the device.
 // Thread-safety: thread-compatible, like every MemoryBackend (storage/backend.h); the kernel
 // cache's state is guarded by kernel_mutex_.
@@ -36,10 +43,13 @@
 
 #include <CL/opencl.hpp>
 
+#include <cstdint>
 #include <future>
 #include <map>
 #include <memory>
 #include <string>
+#include <unordered_map>
+#include <vector>
 
 #include "oclvm/storage/backend.h"
 #include "oclvm/storage/kernel_cache.h"
@@ -112,13 +122,16 @@ class OpenCLBackend final : public MemoryBackend {
 class OpenCLKernel final : public Kernel {
  public:
   OpenCLKernel(KernelSource source, Device device, std::vector<KernelParam> params,
-               bool params_known, cl::Kernel kernel)
-      : Kernel(std::move(source), device, std::move(params), params_known),
-        kernel_(std::move(kernel)) {}
+               bool params_known, cl::Kernel kernel);
+  // The kernel object the backend made. Launches do not use it: each queue sets arguments on a
+  // kernel object of its own (Note [A queue's own kernel objects]).
   cl::Kernel& native() const { return kernel_; }
+  // Unique among the process's OpenCLKernels, never reused (unlike an address).
+  uint64_t id() const { return id_; }
 
  private:
   mutable cl::Kernel kernel_;
+  const uint64_t id_;
 };
 
 // An in-order cl::CommandQueue as a DeviceQueue. Markers are cl::Events of
@@ -146,8 +159,17 @@ class OpenCLQueue final : public DeviceQueue {
   void* native_queue() override { return queue_(); }
 
  private:
+  // This queue's kernel object for `kernel` (Note [A queue's own kernel objects]), made on first
+  // use.
+  cl::Kernel& own_kernel(const OpenCLKernel& kernel);
+
   const std::string where_;
   cl::CommandQueue queue_;
+  // Keyed by OpenCLKernel::id(); entries live as long as the queue. The last one used is kept
+  // at hand, as launches of one kernel often follow each other.
+  std::unordered_map<uint64_t, cl::Kernel> own_kernels_;
+  uint64_t last_kernel_id_ = 0;
+  cl::Kernel* last_kernel_ = nullptr;
 };
 
 }  // namespace oclvm::opencl

@@ -1,5 +1,6 @@
 // storage/opencl/opencl_kernels.cc — OpenCL programs and kernels: the kernel cache of an
 // OpenCLBackend (Note [The kernel cache]) and kernel launches on an OpenCLQueue.
+#include <atomic>
 #include <string>
 #include <utility>
 #include <vector>
@@ -54,7 +55,18 @@ bool kernel_params(const cl::Kernel& kernel, cl_uint count, std::vector<KernelPa
   return true;
 }
 
+uint64_t next_kernel_id() {
+  static std::atomic<uint64_t> next{1};
+  return next.fetch_add(1, std::memory_order_relaxed);
+}
+
 }  // namespace
+
+OpenCLKernel::OpenCLKernel(KernelSource source, Device device, std::vector<KernelParam> params,
+                           bool params_known, cl::Kernel kernel)
+    : Kernel(std::move(source), device, std::move(params), params_known),
+      kernel_(std::move(kernel)),
+      id_(next_kernel_id()) {}
 
 cl::Program OpenCLBackend::build_program(const std::string& full_source, const std::string& options,
                                          const KernelSource& source, const KernelDiskCache& disk) {
@@ -178,9 +190,26 @@ void OpenCLBackend::forget_programs() {
   programs_.clear();  // a build under way keeps its own future and finishes as before
 }
 
+cl::Kernel& OpenCLQueue::own_kernel(const OpenCLKernel& kernel) {
+  if (last_kernel_ != nullptr && last_kernel_id_ == kernel.id()) return *last_kernel_;
+  auto found = own_kernels_.find(kernel.id());
+  if (found == own_kernels_.end()) {
+    // Thread-safe on the shared object: only setting arguments is not.
+    cl_int err = CL_SUCCESS;
+    const cl::Program program = kernel.native().getInfo<CL_KERNEL_PROGRAM>(&err);
+    check_cl(err, "clGetKernelInfo(CL_KERNEL_PROGRAM)", where_);
+    cl::Kernel native(program, kernel.source().name.c_str(), &err);
+    check_cl(err, "clCreateKernel", where_);
+    found = own_kernels_.emplace(kernel.id(), std::move(native)).first;
+  }
+  last_kernel_id_ = kernel.id();
+  last_kernel_ = &found->second;  // unordered_map entries stay where they are
+  return found->second;
+}
+
 void OpenCLQueue::do_launch(const Kernel& kernel, const KernelArg* args, size_t num_args,
                             const size_t* global, const size_t* local, uint32_t dims) {
-  cl::Kernel& native = static_cast<const OpenCLKernel&>(kernel).native();
+  cl::Kernel& native = own_kernel(static_cast<const OpenCLKernel&>(kernel));
   cl_uint index = 0;
   for (size_t i = 0; i < num_args; ++i) {
     const KernelArg& arg = args[i];

@@ -295,6 +295,47 @@ TEST_F(KernelTest, ConcurrentCallersCompileAProgramOnce) {
   EXPECT_EQ(kernels[0]->params()[1].type_name, "ulong");
 }
 
+// Two VMs share the device's kernel cache, so they launch one Kernel from two workers at once.
+// Each must launch with its own arguments (Note [A queue's own kernel objects]): with one
+// cl_kernel for both, a launch could take the other thread's buffer or scalar.
+TEST_F(KernelTest, TwoVmsLaunchingOneKernelAtOnceKeepTheirOwnArguments) {
+  const KernelSource source{unique_source(
+                                "__kernel void add(OCLVM_BLOB(float, v), float a) {\n"
+                                "  OCLVM_PTR(float, v)[get_global_id(0)] += a; }"),
+                            "add", ""};
+  vm::VirtualMachine other(DeviceManager::instance(), Options{});
+  constexpr int kLaunches = 400;
+  constexpr size_t kItems = 64;
+  std::vector<std::vector<float>> results(2);
+  std::atomic<int> ready{0};
+  const auto launches = [&](vm::VirtualMachine& vm, int which) {
+    InstructionsBuilder builder(vm);
+    vm::Stream& stream = builder.stream(kOpenCL0);
+    auto v = builder.allocate_blob(stream, {int64_t{kItems}}, DType::kF32);
+    builder.fill(v, 0, kItems * sizeof(float), 0);
+    vm.run(builder.take());
+    const auto kernel = builder.kernel(kOpenCL0, source);
+    const float a = which == 0 ? 1.0f : 1000.0f;
+    ready.fetch_add(1);
+    while (ready.load() < 2) std::this_thread::yield();
+    for (int i = 0; i < kLaunches; ++i) {
+      builder.launch(stream, kernel, range1(kItems),
+                     {LaunchArg::of_blob(v, 0, KernelAccess::kReadWrite), LaunchArg::of(a)});
+      vm.run(builder.take());
+    }
+    results[which].resize(kItems);
+    builder.copy_device_to_host(v, 0, results[which].data(), kItems * sizeof(float));
+    builder.release(std::move(v));
+    vm.run(builder.take());
+  };
+  std::thread first([&] { launches(*vm_, 0); });
+  std::thread second([&] { launches(other, 1); });
+  first.join();
+  second.join();
+  EXPECT_EQ(results[0], std::vector<float>(kItems, 1.0f * kLaunches));
+  EXPECT_EQ(results[1], std::vector<float>(kItems, 1000.0f * kLaunches));
+}
+
 TEST_F(KernelTest, BinariesKeptOnDiskBuildASecondTimeWithoutTheCompiler) {
   const std::string dir = ::testing::TempDir() + "oclvm-kernels-" + std::to_string(getpid());
   std::filesystem::remove_all(dir);
