@@ -568,7 +568,7 @@ void VirtualMachine::run_held(DeviceWorker& held, InstructionList&& list) {
   if (std::exception_ptr error = batch.error_of_unseen_batch()) std::rethrow_exception(error);
 }
 
-void VirtualMachine::on_dispatched(Instruction& instruction, std::exception_ptr error,
+void VirtualMachine::on_dispatched(Instruction& instruction, const std::exception_ptr& error,
                                    double seconds, bool settle_now) {
   if (trace_) {
     const std::string message = error ? [&] {

@@ -250,7 +250,7 @@ class VirtualMachine {
   // Called by the dispatching thread after each dispatch. With settle_now == false the caller
   // settles the batch itself later (dispatch: after deleting the instruction; caller runs: once
   // for the whole list).
-  void on_dispatched(Instruction& instruction, std::exception_ptr error, double seconds,
+  void on_dispatched(Instruction& instruction, const std::exception_ptr& error, double seconds,
                      bool settle_now);
   // Counts `dispatched` instructions of `batch` as done; the last marks the batch done and wakes
   // its waiters. `notify` false: nobody can be waiting yet (the caller-runs path, before the
