@@ -24,9 +24,6 @@
 #include "tests/storage/test_util.h"
 #include "oclvm/vm/virtual_machine.h"
 
-#define EXPECT_CONTAINS(text, part) \
-  EXPECT_NE(std::string(text).find(part), std::string::npos) << "in: " << (text)
-
 namespace oclvm {
 namespace {
 

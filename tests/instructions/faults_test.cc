@@ -90,12 +90,12 @@ TEST_P(FaultedVmTest, FailuresAreTypedAtTheirSyncPointAndNothingLeaks) {
       ++checked;
     } catch (const OutOfMemoryError& e) {
       ++failed_lists;
-      EXPECT_NE(std::string(e.what()).find("AllocateBlob"), std::string::npos) << e.what();
-      EXPECT_NE(std::string(e.what()).find("opencl:0"), std::string::npos) << e.what();
+      EXPECT_CONTAINS(e.what(), "AllocateBlob");
+      EXPECT_CONTAINS(e.what(), "opencl:0");
     } catch (const BackendError& e) {
       ++failed_lists;
-      EXPECT_NE(std::string(e.what()).find("injected fault"), std::string::npos) << e.what();
-      EXPECT_NE(std::string(e.what()).find("opencl:0"), std::string::npos) << e.what();
+      EXPECT_CONTAINS(e.what(), "injected fault");
+      EXPECT_CONTAINS(e.what(), "opencl:0");
     }
     if (keep && blob->storage() != nullptr) live.push_back(blob);
     // Exact statistics: one live allocation per live blob (the kept ones); none other survived

@@ -25,9 +25,6 @@
 #include "oclvm/vm/virtual_machine.h"
 #include "tests/storage/test_util.h"
 
-#define EXPECT_CONTAINS(text, part) \
-  EXPECT_NE(std::string(text).find(part), std::string::npos) << "in: " << (text)
-
 namespace oclvm {
 namespace {
 
@@ -298,7 +295,17 @@ TEST_F(KernelTest, ConcurrentCallersCompileAProgramOnce) {
 // Two VMs share the device's kernel cache, so they launch one Kernel from two workers at once.
 // Each must launch with its own arguments (Note [A queue's own kernel objects]): with one
 // cl_kernel for both, a launch could take the other thread's buffer or scalar.
+// PoCL 3.1's basic driver runs commands in the enqueuing thread and deadlocks, about one
+// process in six here, when two threads enqueue to two queues of one device (both block on one
+// event lock inside PoCL; design/architecture.md), so this runs on the pthread driver (the
+// two_devices entry of ctest) and on other platforms.
 TEST_F(KernelTest, TwoVmsLaunchingOneKernelAtOnceKeepTheirOwnArguments) {
+  const char* pocl_devices = std::getenv("POCL_DEVICES");
+  if (DeviceManager::instance().platform_name().find("Portable Computing Language") !=
+          std::string::npos &&
+      (pocl_devices == nullptr || std::string(pocl_devices).find("basic") != std::string::npos))
+    GTEST_SKIP() << "two threads enqueuing to one PoCL basic device can deadlock inside PoCL; "
+                    "run with POCL_DEVICES=pthread";
   const KernelSource source{unique_source(
                                 "__kernel void add(OCLVM_BLOB(float, v), float a) {\n"
                                 "  OCLVM_PTR(float, v)[get_global_id(0)] += a; }"),

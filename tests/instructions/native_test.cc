@@ -19,9 +19,6 @@
 #include "oclvm/vm/virtual_machine.h"
 #include "tests/storage/test_util.h"
 
-#define EXPECT_CONTAINS(text, part) \
-  EXPECT_NE(std::string(text).find(part), std::string::npos) << "in: " << (text)
-
 namespace oclvm {
 namespace {
 

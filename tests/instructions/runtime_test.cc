@@ -27,9 +27,6 @@ using namespace oclvm::testing;
 constexpr Device kOpenCL0{DeviceType::kOpenCL, 0};
 constexpr Device kCpu{DeviceType::kCpu, 0};
 
-#define EXPECT_CONTAINS(text, part) \
-  EXPECT_NE(std::string(text).find(part), std::string::npos) << "in: " << (text)
-
 class RuntimeTest : public ::testing::Test {
  protected:
   void SetUp() override { destructor_releases_ = BlobStorage::destructor_releases(); }

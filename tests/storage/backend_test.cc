@@ -129,8 +129,8 @@ TEST(DeviceManagerTest, UnknownDeviceNamesTheDevicesThatExist) {
     m.backend(Device{DeviceType::kOpenCL, 40});
     FAIL() << "expected InvalidArgument";
   } catch (const InvalidArgument& e) {
-    EXPECT_NE(std::string(e.what()).find("opencl:0"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("but got opencl:40"), std::string::npos) << e.what();
+    EXPECT_CONTAINS(e.what(), "opencl:0");
+    EXPECT_CONTAINS(e.what(), "but got opencl:40");
   }
 }
 

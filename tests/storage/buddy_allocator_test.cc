@@ -56,8 +56,8 @@ TEST_P(BuddyAllocatorTest, OptionsAreCheckedAtConstruction) {
   try {
     BuddyAllocator(backend(), with(512, 3000));
   } catch (const InvalidArgument& e) {
-    EXPECT_NE(std::string(e.what()).find("arena_bytes"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("3000"), std::string::npos) << e.what();
+    EXPECT_CONTAINS(e.what(), "arena_bytes");
+    EXPECT_CONTAINS(e.what(), "3000");
   }
   BuddyAllocator defaults(backend());
   EXPECT_EQ(defaults.name(), "buddy");

@@ -15,9 +15,6 @@
 #include "oclvm/storage/queue.h"
 #include "tests/storage/test_util.h"
 
-#define EXPECT_CONTAINS(text, part) \
-  EXPECT_NE(std::string(text).find(part), std::string::npos) << "in: " << (text)
-
 namespace oclvm {
 namespace {
 

@@ -15,6 +15,7 @@
 #include "oclvm/storage/errors.h"
 #include "oclvm/storage/log.h"
 #include "oclvm/storage/options.h"
+#include "tests/storage/test_util.h"
 
 namespace oclvm {
 namespace {
@@ -155,7 +156,7 @@ TEST_F(OptionsEnvironmentTest, ReadsFaultRules) {
     Options::from_environment();
     ADD_FAILURE() << "a malformed OCLVM_FAULTS was accepted";
   } catch (const InvalidArgument& e) {
-    EXPECT_NE(std::string(e.what()).find("OCLVM_FAULTS"), std::string::npos) << e.what();
+    EXPECT_CONTAINS(e.what(), "OCLVM_FAULTS");
   }
 }
 
@@ -170,7 +171,7 @@ TEST_F(OptionsEnvironmentTest, ReadsTheReleaseMode) {
     Options::from_environment();
     ADD_FAILURE() << "OCLVM_RELEASE=later was accepted";
   } catch (const InvalidArgument& e) {
-    EXPECT_NE(std::string(e.what()).find("'stream' or 'finish'"), std::string::npos) << e.what();
+    EXPECT_CONTAINS(e.what(), "'stream' or 'finish'");
   }
 }
 

@@ -133,7 +133,7 @@ TEST_P(QueueTest, FillRejectsBadPatternsAndChangesNothing) {
     queue->enqueue_fill(*segment, 0, pattern, 3, 96);
     ADD_FAILURE() << "expected InvalidArgument";
   } catch (const InvalidArgument& e) {
-    EXPECT_NE(std::string(e.what()).find("Expected a fill pattern"), std::string::npos) << e.what();
+    EXPECT_CONTAINS(e.what(), "Expected a fill pattern");
   }
 }
 
@@ -289,7 +289,7 @@ TEST_P(QueueTest, RangeErrorsEnqueueNothing) {
     queue->enqueue_write(*segment, 1000, buffer.data(), 25, true);
     ADD_FAILURE() << "expected InvalidArgument";
   } catch (const InvalidArgument& e) {
-    EXPECT_NE(std::string(e.what()).find("Expected"), std::string::npos) << e.what();
+    EXPECT_CONTAINS(e.what(), "Expected");
   }
   // n == 0 inside the segment (up to its end) is a no-op.
   queue->enqueue_write(*segment, 1024, buffer.data(), 0, true);

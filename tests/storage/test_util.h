@@ -13,7 +13,8 @@
 // stats_equal / same_stats compare two DeviceStats snapshots field by field ("changes nothing"
 // checks); expect_stat checks the four numbers of one Stat; kSmall / kLarge index a StatArray.
 // write_pattern / expect_pattern prove that a block holds its own data, and expect_disjoint that
-// blocks do not overlap. message_of<E>(f) runs f and returns the message of the E it must throw.
+// blocks do not overlap. message_of<E>(f) runs f and returns the message of the E it must throw;
+// EXPECT_CONTAINS(text, part) expects `part` in `text` and prints the whole text when it is not.
 // A test file takes them all with `using namespace oclvm::testing;`.
 //
 // This file is compiled into more than one test binary (see CMakeLists.txt): it registers no tests,
@@ -33,6 +34,10 @@
 #include "oclvm/storage/device.h"
 #include "oclvm/storage/device_manager.h"
 #include "oclvm/storage/stats.h"
+
+// Expects `part` in `text`; the failure prints all of `text`.
+#define EXPECT_CONTAINS(text, part) \
+  EXPECT_NE(std::string(text).find(part), std::string::npos) << "in: " << (text)
 
 namespace oclvm::testing {
 
