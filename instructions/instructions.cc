@@ -170,6 +170,7 @@ void AllocateBlob::execute(vm::ExecutionContext& context) {
   MemoryHistory& history = context.allocator.backend().history();
   if (history.on()) history.set_stream(stream().id());
   // Note [Stream-ordered release]: a block another stream released may still be in use there.
+  context.worker.assert_execution_right();  // execute() runs inside dispatch()
   context.worker.order_allocation(context.stream.queue());
   std::shared_ptr<BlobStorage> storage;
   try {
@@ -242,6 +243,7 @@ void ReleaseTensor::execute(vm::ExecutionContext& context) {
     storage->release();
   };
   try {
+    context.worker.assert_execution_right();  // execute() runs inside dispatch()
     context.worker.order_release(context.stream.queue());
   } catch (...) {
     give_back();

@@ -3,7 +3,9 @@
 //
 // A member written `T x_ OCLVM_GUARDED_BY(mutex_);` may be read or written only while `mutex_`
 // is held; a function declared `OCLVM_REQUIRES(mutex_)` may be called only with it held, and one
-// declared `OCLVM_EXCLUDES(mutex_)` only without. Under clang, `-Wthread-safety` (on in every clang
+// declared `OCLVM_EXCLUDES(mutex_)` only without. Any class declared `OCLVM_CAPABILITY` can stand
+// where `mutex_` does, a mutex or not; `OCLVM_ASSERT_CAPABILITY` marks a function that checks at
+// run time that one is held. Under clang, `-Wthread-safety` (on in every clang
 // build of the project, an error there since warnings are) checks each of these at compile time;
 // under other compilers the macros expand to nothing and the rules are documentation.
 //
@@ -34,6 +36,8 @@
 #define OCLVM_RELEASE(...) OCLVM_THREAD_ATTRIBUTE(release_capability(__VA_ARGS__))
 #define OCLVM_TRY_ACQUIRE(...) OCLVM_THREAD_ATTRIBUTE(try_acquire_capability(__VA_ARGS__))
 #define OCLVM_RETURN_CAPABILITY(x) OCLVM_THREAD_ATTRIBUTE(lock_returned(x))
+// A function that checks, at run time, that a capability is held, and tells the analysis so.
+#define OCLVM_ASSERT_CAPABILITY(x) OCLVM_THREAD_ATTRIBUTE(assert_capability(x))
 // For the rare function whose locking the analysis cannot follow; say why beside it.
 #define OCLVM_NO_THREAD_SAFETY_ANALYSIS OCLVM_THREAD_ATTRIBUTE(no_thread_safety_analysis)
 

@@ -26,8 +26,13 @@ struct ExecutionScope {
 
 bool DeviceWorker::holds_execution_right_on_this_thread() { return execution_depth > 0; }
 
+void DeviceWorker::assert_execution_right() const {
+  OCLVM_DCHECK(holds_execution_right_on_this_thread());
+}
+
 DeviceQueue& ExecutionContext::queue_on(Device device) const {
   if (device == stream.device()) return stream.queue();
+  worker.assert_execution_right();  // contexts exist only inside dispatch()
   return worker.foreign_queue(device);
 }
 
@@ -37,7 +42,9 @@ DeviceWorker::DeviceWorker(VirtualMachine& vm, MemoryBackend& backend,
   // Note [Stream-ordered release]: a segment goes back to the driver only after the commands
   // queued on its freed blocks have completed. The guard runs where the allocator runs: with the
   // execution right.
-  allocator_->set_segment_release_guard([this] { finish_in_flight(); });
+  // The analysis cannot see that the allocator calls it only with the right held.
+  allocator_->set_segment_release_guard(
+      [this]() OCLVM_NO_THREAD_SAFETY_ANALYSIS { finish_in_flight(); });
   thread_ = std::thread([this] { run(); });
 }
 
@@ -67,7 +74,8 @@ DeviceWorker::~DeviceWorker() {
 // taker may race them. The acquire / release orders make the next holder see everything the last
 // one did (the allocator has no lock of its own).
 
-bool DeviceWorker::take_right_unless(uint32_t busy) {
+// The two primitives are the right itself (state_'s bit), which the analysis takes on trust.
+bool DeviceWorker::take_right_unless(uint32_t busy) OCLVM_NO_THREAD_SAFETY_ANALYSIS {
   uint32_t state = state_.load(std::memory_order_relaxed);
   do {
     if ((state & busy) != 0) return false;
@@ -76,7 +84,7 @@ bool DeviceWorker::take_right_unless(uint32_t busy) {
   return true;
 }
 
-void DeviceWorker::give_right_back() {
+void DeviceWorker::give_right_back() OCLVM_NO_THREAD_SAFETY_ANALYSIS {
   state_.fetch_and(~kExecuting, std::memory_order_release);
 }
 
@@ -103,17 +111,25 @@ bool DeviceWorker::acquire_when_idle() {
   if (try_acquire_idle()) return true;  // idle now: no lock, no wait
   MutexLock lock(mutex_);
   if (++idle_waiters_ == 1) state_.fetch_or(kIdleWaiters);
-  bool taken = false;
-  while (!stopping_ && !(taken = take_right_unless(kExecuting | kPending))) {
+  const auto stop_waiting = [&]() OCLVM_REQUIRES(mutex_) {
+    if (--idle_waiters_ == 0) state_.fetch_and(~kIdleWaiters);
+  };
+  for (;;) {
+    if (stopping_) {
+      stop_waiting();
+      return false;
+    }
+    if (take_right_unless(kExecuting | kPending)) break;
     idle_.wait(lock.native());
   }
-  if (--idle_waiters_ == 0) state_.fetch_and(~kIdleWaiters);
-  if (!taken) return false;  // stopping
+  stop_waiting();
   ++execution_depth;  // until release_execution()
   return true;
 }
 
-void DeviceWorker::release_execution() {
+// Unchecked inside: the lock-free path gives the right back with its own compare-and-swap,
+// which the analysis cannot see as give_right_back(). Its callers are checked against RELEASE.
+void DeviceWorker::release_execution() OCLVM_NO_THREAD_SAFETY_ANALYSIS {
   // Nothing happened meanwhile that anyone waits on: give the right back without the lock.
   uint32_t alone = kExecuting;
   if (state_.compare_exchange_strong(alone, 0, std::memory_order_release,
@@ -161,6 +177,7 @@ void DeviceWorker::run() {
         } else if (stopping_ && !executing()) {
           // Stopping, and everything before the stop is dispatched. Nobody can take the right
           // any more (kStopping), so the queues are this thread's to finish.
+          assert_execution_right();
           finish_in_flight();
           finish_releases_ = true;
           exited_ = true;
@@ -347,6 +364,7 @@ void DeviceWorker::order_allocation(DeviceQueue& queue) {
 
 void DeviceWorker::dispatch_after_shutdown(Instruction* instruction) noexcept {
   ExecutionScope scope;
+  assert_execution_right();  // execution_mutex_ stands for it once the thread is gone
   dispatch(instruction);
 }
 

@@ -20,8 +20,12 @@
 // and whatever is appended before it exits (releases its own instructions cause); then it returns
 // and is joined.
 //
-// Thread-safety: enqueue and the counters are thread-safe; allocator() and foreign_queue() only
-// from the thread holding the execution right.
+// Thread-safety: enqueue and the counters are thread-safe; the allocator, the queues' in-flight
+// and release markers and the foreign queues only with the execution right. The right is
+// declared to clang's thread-safety analysis as a capability (ExecutionRight below): taking it
+// (try_acquire_idle, acquire_when_idle), giving it back (release_execution) and everything that
+// needs it (OCLVM_REQUIRES(right_)) are checked at compile time; code that holds it by a protocol
+// the analysis cannot follow says so with assert_execution_right().
 #pragma once
 
 #include <atomic>
@@ -41,6 +45,10 @@
 #include "oclvm/vm/instruction.h"
 
 namespace oclvm::vm {
+
+// The execution right of one worker, as clang's thread-safety analysis sees it. It holds no
+// data: the right itself is the kExecuting bit of the worker's state word.
+class OCLVM_CAPABILITY("execution right") ExecutionRight {};
 
 class DeviceWorker {
  public:
@@ -62,12 +70,12 @@ class DeviceWorker {
   // returns true; the caller then dispatches with dispatch() and gives it back with
   // release_execution(), which first dispatches up to kMaxCombined instructions that other
   // producers queued meanwhile (combining), then wakes the worker thread if work is left.
-  bool try_acquire_idle();
+  bool try_acquire_idle() OCLVM_TRY_ACQUIRE(true, right_);
   // Waits until nothing is pending and nobody executes, then takes the execution right as
   // try_acquire_idle does; false (taking nothing) once the worker is stopping. The caller must not
   // hold an execution right itself (it could be waiting for itself).
-  bool acquire_when_idle();
-  void release_execution();
+  bool acquire_when_idle() OCLVM_TRY_ACQUIRE(true, right_);
+  void release_execution() OCLVM_RELEASE(right_);
   static constexpr size_t kMaxCombined = 4096;
   // Dispatches one instruction (waits, execute, error capture, completion accounting) and
   // deletes it. Only with the execution right. Never throws.
@@ -75,7 +83,7 @@ class DeviceWorker {
   // whole list it dispatches inline).
   // The caller is counted as holding the right on this thread already (try_acquire_idle,
   // acquire_when_idle, the worker thread), so dispatch reads no thread-local itself.
-  void dispatch(Instruction* instruction, bool settle = true) noexcept;
+  void dispatch(Instruction* instruction, bool settle = true) noexcept OCLVM_REQUIRES(right_);
   // dispatch() for a caller that executes after stop() under execution_mutex(), holding no right:
   // counts as holding one on this thread while it runs.
   void dispatch_after_shutdown(Instruction* instruction) noexcept
@@ -85,6 +93,10 @@ class DeviceWorker {
   // caller running a list inline (including callbacks and the deletion of instructions). Such a
   // thread must not wait for the VM: it may be the thread the wait is for.
   static bool holds_execution_right_on_this_thread();
+  // For code that holds this worker's right by a protocol the analysis cannot follow (a host
+  // section's object, a right chosen at run time): checks, in debug builds, that this thread
+  // holds an execution right, and lets the analysis take this worker's as held from here on.
+  void assert_execution_right() const OCLVM_ASSERT_CAPABILITY(right_);
 
   // Drains every pending instruction and joins the thread. Idempotent.
   void stop();
@@ -98,28 +110,29 @@ class DeviceWorker {
   // OCLVM_DCHECKs after stop(): the thread drained everything and returned.
   void check_drained();
 
-  // Only with the execution right.
-  Allocator& allocator() { return *allocator_; }
+  Allocator& allocator() OCLVM_REQUIRES(right_) { return *allocator_; }
+  // The allocator for a caller that holds execution_mutex() after stop() (its statistics).
+  Allocator& allocator_after_shutdown() OCLVM_REQUIRES(execution_mutex_) { return *allocator_; }
   // The highest sequence dispatched so far (instructions run in a host section take this place
   // rather than a new one: Note [Lists run in a host section]).
   uint64_t dispatched_through() const { return dispatched_through_; }
-  DeviceQueue& foreign_queue(Device device);
+  DeviceQueue& foreign_queue(Device device) OCLVM_REQUIRES(right_);
   // Note [Batches that end with a marker]: finishes every queue that an asynchronous batch left
   // commands on, so the host may touch the device's memory (host sections) or the process may
   // exit. Only with the execution right. Never throws: a driver failure is logged (the batch's
   // own ticket reports it too, from its marker).
-  void finish_in_flight() noexcept;
+  void finish_in_flight() noexcept OCLVM_REQUIRES(right_);
   // Note [Stream-ordered release] (instructions/instructions.cc). Only with the execution right.
   // order_release: a release on `queue` is about to give its block back. Records a marker after
   // every command of `queue` so far (none when the queue is idle, or when its last release's
   // marker already follows every command), which joins the in-flight markers; with
   // ReleaseMode::kFinish, and after the thread has exited, finishes `queue` instead. Throws what
   // the driver throws.
-  void order_release(DeviceQueue& queue);
+  void order_release(DeviceQueue& queue) OCLVM_REQUIRES(right_);
   // order_allocation: an allocation on `queue` is about to take a block. Makes `queue` wait, on the
   // device, for the latest release marker of each other queue of this device that it has not
   // waited for yet, so a block freed there is idle before this queue's commands touch it.
-  void order_allocation(DeviceQueue& queue);
+  void order_allocation(DeviceQueue& queue) OCLVM_REQUIRES(right_);
   // Taken by callers that execute after stop() (runs_after_shutdown instructions).
   Mutex& execution_mutex() OCLVM_RETURN_CAPABILITY(execution_mutex_) { return execution_mutex_; }
 
@@ -137,8 +150,9 @@ class DeviceWorker {
   static constexpr uint32_t kStopping = 4;
   static constexpr uint32_t kIdleWaiters = 8;
   // Sets kExecuting when none of `busy` is set; false, changing nothing, otherwise.
-  bool take_right_unless(uint32_t busy);
-  void give_right_back();  // clears kExecuting (release: the next holder sees our writes)
+  bool take_right_unless(uint32_t busy) OCLVM_TRY_ACQUIRE(true, right_);
+  // Clears kExecuting (release: the next holder sees our writes).
+  void give_right_back() OCLVM_RELEASE(right_);
   bool executing() const { return (state_.load() & kExecuting) != 0; }
 
   Mutex mutex_;
@@ -151,10 +165,12 @@ class DeviceWorker {
   bool stopping_ OCLVM_GUARDED_BY(mutex_) = false;
   bool exited_ OCLVM_GUARDED_BY(mutex_) = false;  // the thread drained and returned
 
+  ExecutionRight right_;
   Mutex execution_mutex_;  // the execution right after stop()
   uint64_t last_sequence_ = 0;             // guarded by the VM's submission lock
   uint64_t dispatched_through_ = 0;        // only with the execution right
-  std::unordered_map<uint16_t, std::unique_ptr<DeviceQueue>> foreign_queues_;  // execution right
+  std::unordered_map<uint16_t, std::unique_ptr<DeviceQueue>> foreign_queues_
+      OCLVM_GUARDED_BY(right_);
   // Note [Batches that end with a marker]: the marker that ended each asynchronous batch on a
   // queue, oldest first, while its commands may still run; at most kMaxBatchesInFlight (the
   // oldest is waited for past that). Only with the execution right.
@@ -164,9 +180,10 @@ class DeviceWorker {
     std::shared_ptr<QueueMarker> marker;
     uint64_t commands;  // queue->commands() just after the marker was recorded
   };
-  std::deque<InFlight> in_flight_;
-  void end_with_marker(Batch& batch, DeviceQueue& queue);
-  void keep_in_flight(DeviceQueue& queue, std::shared_ptr<QueueMarker> marker);
+  std::deque<InFlight> in_flight_ OCLVM_GUARDED_BY(right_);
+  void end_with_marker(Batch& batch, DeviceQueue& queue) OCLVM_REQUIRES(right_);
+  void keep_in_flight(DeviceQueue& queue, std::shared_ptr<QueueMarker> marker)
+      OCLVM_REQUIRES(right_);
   // The latest release marker of each queue that released since the last finish_in_flight, and
   // the queues that have waited for it (order_allocation). Only with the execution right.
   struct ReleaseMarker {
@@ -176,10 +193,10 @@ class DeviceWorker {
     std::vector<DeviceQueue*> waited;
   };
   // The in-flight marker of `queue` that follows every command of it so far, if there is one.
-  const InFlight* latest_marker_of(const DeviceQueue& queue) const;
-  std::vector<ReleaseMarker> release_markers_;
+  const InFlight* latest_marker_of(const DeviceQueue& queue) const OCLVM_REQUIRES(right_);
+  std::vector<ReleaseMarker> release_markers_ OCLVM_GUARDED_BY(right_);
   // Set by the thread as it exits: releases after that (runs_after_shutdown) finish their queue.
-  bool finish_releases_ = false;
+  bool finish_releases_ OCLVM_GUARDED_BY(right_) = false;
 
   std::thread thread_;
 };

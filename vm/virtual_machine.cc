@@ -362,9 +362,13 @@ DeviceWorker* only_worker(const IntrusiveInstructionList& items) {
 
 }  // namespace
 
+// Unchecked by the thread-safety analysis: the execution right it may take belongs to a worker
+// chosen at run time (inline_worker), which the analysis cannot follow across the branches. The
+// inline dispatch below asserts it (DeviceWorker::assert_execution_right).
 VirtualMachine::Placement VirtualMachine::enqueue_batch(Batch& batch,
                                                         IntrusiveInstructionList& items,
-                                                        bool caller_runs, bool admitted) {
+                                                        bool caller_runs, bool admitted)
+    OCLVM_NO_THREAD_SAFETY_ANALYSIS {
   const size_t count = items.size();
   OCLVM_DCHECK(admitted || !batch.shared);  // settle() would count what was never admitted
   // The worker whose execution right this call holds, once it holds one.
@@ -478,6 +482,7 @@ VirtualMachine::Placement VirtualMachine::enqueue_batch(Batch& batch,
   // execution right, so dispatching here keeps order and confinement.
   // The batch is settled once at the end: nobody else waits for its instructions one by one.
   const size_t dispatched = ordered.size();
+  inline_worker->assert_execution_right();
   while (!ordered.empty()) {
     Instruction& instruction = ordered.front();
     ordered.pop_front();
@@ -507,6 +512,7 @@ VirtualMachine::Placement VirtualMachine::enqueue_batch(Batch& batch,
 // section), and one with a record on another device (its wait could be for a worker that waits
 // for this section). Lists of new blobs — allocations in a section — have neither.
 void VirtualMachine::run_held(DeviceWorker& held, InstructionList&& list) {
+  held.assert_execution_right();  // the host section's
   IntrusiveInstructionList& items = list.items();
   if (items.empty()) return;
   check_own_streams(items);
@@ -661,7 +667,7 @@ DeviceStats VirtualMachine::stats_after_shutdown(Device device) {
   }
   // Late releases take the same mutex to run on their caller's thread (run_after_shutdown).
   MutexLock lock(owner.execution_mutex());
-  return owner.allocator().stats();
+  return owner.allocator_after_shutdown().stats();
 }
 
 bool VirtualMachine::quiet() const {
