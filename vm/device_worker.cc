@@ -155,12 +155,7 @@ void DeviceWorker::release_execution() OCLVM_NO_THREAD_SAFETY_ANALYSIS {
       batch.swap(pending_);
       state_.fetch_and(~kPending);
     }
-    while (!batch.empty()) {
-      Instruction& instruction = batch.front();
-      batch.pop_front();
-      dispatch(&instruction);
-      ++combined;
-    }
+    combined += dispatch_all(batch);
   }
   wake_.notify_one();
 }
@@ -188,11 +183,7 @@ void DeviceWorker::run() {
       batch.swap(pending_);
       state_.fetch_and(~kPending);
     }
-    while (!batch.empty()) {
-      Instruction& instruction = batch.front();
-      batch.pop_front();
-      dispatch(&instruction);
-    }
+    dispatch_all(batch);
     MutexLock lock(mutex_);
     give_right_back();
     if (idle_waiters_ > 0 && pending_.empty()) idle_.notify_all();
@@ -360,6 +351,17 @@ void DeviceWorker::order_allocation(DeviceQueue& queue) {
     queue.wait_marker(release.marker);
     release.waited.push_back(&queue);
   }
+}
+
+size_t DeviceWorker::dispatch_all(IntrusiveInstructionList& list, bool settle) noexcept {
+  size_t count = 0;
+  while (!list.empty()) {
+    Instruction& instruction = list.front();
+    list.pop_front();
+    dispatch(&instruction, settle);
+    ++count;
+  }
+  return count;
 }
 
 void DeviceWorker::dispatch_after_shutdown(Instruction* instruction) noexcept {

@@ -84,6 +84,10 @@ class DeviceWorker {
   // The caller is counted as holding the right on this thread already (try_acquire_idle,
   // acquire_when_idle, the worker thread), so dispatch reads no thread-local itself.
   void dispatch(Instruction* instruction, bool settle = true) noexcept OCLVM_REQUIRES(right_);
+  // Dispatches the instructions of `list` in order, as dispatch() does, leaving it empty; returns
+  // how many there were.
+  size_t dispatch_all(IntrusiveInstructionList& list, bool settle = true) noexcept
+      OCLVM_REQUIRES(right_);
   // dispatch() for a caller that executes after stop() under execution_mutex(), holding no right:
   // counts as holding one on this thread while it runs.
   void dispatch_after_shutdown(Instruction* instruction) noexcept

@@ -481,13 +481,8 @@ VirtualMachine::Placement VirtualMachine::enqueue_batch(Batch& batch,
   // Note [Caller runs]: nothing of a lower sequence is pending on this worker, and we hold its
   // execution right, so dispatching here keeps order and confinement.
   // The batch is settled once at the end: nobody else waits for its instructions one by one.
-  const size_t dispatched = ordered.size();
   inline_worker->assert_execution_right();
-  while (!ordered.empty()) {
-    Instruction& instruction = ordered.front();
-    ordered.pop_front();
-    inline_worker->dispatch(&instruction, /*settle=*/false);
-  }
+  const size_t dispatched = inline_worker->dispatch_all(ordered, /*settle=*/false);
   if (batch.shared) {
     settle(batch, dispatched, /*notify=*/false);  // the submitting call has not returned yet
   } else {
@@ -565,11 +560,7 @@ void VirtualMachine::run_held(DeviceWorker& held, InstructionList&& list) {
   // Dispatched here and now, as a list run() dispatches on its caller's thread (Note [Lists
   // dispatched at once are not admitted]): never pending, so never counted in flight, and no
   // other thread sees the batch, so nobody is woken and its error is read without the lock.
-  while (!ordered.empty()) {
-    Instruction& instruction = ordered.front();
-    ordered.pop_front();
-    held.dispatch(&instruction, /*settle=*/false);
-  }
+  held.dispatch_all(ordered, /*settle=*/false);
   batch.remaining.store(0, std::memory_order_relaxed);
   if (std::exception_ptr error = batch.error_of_unseen_batch()) std::rethrow_exception(error);
 }
