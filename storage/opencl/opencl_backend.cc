@@ -142,8 +142,11 @@ namespace {
 
 class OpenCLMarker final : public QueueMarker {
  public:
-  OpenCLMarker(Device device, cl::Event event, std::string where)
-      : QueueMarker(device), event_(std::move(event)), where_(std::move(where)) {}
+  OpenCLMarker(Device device, cl::Event event, cl::CommandQueue queue, std::string where)
+      : QueueMarker(device),
+        event_(std::move(event)),
+        queue_(std::move(queue)),
+        where_(std::move(where)) {}
   void wait() override { check_cl(event_.wait(), "clWaitForEvents", where_); }
   bool complete() override {
     cl_int status = CL_QUEUED;
@@ -153,9 +156,12 @@ class OpenCLMarker final : public QueueMarker {
     return status == CL_COMPLETE;
   }
   const cl::Event& event() const { return event_; }
+  // The queue it was recorded on (retained: a marker may be waited for after its stream is gone).
+  cl_command_queue queue() const { return queue_(); }
 
  private:
   cl::Event event_;
+  cl::CommandQueue queue_;
   std::string where_;
 };
 
@@ -171,7 +177,7 @@ std::shared_ptr<QueueMarker> OpenCLQueue::record_marker() {
   check_cl(queue_.enqueueMarkerWithWaitList(nullptr, &event), "clEnqueueMarkerWithWaitList",
            where_);
   count_command();  // a later finish must cover the marker itself: a query expects it complete
-  return std::make_shared<OpenCLMarker>(device(), std::move(event), where_);
+  return std::make_shared<OpenCLMarker>(device(), std::move(event), queue_, where_);
 }
 
 void OpenCLQueue::wait_marker(const std::shared_ptr<QueueMarker>& marker) {
@@ -180,8 +186,14 @@ void OpenCLQueue::wait_marker(const std::shared_ptr<QueueMarker>& marker) {
     return;
   }
   // Same device, so the marker is an OpenCLMarker of this backend's context.
-  const auto& event = static_cast<const OpenCLMarker&>(*marker).event();
-  std::vector<cl::Event> wait_list{event};
+  const auto& recorded = static_cast<const OpenCLMarker&>(*marker);
+  if (recorded.queue() != queue_()) {
+    // A command may wait for an event of another queue only once that queue has been flushed;
+    // until then the marker may never reach the device, and neither does this queue's work.
+    // clFlush is thread-safe on any queue.
+    check_cl(clFlush(recorded.queue()), "clFlush", where_);
+  }
+  std::vector<cl::Event> wait_list{recorded.event()};
   check_cl(queue_.enqueueBarrierWithWaitList(&wait_list, nullptr), "clEnqueueBarrierWithWaitList",
            where_);
   count_command();  // later finishes must not skip past the wait
