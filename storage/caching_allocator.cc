@@ -377,18 +377,20 @@ uint64_t CachingAllocator::whole_free_bytes() const {
          whole_free_bytes_[stat_index(StatType::kLargePool)];
 }
 
-// Nothing in the pool fits: create a segment (Note [Out-of-memory ladder]) and carve the block
-// from it.
+// Nothing in the pool fits: create a segment (Note [Out-of-memory ladder], Note [Segments that
+// fit under a limit]) and carve the block from it.
 CachingAllocator::Block* CachingAllocator::grow_and_take(StatType pool, size_t size,
                                                          size_t requested) {
-  const size_t segment_bytes = segment_size_for(pool, size);
+  size_t segment_bytes = segment_size_for(pool, size);
   const uint64_t limit = memory_limit_;
-  const auto reserved = static_cast<uint64_t>(
-      tracker_.stats().reserved_bytes.aggregate().current);
+  const auto reserved = [&] {
+    return static_cast<uint64_t>(tracker_.stats().reserved_bytes.aggregate().current);
+  };
 
-  // Under a limit, decide before touching anything whether even an empty cache could make room.
-  if (limit != 0 && reserved - whole_free_bytes() + segment_bytes > limit) {
-    throw_out_of_memory(requested, segment_bytes, "");
+  // Under a limit, decide before touching anything whether even an empty cache could make room
+  // for the block itself.
+  if (limit != 0 && reserved() - whole_free_bytes() + size > limit) {
+    throw_out_of_memory(requested, size, "");
   }
   if (pool == StatType::kLargePool && options_.release_unfit_on_grow) {
     release_free_segments(StatType::kLargePool);
@@ -399,22 +401,34 @@ CachingAllocator::Block* CachingAllocator::grow_and_take(StatType pool, size_t s
                     segment_bytes);
   }
   bool retried = false;
-  const auto reserved_now = static_cast<uint64_t>(
-      tracker_.stats().reserved_bytes.aggregate().current);
-  if (limit != 0 && reserved_now + segment_bytes > limit) {
-    empty_cache();
-    tracker_.on_alloc_retry();
-    retried = true;
-    // The check above guaranteed that an empty cache makes room.
-    OCLVM_DCHECK(static_cast<uint64_t>(
-                     tracker_.stats().reserved_bytes.aggregate().current) +
-                     segment_bytes <=
-                 limit);
+  if (limit != 0 && reserved() + segment_bytes > limit) {
+    if (reserved() + size > limit) {
+      empty_cache();
+      tracker_.on_alloc_retry();
+      retried = true;
+      // The check above guaranteed that an empty cache makes room for the block.
+      OCLVM_DCHECK(reserved() + size <= limit);
+    }
+    segment_bytes = std::max(size, fitting_segment_bytes(limit - reserved(), segment_bytes));
   }
   Segment* segment = create_segment_or_throw(segment_bytes, requested, &retried);
   Block* block = adopt_segment(segment, pool);
   carve(block, size);
   return block;
+}
+
+// Note [Segments that fit under a limit]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A segment of the usual size (small_segment_bytes, or the request rounded up to
+// large_segment_round) may not fit under the memory limit although the request does. The
+// allocator then makes the largest segment that fits, a multiple of the quantum and at least the
+// request, without emptying the cache when the room is there already; only when even the request
+// does not fit the room left does it give back the wholly free segments first (the ladder). So an
+// out-of-memory error under a limit means the bytes are not there, not that the segment size is
+// too coarse.
+size_t CachingAllocator::fitting_segment_bytes(uint64_t room, size_t usual) const {
+  const uint64_t fitting = room & ~static_cast<uint64_t>(quantum_ - 1);
+  return fitting < usual ? static_cast<size_t>(fitting) : usual;
 }
 
 // Asks the backend for a segment; on the driver's out-of-memory, empties the cache and asks once

@@ -43,13 +43,16 @@
 //   hit pair costs one tree search instead of three.
 //
 // Note [Out-of-memory ladder]
-//   A segment that would take reserved bytes over memory_limit, or that the driver refuses, first
-//   makes the allocator give back every wholly free segment of both pools and try once more
-//   (counted in num_alloc_retries). If that cannot help or fails again, num_ooms is counted and
+//   A segment of the usual size that would take reserved bytes over memory_limit is made smaller,
+//   down to the request itself (Note [Segments that fit under a limit] in caching_allocator.cc).
+//   A request that does not fit the room left, or a segment that the driver refuses, first makes
+//   the allocator give back every wholly free segment of both pools and try once more (counted
+//   in num_alloc_retries). If that cannot help or fails again, num_ooms is counted and
 //   OutOfMemoryError says what was asked, the limit, what is allocated and what is reserved.
 //   Under a limit the allocator predicts the outcome before touching anything: when even an empty
-//   cache could not make room, it throws at once and only num_ooms changes. When the driver itself
-//   refuses, the cache has already been given back by the time the error is thrown.
+//   cache could not make room for the request, it throws at once and only num_ooms changes. When
+//   the driver itself refuses, the cache has already been given back by the time the error is
+//   thrown.
 //
 // Statistics (storage/stats.h), per pool and in aggregate:
 //   allocation / active and their bytes, requested_bytes   move on allocate and deallocate;
@@ -292,6 +295,9 @@ class CachingAllocator final : public Allocator {
   // --- slow path ---------------------------------------------------------------------------------
   [[noreturn]] void throw_bad_size(size_t bytes) const;
   size_t segment_size_for(StatType pool, size_t size) const;
+  // The largest multiple of the quantum that is at most `room` and `usual` (Note [Segments that
+  // fit under a limit] in caching_allocator.cc).
+  size_t fitting_segment_bytes(uint64_t room, size_t usual) const;
   Block* grow_and_take(StatType pool, size_t size, size_t requested);
   Segment* create_segment_or_throw(size_t segment_bytes, size_t requested, bool* retried);
   [[noreturn]] void throw_out_of_memory(size_t requested, size_t segment_bytes,

@@ -633,6 +633,68 @@ TEST_F(CachingAllocatorTest, LimitRetryReleasesCachedSegmentsAndSucceeds) {
   testing::expect_nothing_live(allocator);
 }
 
+// Note [Segments that fit under a limit]: the usual 2 MiB small segment would pass the limit, so
+// the segment is the room left; out of memory comes only once the bytes are not there.
+TEST_F(CachingAllocatorTest, ASegmentShrinksToTheRoomLeftUnderTheLimit) {
+  CachingAllocatorOptions options;
+  options.memory_limit = 3 * kMiB;
+  CachingAllocator allocator(device(), options);
+  Allocation big = allocator.allocate(2 * kMiB);  // a 2 MiB large segment
+  Allocation first = allocator.allocate(512);     // a small segment of the 1 MiB left
+  allocator.check_invariants();
+  DeviceStats s = allocator.stats();
+  EXPECT_EQ(s.reserved_bytes[kSmall].current, i64(kMiB));
+  EXPECT_EQ(s.reserved_bytes.aggregate().current, i64(3 * kMiB));
+  EXPECT_EQ(s.num_alloc_retries, 0);
+  EXPECT_EQ(s.num_ooms, 0);
+
+  Allocation second = allocator.allocate(kMiB / 2);  // from the same small segment
+  allocator.check_invariants();
+  EXPECT_EQ(allocator.stats().num_device_alloc, 2);
+
+  // What is left of the small segment (512 KiB - 512 B) cannot hold 600 KiB, and no byte is left
+  // under the limit: a real out-of-memory, and nothing else changes.
+  const DeviceStats before = allocator.stats();
+  EXPECT_THROW(allocator.allocate(600 * 1024), OutOfMemoryError);
+  DeviceStats expected = before;
+  expected.num_ooms = 1;
+  EXPECT_TRUE(same_stats(expected, allocator.stats()));
+  allocator.check_invariants();
+
+  allocator.deallocate(second);
+  allocator.deallocate(first);
+  allocator.deallocate(big);
+  testing::expect_nothing_live(allocator);
+}
+
+// When the request fits the room left, the smaller segment is made without giving the cache back.
+TEST_F(CachingAllocatorTest, AShrunkSegmentKeepsTheCachedSegments) {
+  CachingAllocatorOptions options;
+  options.memory_limit = 3 * kMiB + kMiB / 2;
+  CachingAllocator allocator(device(), options);
+  allocator.deallocate(allocator.allocate(2 * kMiB));  // a wholly free 2 MiB large segment
+  Allocation small = allocator.allocate(kMiB);  // 2 MiB would pass: 1.5 MiB instead
+  allocator.check_invariants();
+  DeviceStats s = allocator.stats();
+  EXPECT_EQ(s.reserved_bytes[kSmall].current, i64(kMiB + kMiB / 2));
+  EXPECT_EQ(s.reserved_bytes[kLarge].current, i64(2 * kMiB));
+  EXPECT_EQ(s.num_device_free, 0);
+  EXPECT_EQ(s.num_alloc_retries, 0);
+
+  // 768 KiB fits neither the 512 KiB left in the small segment nor the room under the limit: the
+  // cached large segment goes back first, then a small segment of the usual size fits.
+  Allocation more = allocator.allocate(768 * 1024);
+  allocator.check_invariants();
+  s = allocator.stats();
+  EXPECT_EQ(s.num_alloc_retries, 1);
+  EXPECT_EQ(s.num_device_free, 1);
+  EXPECT_EQ(s.reserved_bytes[kSmall].current, i64(3 * kMiB + kMiB / 2));
+  EXPECT_EQ(s.reserved_bytes[kLarge].current, 0);
+  allocator.deallocate(more);
+  allocator.deallocate(small);
+  testing::expect_nothing_live(allocator);
+}
+
 TEST_F(CachingAllocatorTest, DriverRefusalEmptiesTheCacheAndRetriesOnce) {
   testing::FaultInjectionBackend backend({.device = kScriptedDevice, .max_alloc_bytes = 64 * kMiB});
   CachingAllocator allocator(backend);
