@@ -134,6 +134,27 @@ class Allocator {
   std::function<void()> guard_;
 };
 
+// An allocator that takes its segments from one MemoryBackend and keeps its own statistics and
+// memory limit: the system, caching and buddy allocators. They move the statistics through
+// tracker_ and read the limit from memory_limit_; set_memory_limit stays theirs, since what a
+// lowered limit gives back depends on the cache.
+class BackendAllocator : public Allocator {
+ public:
+  MemoryBackend& backend() const final { return backend_; }
+  DeviceStats stats() const final { return tracker_.stats(); }
+  void reset_peak_stats() final { tracker_.reset_peak(); }
+  void reset_accumulated_stats() final { tracker_.reset_accumulated(); }
+  uint64_t memory_limit() const final { return memory_limit_; }
+
+ protected:
+  BackendAllocator(MemoryBackend& backend, uint64_t memory_limit)
+      : backend_(backend), memory_limit_(memory_limit) {}
+
+  MemoryBackend& backend_;      // fixed for the allocator's life
+  uint64_t memory_limit_;       // 0: none
+  DeviceStatsTracker tracker_;  // the statistics stats() returns
+};
+
 // Bytes `allocator` could still take from its device: its memory limit (the device's global
 // memory when it has none) minus what it has reserved; 0 when reserved is over it.
 uint64_t device_free_bytes(const Allocator& allocator);

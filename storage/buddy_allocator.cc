@@ -23,7 +23,7 @@ uint64_t reserved_bytes(const DeviceStatsTracker& tracker) {
 }  // namespace
 
 BuddyAllocator::BuddyAllocator(MemoryBackend& backend, const BuddyAllocatorOptions& options)
-    : backend_(backend), memory_limit_(options.memory_limit) {
+    : BackendAllocator(backend, options.memory_limit) {
   const DeviceProperties& properties = backend.properties();
   const std::string on = " on " + backend.device().str();
   if (!is_power_of_two(options.min_block) || options.min_block < kMinBlockFloor) {

@@ -77,7 +77,7 @@ struct BuddyFreeBlock {
   friend bool operator==(const BuddyFreeBlock&, const BuddyFreeBlock&) = default;
 };
 
-class BuddyAllocator final : public Allocator {
+class BuddyAllocator final : public BackendAllocator {
  public:
   // Throws InvalidArgument when an option breaks the rules stated on BuddyAllocatorOptions.
   explicit BuddyAllocator(MemoryBackend& backend, const BuddyAllocatorOptions& options = {});
@@ -85,7 +85,6 @@ class BuddyAllocator final : public Allocator {
   ~BuddyAllocator() override;
 
   std::string name() const override { return "buddy"; }
-  MemoryBackend& backend() const override { return backend_; }
 
   Allocation allocate(size_t bytes) override;
   void deallocate(const Allocation& allocation) override;
@@ -93,14 +92,10 @@ class BuddyAllocator final : public Allocator {
   // not live here.
   size_t allocated_size(const Allocation& allocation) const override;
 
-  DeviceStats stats() const override { return tracker_.stats(); }
-  void reset_peak_stats() override { tracker_.reset_peak(); }
-  void reset_accumulated_stats() override { tracker_.reset_accumulated(); }
 
   // Gives every wholly free arena back to the driver.
   void empty_cache() override;
 
-  uint64_t memory_limit() const override { return memory_limit_; }
   void set_memory_limit(uint64_t bytes) override;
   void check_invariants() const override;
   std::vector<SegmentSnapshot> segments() const override;
@@ -170,9 +165,8 @@ class BuddyAllocator final : public Allocator {
 
   const LiveBlock& live_block_of(const Allocation& allocation) const;
 
-  // Immutable after construction.
-  MemoryBackend& backend_;
-  uint64_t memory_limit_;  // set_memory_limit changes it
+  // Immutable after construction (the backend, the limit and the statistics are
+  // BackendAllocator's).
   size_t min_block_;    // power of two >= 512 and >= base address alignment
   size_t arena_bytes_;  // power of two >= min_block_, <= max_alloc_bytes
   int max_order_;       // largest order a block (or arena) can have on this device
@@ -182,7 +176,6 @@ class BuddyAllocator final : public Allocator {
   std::vector<FreeList> free_;                         // free_[k]: free blocks of order k
   uint64_t nonempty_orders_ = 0;                       // bit k set iff free_[k] is not empty
   std::unordered_map<uintptr_t, LiveBlock> live_;      // device address -> live allocation
-  DeviceStatsTracker tracker_;
   uint64_t next_id_ = 1;  // id of the next allocation; ids start at 1 (0 marks an empty handle)
 };
 

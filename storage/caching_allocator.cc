@@ -56,9 +56,8 @@ size_t quantum_for(const CachingAllocatorOptions& options, const MemoryBackend& 
 }  // namespace
 
 CachingAllocator::CachingAllocator(MemoryBackend& backend, const CachingAllocatorOptions& options)
-    : backend_(backend),
+    : BackendAllocator(backend, options.memory_limit),
       options_(options),
-      memory_limit_(options.memory_limit),
       quantum_(quantum_for(options, backend)),
       max_request_(static_cast<size_t>(std::min<uint64_t>(backend.properties().max_alloc_bytes,
                                                           SIZE_MAX)) &

@@ -122,7 +122,7 @@ struct CachingAllocatorOptions {
 // The waste an oversize request accepts in a cached block (Note [Oversize blocks]): PyTorch's.
 inline constexpr size_t kOversizeSlack = size_t{20} << 20;
 
-class CachingAllocator final : public Allocator {
+class CachingAllocator final : public BackendAllocator {
  public:
   // Throws InvalidArgument when round_bytes or large_segment_round is not a power of two or
   // small_segment_bytes is 0. Touches no driver.
@@ -132,7 +132,6 @@ class CachingAllocator final : public Allocator {
   ~CachingAllocator() override;
 
   std::string name() const override { return "caching"; }
-  MemoryBackend& backend() const override { return backend_; }
 
   // See the Allocator contract (storage/allocator.h), Note [Caching policy] and
   // Note [Out-of-memory ladder]. A cache hit costs O(log free blocks of the pool) and, in steady
@@ -148,13 +147,9 @@ class CachingAllocator final : public Allocator {
   // handle is not live in this allocator.
   size_t allocated_size(const Allocation& allocation) const override;
 
-  DeviceStats stats() const override { return tracker_.stats(); }
-  void reset_peak_stats() override { tracker_.reset_peak(); }
-  void reset_accumulated_stats() override { tracker_.reset_accumulated(); }
 
   // Gives every wholly free segment of both pools back to the driver. Never throws.
   void empty_cache() override;
-  uint64_t memory_limit() const override { return memory_limit_; }
   void set_memory_limit(uint64_t bytes) override;
 
   // Walks every segment and checks the invariants written next to Block and below; also the
@@ -312,12 +307,10 @@ class CachingAllocator final : public Allocator {
   uint64_t whole_free_bytes() const;
 
   // --- immutable after construction --------------------------------------------------------------
-  MemoryBackend& backend_;
+  // (The backend, the limit and the statistics are BackendAllocator's.)
   const CachingAllocatorOptions options_;
-  // Starts as options_.memory_limit; set_memory_limit changes it. reserved_over_limit_ is what
-  // stayed reserved above a lowered limit (0 when under it): the invariant is reserved <=
-  // max(limit, reserved_over_limit_), since no segment is added while over the limit.
-  uint64_t memory_limit_ = 0;
+  // What stayed reserved above a lowered limit (0 when under it): the invariant is reserved <=
+  // max(memory_limit_, reserved_over_limit_), since no segment is added while over the limit.
   uint64_t reserved_over_limit_ = 0;
   void note_reserved_over_limit();
   const size_t quantum_;      // max(options_.round_bytes, device base address alignment)
@@ -344,7 +337,6 @@ class CachingAllocator final : public Allocator {
   LiveSet live_;  // allocated blocks, by address
   std::array<uint64_t, kNumStatTypes> whole_free_bytes_{};  // indexed by StatType
   uint64_t next_id_ = 1;
-  DeviceStatsTracker tracker_;
 };
 
 }  // namespace oclvm

@@ -54,7 +54,7 @@ std::string invalid_handle_message(const Allocator& allocator, const Allocation&
 }
 
 SystemAllocator::SystemAllocator(MemoryBackend& backend, uint64_t memory_limit)
-    : backend_(backend), memory_limit_(memory_limit) {}
+    : BackendAllocator(backend, memory_limit) {}
 
 SystemAllocator::~SystemAllocator() {
   for (auto& [address, block] : live_) release_to_driver(backend_, block.segment);

@@ -51,7 +51,7 @@ std::string out_of_memory_message(const Device& device, size_t requested, size_t
 std::string invalid_handle_message(const Allocator& allocator, const Allocation& allocation,
                                    std::string_view why);
 
-class SystemAllocator final : public Allocator {
+class SystemAllocator final : public BackendAllocator {
  public:
   // Segments are multiples of this many bytes (PyTorch's rounding); also the block alignment.
   static constexpr size_t kRounding = 512;
@@ -61,7 +61,6 @@ class SystemAllocator final : public Allocator {
   ~SystemAllocator() override;
 
   std::string name() const override { return "system"; }
-  MemoryBackend& backend() const override { return backend_; }
 
   Allocation allocate(size_t bytes) override;
   void deallocate(const Allocation& allocation) override;
@@ -69,11 +68,7 @@ class SystemAllocator final : public Allocator {
   // handle that is not live here.
   size_t allocated_size(const Allocation& allocation) const override;
 
-  DeviceStats stats() const override { return tracker_.stats(); }
-  void reset_peak_stats() override { tracker_.reset_peak(); }
-  void reset_accumulated_stats() override { tracker_.reset_accumulated(); }
 
-  uint64_t memory_limit() const override { return memory_limit_; }
   // No cache to give back: only later allocations see the new limit.
   void set_memory_limit(uint64_t bytes) override { memory_limit_ = bytes; }
   void check_invariants() const override;
@@ -91,13 +86,8 @@ class SystemAllocator final : public Allocator {
   // Returns the live record that `allocation` names, or throws InvalidArgument saying why not.
   const LiveBlock& live_block_of(const Allocation& allocation) const;
 
-  // Immutable after construction.
-  MemoryBackend& backend_;
-
-  // Mutable state.
-  uint64_t memory_limit_;
+  // Mutable state (the backend, the limit and the statistics are BackendAllocator's).
   std::unordered_map<uintptr_t, LiveBlock> live_;  // device address -> live allocation
-  DeviceStatsTracker tracker_;
   uint64_t next_id_ = 1;  // id of the next allocation; ids start at 1 (0 marks an empty handle)
 };
 
