@@ -511,6 +511,17 @@ void release_through(vm::VirtualMachine& vm, std::shared_ptr<BlobObject> blob) {
   vm.run(builder.take());
 }
 
+void release_after_failure(vm::VirtualMachine& vm,
+                           const std::shared_ptr<BlobObject>& blob) noexcept {
+  // Usually the AllocateBlob itself failed and the blob has no storage.
+  if (blob->storage() == nullptr) return;
+  try {
+    release_through(vm, blob);
+  } catch (...) {
+    // The caller reports the first error; the release gave the block back regardless.
+  }
+}
+
 TensorStorage::Releaser make_vm_releaser(vm::VirtualMachine& vm) {
   return [&vm](std::shared_ptr<BlobObject> blob) { release_through(vm, std::move(blob)); };
 }
@@ -523,26 +534,10 @@ std::shared_ptr<TensorStorage> make_tensor_storage(vm::VirtualMachine& vm, Devic
       builder.allocate_blob(builder.stream(device), shape, dtype);
   try {
     vm.run(builder.take());
-  } catch (...) {
-    // Usually the AllocateBlob failed and the blob has no storage. But it may have succeeded and
-    // a later step failed (the stream's finish): then the memory goes back through the VM, not
-    // through the blob's destructor on this thread, which may not touch the allocator.
-    if (blob->storage() != nullptr) {
-      try {
-        release_through(vm, blob);
-      } catch (...) {
-        // The first error is the one to report; the release gave the block back regardless.
-      }
-    }
-    throw;
-  }
-  if (!releaser) releaser = make_vm_releaser(vm);
-  try {
+    if (!releaser) releaser = make_vm_releaser(vm);
     return std::make_shared<TensorStorage>(blob, std::move(releaser));
   } catch (...) {
-    // Only std::bad_alloc gets here; give the memory back through the VM.
-    builder.release(std::move(blob));
-    vm.run(builder.take());
+    release_after_failure(vm, blob);
     throw;
   }
 }

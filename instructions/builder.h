@@ -166,6 +166,11 @@ TensorStorage::Releaser make_vm_releaser(vm::VirtualMachine& vm);
 // run on `vm` — detached when this thread holds a device's execution right (an instruction
 // callback dropped the last owner), where waiting could wait for itself.
 void release_through(vm::VirtualMachine& vm, std::shared_ptr<BlobObject> blob);
+// For a caller whose allocation failed after its AllocateBlob ran (a later instruction of the
+// list, the stream's finish, or making the blob's owner): gives the block back through the VM
+// when the blob has one, and swallows what that release throws, so that the caller rethrows the
+// first error. The blob's destructor must not do it: it may not touch the allocator.
+void release_after_failure(vm::VirtualMachine& vm, const std::shared_ptr<BlobObject>& blob) noexcept;
 
 // A TensorStorage whose contiguous blob is allocated on `device` by an AllocateBlob run through
 // the VM, released by `releaser` (empty: make_vm_releaser(vm)). Throws what the builder or the

@@ -172,22 +172,6 @@ CLDeviceAllocator::Block* CLDeviceAllocator::new_storage(c10::DeviceIndex index,
       } else {
         vm.run(builder.take());
       }
-    } catch (...) {
-      // Usually the AllocateBlob failed and the blob has no storage. But it may have succeeded
-      // and the stream's finish failed: then the block goes back through the VM (as in
-      // make_tensor_storage), not through the blob's destructor ("destroyed without being
-      // released", seen under injected finish faults). In a section the release runs detached,
-      // when the section ends.
-      if (blob->storage() != nullptr) {
-        try {
-          release_through(vm, blob);
-        } catch (...) {
-          // The first error is the one to report; the release gave the block back regardless.
-        }
-      }
-      throw;
-    }
-    try {
       // Owns the release from here on. A block made in a section is released detached while
       // free_detached() frees it (Note [Results written in device memory]).
       const BlobStorage& memory = *blob->storage();
@@ -196,8 +180,9 @@ CLDeviceAllocator::Block* CLDeviceAllocator::new_storage(c10::DeviceIndex index,
       return new Block(blob, section != nullptr ? detachable_releaser(vm) : make_vm_releaser(vm),
                        address, host);
     } catch (...) {
-      // Only std::bad_alloc gets here: give the block back through the VM before rethrowing.
-      release_through(vm, std::move(blob));
+      // The AllocateBlob, the upload, the stream's finish or the Block failed. In a section the
+      // release runs detached, when the section ends.
+      release_after_failure(vm, blob);
       throw;
     }
   });
