@@ -23,7 +23,8 @@ using testing::probe;
 constexpr Device kOpenCL0{DeviceType::kOpenCL, 0};
 constexpr Device kCpu{DeviceType::kCpu, 0};
 
-class VmTest : public ::testing::Test {
+// A VM driven by Probe instructions only (tests/instructions has VmTest, a VM with memory).
+class ProbeVmTest : public ::testing::Test {
  protected:
   // Every test ends with its lists finished: the VM's bookkeeping must balance.
   void TearDown() override { vm_.check_invariants(); }
@@ -31,7 +32,7 @@ class VmTest : public ::testing::Test {
   VirtualMachine vm_{DeviceManager::instance(), Options{}};
 };
 
-TEST_F(VmTest, OneStreamRunsInSubmissionOrder) {
+TEST_F(ProbeVmTest, OneStreamRunsInSubmissionOrder) {
   ProbeLog log;
   InstructionList list;
   for (int i = 0; i < 1000; ++i) list.push_back(probe(vm_.stream(kOpenCL0), &log, i));
@@ -40,7 +41,7 @@ TEST_F(VmTest, OneStreamRunsInSubmissionOrder) {
   for (int i = 0; i < 1000; ++i) ASSERT_EQ(log.ids[i], i);
 }
 
-TEST_F(VmTest, StreamsOfOneDeviceAreDispatchedInSubmissionOrder) {
+TEST_F(ProbeVmTest, StreamsOfOneDeviceAreDispatchedInSubmissionOrder) {
   ProbeLog log;
   InstructionList list;
   for (int i = 0; i < 300; ++i) {
@@ -51,7 +52,7 @@ TEST_F(VmTest, StreamsOfOneDeviceAreDispatchedInSubmissionOrder) {
   for (int i = 0; i < 300; ++i) ASSERT_EQ(log.ids[i], i);
 }
 
-TEST_F(VmTest, StreamsAreCreatedOnceAndNamed) {
+TEST_F(ProbeVmTest, StreamsAreCreatedOnceAndNamed) {
   Stream& a = vm_.stream(kOpenCL0);
   EXPECT_EQ(&a, &vm_.stream(kOpenCL0, StreamRole::kCompute));
   Stream& u = vm_.stream(kOpenCL0, StreamRole::kUser, 2);
@@ -65,7 +66,7 @@ TEST_F(VmTest, StreamsAreCreatedOnceAndNamed) {
   EXPECT_THROW(vm_.stream(kOpenCL0, StreamRole::kUser, -1), InvalidArgument);
 }
 
-TEST_F(VmTest, ErrorSurfacesAtItsOwnRunWithTypeAndPlace) {
+TEST_F(ProbeVmTest, ErrorSurfacesAtItsOwnRunWithTypeAndPlace) {
   ProbeLog log;
   InstructionList first;
   first.push_back(probe(vm_.stream(kOpenCL0), &log, 1));
@@ -88,7 +89,7 @@ TEST_F(VmTest, ErrorSurfacesAtItsOwnRunWithTypeAndPlace) {
   EXPECT_EQ(log.ids, (std::vector<int>{1, 2, 3, 4}));
 }
 
-TEST_F(VmTest, FirstErrorWinsAndKeepsItsType) {
+TEST_F(ProbeVmTest, FirstErrorWinsAndKeepsItsType) {
   InstructionList list;
   list.push_back(probe(vm_.stream(kCpu), nullptr, 1, [](ExecutionContext&) {
     throw InvalidArgument("Expected a, but got b");
@@ -99,7 +100,7 @@ TEST_F(VmTest, FirstErrorWinsAndKeepsItsType) {
   EXPECT_THROW(vm_.run(std::move(list)), InvalidArgument);
 }
 
-TEST_F(VmTest, TicketWaitIsTheSyncPointAndIsIdempotent) {
+TEST_F(ProbeVmTest, TicketWaitIsTheSyncPointAndIsIdempotent) {
   std::promise<void> gate;
   std::shared_future<void> opened = gate.get_future().share();
   ProbeLog log;
@@ -115,7 +116,7 @@ TEST_F(VmTest, TicketWaitIsTheSyncPointAndIsIdempotent) {
   EXPECT_EQ(log.ids, (std::vector<int>{1, 2}));
 }
 
-TEST_F(VmTest, IdleDeviceRunsOnTheCallersThread) {
+TEST_F(ProbeVmTest, IdleDeviceRunsOnTheCallersThread) {
   ProbeLog log;
   InstructionList list;
   list.push_back(probe(vm_.stream(kOpenCL0), &log, 1));
@@ -249,7 +250,7 @@ TEST(VmShutdownTest, AfterShutdownOnlyReleasesRunAndOnTheCallersThread) {
 
 // check_invariants is not a check that always passes: with a list still in flight, its first
 // rule breaks (the check runs in a child process that re-runs the test up to it).
-TEST_F(VmTest, CheckInvariantsCatchesAListStillRunning) {
+TEST_F(ProbeVmTest, CheckInvariantsCatchesAListStillRunning) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
   std::atomic<bool> inside{false};
   std::atomic<bool> leave{false};
@@ -269,7 +270,7 @@ TEST_F(VmTest, CheckInvariantsCatchesAListStillRunning) {
   submitter.join();
 }
 
-TEST_F(VmTest, EmptyListIsDoneAtOnce) {
+TEST_F(ProbeVmTest, EmptyListIsDoneAtOnce) {
   InstructionList list;
   EXPECT_NO_THROW(vm_.run(std::move(list)));
   Ticket ticket;
@@ -277,7 +278,7 @@ TEST_F(VmTest, EmptyListIsDoneAtOnce) {
   EXPECT_NO_THROW(ticket.wait());
 }
 
-TEST_F(VmTest, TraceSeesEveryDispatchWithItsStream) {
+TEST_F(ProbeVmTest, TraceSeesEveryDispatchWithItsStream) {
   std::vector<std::string> lines;
   std::mutex mutex;
   vm_.set_trace([&](const TraceEvent& e) {
@@ -294,7 +295,7 @@ TEST_F(VmTest, TraceSeesEveryDispatchWithItsStream) {
 }
 
 // Regression: a probe that called vm.run from inside its own dispatch waited for itself forever.
-TEST_F(VmTest, RunFromInsideAnInstructionIsRefusedInsteadOfDeadlocking) {
+TEST_F(ProbeVmTest, RunFromInsideAnInstructionIsRefusedInsteadOfDeadlocking) {
   ProbeLog log;
   std::string inner_error;
   InstructionList list;
