@@ -356,7 +356,7 @@ BlobRef blob_of(const c10::Storage& storage, size_t byte_offset) {
 // the address a DLPack capsule carries. Their memory is inside a live block of this allocator
 // (the storage wrapped keeps it alive, as on CUDA), so an operator finds the block through the
 // registry by address, as copy_data does. Such a storage never reaches the host paths that keep
-// state per block (host aliases: Note [Host aliases kept with their block] in ops.cc); its
+// state per block (host aliases: Note [Host aliases kept with their block] in host_view.cc); its
 // operands are copied. Memory in no live block (freed under the wrapper) is refused with the
 // address.
 BlobRef blob_of_data(const c10::DataPtr& data) {

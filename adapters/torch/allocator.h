@@ -126,7 +126,7 @@ class CLDeviceAllocator final : public c10::DeviceAllocator {
     boost::intrusive::set_member_hook<boost::intrusive::link_mode<boost::intrusive::safe_link>>
         host_hook;
     // The block's bytes as CPU tensors, kept for the next operator (Note [Host aliases kept with
-    // their block] in ops.cc): a CPU storage over them and the last CPU tensors made over it.
+    // their block] in host_view.cc): a CPU storage over them and the last CPU tensors made over it.
     // Read and written only by host_aliases, which runs in a host section on the block's device:
     // the section excludes every other, so no lock. Destroyed with the block.
     struct KeptAliases {

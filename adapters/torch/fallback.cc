@@ -566,7 +566,7 @@ bool run_in_host_section(c10::DispatchKey cpu_key, OperatorFacts& facts,
   }
   // Which written aliases the kernel grew, seen in the section: after it, another thread's
   // section may grow the CPU storage a block keeps (Note [Host aliases kept with their block] in
-  // ops.cc), which an alias the kernel did not grow still shares.
+  // host_view.cc), which an alias the kernel did not grow still shares.
   std::vector<bool> grown(written.size());
   for (size_t k = 0; k < written.size(); ++k) {
     grown[k] = written[k].second.storage().data() != spans[k];

@@ -141,7 +141,7 @@ void each_tensor(const T& value, F&& take) {
 // The host side of an unboxed kernel's call: its device tensors' aliases, in the order they were
 // taken, and the host section they may be used in. The aliases go first (members are destroyed
 // in reverse order): the blocks keep them for the next call once nothing else holds them (Note
-// [Host aliases kept with their block] in ops.cc), and that is best seen inside the section.
+// [Host aliases kept with their block] in host_view.cc), and that is best seen inside the section.
 struct OnHostCall {
   c10::Device device;
   std::optional<vm::HostSection> section;

@@ -1,7 +1,8 @@
-// adapters/torch/host_view.h — the fallback's staging between device and host (ops.cc): device
-// tensors handed to CPU kernels laid out as they are on the device (copies of their spans, or
-// their own memory mapped), and CPU results uploaded into new device tensors. BorrowedTensors:
-// how the operators pass device tensors along without touching their reference counts.
+// adapters/torch/host_view.h — staging between device and host (host_view.cc): a device tensor's
+// byte span and its transfers, device tensors handed to CPU kernels laid out as they are on the
+// device (copies of their spans, their own memory mapped, or aliases of it in a host section),
+// and CPU results uploaded into new device tensors. BorrowedTensors: how the operators pass
+// device tensors along without touching their reference counts.
 //
 // Thread-safety: as the copies (the VM orders them).
 #pragma once
@@ -16,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "adapters/torch/allocator.h"
 #include "oclvm/instructions/instructions.h"
 #include "oclvm/vm/host_section.h"
 
@@ -42,6 +44,24 @@ class BorrowedTensors {
  private:
   c10::SmallVector<at::Tensor, 4> tensors_;
 };
+
+// Bytes of one element of `t`.
+inline size_t item_bytes(const at::Tensor& t) { return t.dtype().itemsize(); }
+// Elements from a tensor's element 0 to its farthest element, inclusive (0 for an empty tensor):
+// its span.
+int64_t span_elements(const at::Tensor& t);
+// The blob of a device tensor and the byte offset of its element 0.
+BlobRef element0(const at::Tensor& t);
+// This thread's current stream of a device tensor's device: where its operators run.
+vm::Stream& stream_of(const at::Tensor& t);
+// Copies `bytes` from the device tensor's element 0 on into `host`, or from `host` into it; one
+// synchronous VM list, or a host-side copy on a zero-copy device (Note [Large copies on
+// host-unified devices] in host_view.cc).
+void device_to_host(const at::Tensor& src, void* host, size_t bytes);
+void host_to_device(const void* host, const at::Tensor& dst, size_t bytes);
+// `host` carrying `like`'s conjugate and negative bits (Note [Conjugate and negative bits in
+// copies] in host_view.cc).
+at::Tensor with_bits_of(const at::Tensor& like, at::Tensor host);
 
 // How stage_on_host hands a device tensor to a CPU kernel: a host copy of its span, or the
 // device's own memory mapped (Note [Zero-copy operands] in fallback.cc) for reading, or for
@@ -80,7 +100,7 @@ void* host_address(const at::Tensor& device);
 // device storage get one CPU storage, so ATen's overlap checks see their aliasing
 // as they would on the CPU (x[1:].copy_(x[:-1]) is refused, not silently smeared). Called in
 // `section`, a host section on the tensors' device (the blocks keep what it makes for the next
-// call: Note [Host aliases kept with their block] in ops.cc). Valid while the device tensors
+// call: Note [Host aliases kept with their block] in host_view.cc). Valid while the device tensors
 // live; read or written only inside that section. A kernel that grows one (an out= argument of
 // the wrong size) moves it to host memory of the CPU allocator, which the caller then copies back
 // (its storage's data is no longer the device's).

@@ -163,7 +163,7 @@ void register_sparse_compressed_fallback(torch::Library& m) {
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&sparse_compressed_cpu_fallback>());
 }
 
-// Note [Conjugate and negative bits in copies] (ops.cc): the Conjugate and Negative fallbacks
+// Note [Conjugate and negative bits in copies] (host_view.cc): the Conjugate and Negative fallbacks
 // materialise a lazily conjugated or negated argument by clone, and clone of a device tensor copies
 // through _copy_from; a fallback that intercepts _copy_from itself would clone again, forever (the
 // stack overflowed). These two operators therefore reach the device's kernels with the bits set.

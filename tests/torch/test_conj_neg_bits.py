@@ -3,7 +3,7 @@
 Regression for the process death seen with PyTorch's OpInfo corpus (conj, H, mH, svd, pinv, cov,
 the hfft family, ...): the Conjugate fallback cloned through _copy_from, which it intercepted
 again, until the stack overflowed (Note [Conjugate and negative bits in copies] in
-adapters/torch/ops.cc). Each case compares with the same steps on the CPU.
+adapters/torch/host_view.cc). Each case compares with the same steps on the CPU.
 """
 import pytest
 import torch

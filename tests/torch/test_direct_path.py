@@ -264,7 +264,7 @@ def test_an_out_argument_restrided_within_its_bytes_keeps_the_cpus_values_and_la
 
 
 def test_host_aliases_kept_with_their_block_follow_every_change_of_their_tensor():
-    # Note [Host aliases kept with their block] (ops.cc): a block keeps the CPU tensors its
+    # Note [Host aliases kept with their block] (host_view.cc): a block keeps the CPU tensors its
     # operands were handed over as, and the next operator takes one only if it is exactly what
     # would be made. Each step below changes what a kept one would have to be.
     x, xd = _pair(6, 4)
