@@ -3,7 +3,7 @@ the segment map), and its command `python -m oclvm.viz`.
 
 No device is needed: the snapshots are built by hand in PyTorch's structure (the dictionary
 torch.cuda.memory._snapshot() returns) and the pictures are checked by parsing them. The module
-is loaded from python/oclvm/viz.py by path, so these tests check the sources whichever `oclvm`
+is loaded from python/oclvm/viz/ by path, so these tests check the sources whichever `oclvm`
 package is importable (a built one may predate the module, and the source tree has no _C); only
 the test of `python -m oclvm.viz` itself needs an importable package that has it, and skips
 otherwise.
@@ -21,9 +21,11 @@ import xml.etree.ElementTree as ET
 import pytest
 
 _REPO = pathlib.Path(__file__).resolve().parents[2]
-_VIZ_PATH = _REPO / "python" / "oclvm" / "viz.py"
-_SPEC = importlib.util.spec_from_file_location("oclvm_viz_under_test", _VIZ_PATH)
+_VIZ_DIR = _REPO / "python" / "oclvm" / "viz"
+_SPEC = importlib.util.spec_from_file_location("oclvm_viz_under_test", _VIZ_DIR / "__init__.py",
+                                               submodule_search_locations=[str(_VIZ_DIR)])
 viz = importlib.util.module_from_spec(_SPEC)
+sys.modules[_SPEC.name] = viz  # its modules import each other through the package
 _SPEC.loader.exec_module(viz)
 
 _NS = "{http://www.w3.org/2000/svg}"
@@ -431,9 +433,9 @@ def test_snapshot_svg_stacks_both_views_in_one_document():
 
 
 def _run(*args, cwd=None):
-    """The command, run as `python viz.py`: what `python -m oclvm.viz` runs once the package is
-    imported."""
-    return subprocess.run([sys.executable, str(_VIZ_PATH), *map(str, args)], capture_output=True,
+    """The command, run as `python python/oclvm/viz`: what `python -m oclvm.viz` runs once the
+    package is imported."""
+    return subprocess.run([sys.executable, str(_VIZ_DIR), *map(str, args)], capture_output=True,
                           text=True, cwd=cwd, timeout=120)
 
 
@@ -466,7 +468,7 @@ def test_the_command_gives_the_same_bytes_in_every_process(tmp_path):
     outputs = []
     for seed in ("1", "2"):
         env = dict(os.environ, PYTHONHASHSEED=seed)
-        outputs.append(subprocess.run([sys.executable, str(_VIZ_PATH), str(path), "-o", "-"],
+        outputs.append(subprocess.run([sys.executable, str(_VIZ_DIR), str(path), "-o", "-"],
                                       capture_output=True, env=env, timeout=120).stdout)
     assert outputs[0] == outputs[1] == viz.snapshot_svg(snapshot).encode()
 
@@ -542,7 +544,7 @@ def test_python_dash_m_oclvm_viz(tmp_path):
     module and its native _C (importing the package loads it)."""
     spec = importlib.util.find_spec("oclvm")
     package = pathlib.Path(spec.origin).parent if spec and spec.origin else None
-    if package is None or not (package / "viz.py").exists():
+    if package is None or not (package / "viz" / "__init__.py").exists():
         pytest.skip(f"the importable oclvm package ({package}) has no viz module: built before it")
     if not any(package.glob("_C*")):
         pytest.skip(f"the importable oclvm package ({package}) has no built _C")
