@@ -16,9 +16,9 @@ native_functions.yaml (the copy torch's wheel ships as torchgen/packaged/ATen/na
   does fill_.Tensor, whose kernel checks its value first.
 
 The device's boxed fallback runs CPU kernels, which check nothing of the sort, so it repeats the
-check the CUDA kernel would have made (Note [Device checks as on CUDA] in fallback.cc). This script
-reads the yaml as text (the comments matter and pyyaml drops them) and writes two sorted lists of
-"name.overload" strings ("name" alone for the default overload): kExactSameDevice and
+check the CUDA kernel would have made (Note [Device checks as on CUDA] in operator_facts.h). This
+script reads the yaml as text (the comments matter and pyyaml drops them) and writes two sorted
+lists of "name.overload" strings ("name" alone for the default overload): kExactSameDevice and
 kTensorIteratorDevice. Standard library only.
 """
 import re

@@ -7,10 +7,12 @@
 //     the host generator of the device's default generator, an opencl generator becomes its host
 //     generator (Note [Random operators on the device] in fallback.cc);
 //   - writes back the arguments that a CPU kernel mutates although the operator's schema does
-//     not mark them (BatchNorm's running statistics: Note [Mutations the schema does not mark]);
+//     not mark them (BatchNorm's running statistics: Note [Mutations the schema does not mark] in
+//     operator_facts.cc);
 //   - hands CPU kernels their read-only inputs laid out as on the device (strides, conjugate and
 //     negative bits), as the CPU run would (Note [Inputs of CPU kernels laid out as on the CPU]).
-// What it learns from an operator's schema is computed once per operator and thread.
+// What it learns from an operator's schema is computed once per operator and thread
+// (operator_facts.h).
 //
 // Thread-safety: as ATen's operators (the per-operator facts are cached per thread).
 #pragma once

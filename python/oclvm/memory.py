@@ -8,8 +8,9 @@ columns for the current value, the peak, and the running totals of what was allo
 Promises: the function only reads `stats`; a key that is missing reads as 0, so a report can be
 made from an empty dictionary (an allocator that was never used). Pure function, thread-safe.
 
-The memory API of ``torch.opencl`` (memory_stats, memory_allocated, ..., memory_summary) is here
-too, as ``torch.cuda``'s is in ``torch.cuda.memory``: the same functions under both names.
+The memory API of ``torch.opencl`` (memory_stats, memory_allocated, ..., memory_summary,
+caching_allocator_alloc) is defined here, as ``torch.cuda``'s is in ``torch.cuda.memory``, and the
+package exports it: the same functions under both names.
 
 ``record_trace(path, device=None)`` (a context manager, ``torch.opencl.memory.record_trace``)
 writes every block the device's allocator hands out and gets back while it is open as an
@@ -26,10 +27,17 @@ their Python ``frames``), ``_dump_snapshot(filename)`` pickles it, so that PyTor
 ``snapshot_svg()`` draws a snapshot (by default one taken now) as oclvm.viz does.
 """
 import contextlib
+import operator
 import os
 import pickle
 import sys
+import warnings
 
+import torch
+
+from . import BACKEND, _C
+from ._device import _checked_index, _index
+from .streams import StreamContext, current_stream
 # One definition for the memory summary and the pictures; viz needs only the standard library.
 from .viz import format_bytes
 
@@ -110,7 +118,6 @@ def record_trace(path, device=None):
 
     Raises RuntimeError when the file cannot be written or another recording is running;
     leaving the block raises RuntimeError when a write failed (the file is then incomplete)."""
-    from . import _C, _index  # the package's device resolution, as every torch.opencl call
     _C._record_trace_start(os.fspath(path), _index(device))
     try:
         yield
@@ -150,7 +157,6 @@ def _record_memory_history(enabled="all", context="all", stacks="all", max_entri
     Recording off costs one branch per allocation; on, a Python stack per allocation and free
     (``bench/torch_bench.py --history`` measures it). Raises ValueError for a value outside
     these, changing nothing."""
-    from . import _C
     if isinstance(enabled, bool):
         enabled = "all" if enabled else None
     mode = _choice("enabled", enabled, _HISTORY_MODES)
@@ -169,7 +175,6 @@ def _record_memory_history(enabled="all", context="all", stacks="all", max_entri
                              f"{action!r}")
         skip |= 1 << _ACTIONS.index(action)
     if device is not None:
-        from . import _index
         index = _index(device)
         if not 0 <= index < _C.device_count():
             raise IndexError(f"Expected an opencl device index in [0, {_C.device_count()}), "
@@ -183,14 +188,12 @@ def _snapshot(device=None, augment_with_fx_traces=False):
     by ``torch.cuda.memory._snapshot``): ``{"segments": [...], "device_traces": [[...], ...],
     "allocator_settings": {}}``; see the module's docstring. Taking it records a ``snapshot``
     event."""
-    from . import _C
     return pickle.loads(_C._memory_snapshot(True))
 
 
 def _dump_snapshot(filename="dump_snapshot.pickle", augment_with_fx_traces=False):
     """Writes ``_snapshot()`` to `filename` as a pickle (what PyTorch's viewer and
     ``python -m oclvm.viz`` read). Raises OSError when the file cannot be written."""
-    from . import _C
     data = _C._memory_snapshot(True)
     with open(os.fspath(filename), "wb") as f:
         f.write(data)
@@ -198,7 +201,6 @@ def _dump_snapshot(filename="dump_snapshot.pickle", augment_with_fx_traces=False
 
 def memory_snapshot(mempool_id=None, include_traces=True):
     """The segments of every opencl device and their blocks (``_snapshot()["segments"]``)."""
-    from . import _C
     return pickle.loads(_C._memory_snapshot(bool(include_traces)))["segments"]
 
 
@@ -211,7 +213,7 @@ def snapshot_svg(snapshot=None, device=None, view="both", max_entries=None) -> s
     ``view="timeline"`` the allocation timeline, ``"segments"`` the segment map, ``"both"``
     (default) one above the other. Raises ValueError for another view, or a device without a
     recorded trace in a timeline view (start ``_record_memory_history()`` first)."""
-    from . import _index, viz
+    from . import viz
     if view not in _VIEWS:
         raise ValueError(f"Expected view to be one of {', '.join(_VIEWS)}, but got {view!r}")
     snapshot = _snapshot() if snapshot is None else snapshot
@@ -223,13 +225,194 @@ def snapshot_svg(snapshot=None, device=None, view="both", max_entries=None) -> s
     return viz.snapshot_svg(snapshot, index, max_entries)
 
 
-# The memory API, defined in the package (it needs the native module), under this name too.
-from . import (  # noqa: E402,F401
-    caching_allocator_alloc, caching_allocator_delete, device_memory_used, empty_cache,
-    get_per_process_memory_fraction, host_memory_stats, host_memory_stats_as_nested_dict,
-    list_gpu_processes, max_memory_allocated, max_memory_cached, max_memory_reserved,
-    mem_get_info, memory_allocated, memory_cached, memory_reserved, memory_stats,
-    memory_stats_as_nested_dict, memory_summary, reset_accumulated_memory_stats,
-    reset_max_memory_allocated, reset_max_memory_cached, reset_peak_memory_stats,
-    set_per_process_memory_fraction,
-)
+# ---------------------------------------------------------------------------------------------
+# The memory API of torch.opencl
+
+def memory_stats(device=None) -> dict:
+    """Same keys as torch.cuda.memory_stats (``allocated_bytes.all.current``, ...)."""
+    return torch.accelerator.memory_stats(_index(device))
+
+
+def memory_allocated(device=None) -> int:
+    return torch.accelerator.memory_allocated(_index(device))
+
+
+def max_memory_allocated(device=None) -> int:
+    return torch.accelerator.max_memory_allocated(_index(device))
+
+
+def memory_reserved(device=None) -> int:
+    return torch.accelerator.memory_reserved(_index(device))
+
+
+def max_memory_reserved(device=None) -> int:
+    return torch.accelerator.max_memory_reserved(_index(device))
+
+
+def reset_peak_memory_stats(device=None) -> None:
+    torch.accelerator.reset_peak_memory_stats(_index(device))
+
+
+def reset_accumulated_memory_stats(device=None) -> None:
+    torch.accelerator.reset_accumulated_memory_stats(_index(device))
+
+
+def empty_cache() -> None:
+    """Gives every wholly free cached segment of every opencl device back to the driver."""
+    torch.accelerator.empty_cache()
+
+
+def mem_get_info(device=None) -> tuple:
+    """(free, total) bytes: total is OCLVM_MEMORY_LIMIT or the device's global memory, free is
+    total minus what oclvm's allocator has reserved."""
+    return torch.accelerator.get_memory_info(_index(device))
+
+
+def memory_summary(device=None, abbreviated: bool = False) -> str:
+    """A readable table of memory_stats(device) (see oclvm.memory): per statistic the current
+    value, peak, total allocated and total freed, with large/small-pool sub-rows unless
+    `abbreviated`."""
+    index = _index(device)
+    return format_summary(memory_stats(index), index, abbreviated)
+
+
+def set_per_process_memory_fraction(fraction: float, device=None) -> None:
+    """Limits what the device's allocator may reserve to `fraction` (0 to 1) of the device's
+    global memory, like torch.cuda's: a request that would need more raises
+    torch.OutOfMemoryError. Lowering the limit under what is reserved gives the cached free
+    segments back; live tensors are never taken back. 1 removes the limit (OCLVM_MEMORY_LIMIT
+    sets the limit a process starts with)."""
+    index = _index(device)
+    if isinstance(fraction, bool) or not isinstance(fraction, (int, float)):
+        raise TypeError(f"Expected a float fraction, but got {type(fraction).__name__}")
+    if not 0 <= fraction <= 1:
+        raise ValueError(f"Expected a fraction in [0, 1], but got {fraction}")
+    if fraction == 1:
+        _C.set_memory_limit(index, 0)
+        return
+    # At least one byte: a limit of 0 means "none" to oclvm, a fraction of 0 means "nothing".
+    _C.set_memory_limit(index, max(1, int(fraction * _C.global_memory(index))))
+
+
+def host_memory_stats() -> dict:
+    """Statistics of the pinned-memory (host) allocator behind pin_memory(), with
+    torch.cuda.host_memory_stats's keys: active_requests / active_bytes / allocations /
+    allocated_bytes (.current .peak .allocated .freed), num_host_alloc, num_host_free. It has no
+    cache, so active and allocated agree."""
+    return _C.host_memory_stats()
+
+
+def get_per_process_memory_fraction(device=None) -> float:
+    """The device's memory limit as a fraction of its global memory (1.0 without a limit)."""
+    index = _index(device)
+    limit = _C.memory_limit(index)
+    return 1.0 if limit == 0 else min(1.0, limit / _C.global_memory(index))
+
+
+def _nested(flat: dict) -> dict:
+    """A flat statistics dictionary ("allocated_bytes.all.current": n) as nested dictionaries
+    ({"allocated_bytes": {"all": {"current": n}}}), the form torch.cuda's *_as_nested_dict give."""
+    nested = {}
+    for key, value in flat.items():
+        *parents, leaf = key.split(".")
+        level = nested
+        for parent in parents:
+            level = level.setdefault(parent, {})
+        level[leaf] = value
+    return nested
+
+
+def memory_stats_as_nested_dict(device=None) -> dict:
+    """memory_stats(device) as nested dictionaries (``["allocated_bytes"]["all"]["current"]``)."""
+    return _nested(memory_stats(device))
+
+
+def host_memory_stats_as_nested_dict() -> dict:
+    """host_memory_stats() as nested dictionaries (``["allocated_bytes"]["current"]``)."""
+    return _nested(host_memory_stats())
+
+
+def device_memory_used(device=None) -> int:
+    """Bytes of the device in use: total - free of mem_get_info, i.e. what this process's oclvm
+    allocator has reserved. torch.cuda's counts every process on the GPU (NVML); OpenCL cannot see
+    other processes, so here the device is used as oclvm accounts for it, the account mem_get_info
+    gives too (used + free == total)."""
+    free, total = mem_get_info(device)
+    return total - free
+
+
+def memory_cached(device=None) -> int:
+    """Deprecated; memory_reserved(device), as torch.cuda's."""
+    return memory_reserved(device)
+
+
+def max_memory_cached(device=None) -> int:
+    """Deprecated; max_memory_reserved(device), as torch.cuda's (with its FutureWarning)."""
+    warnings.warn("torch.opencl.max_memory_cached has been renamed to "
+                  "torch.opencl.max_memory_reserved", FutureWarning, stacklevel=2)
+    return max_memory_reserved(device)
+
+
+def reset_max_memory_allocated(device=None) -> None:
+    """Deprecated; reset_peak_memory_stats(device), which resets every peak, as torch.cuda's."""
+    warnings.warn("torch.opencl.reset_max_memory_allocated now calls "
+                  "torch.opencl.reset_peak_memory_stats, which resets /all/ peak memory stats.",
+                  FutureWarning, stacklevel=2)
+    reset_peak_memory_stats(device)
+
+
+def reset_max_memory_cached(device=None) -> None:
+    """Deprecated; reset_peak_memory_stats(device), which resets every peak, as torch.cuda's."""
+    warnings.warn("torch.opencl.reset_max_memory_cached now calls "
+                  "torch.opencl.reset_peak_memory_stats, which resets /all/ peak memory stats.",
+                  FutureWarning, stacklevel=2)
+    reset_peak_memory_stats(device)
+
+
+# The blocks caching_allocator_alloc handed out, by address, each held by a uint8 tensor until
+# caching_allocator_delete drops it. Thread-safe: each use is one dict operation under the GIL.
+_RAW_BLOCKS = {}
+
+
+def caching_allocator_alloc(size, device=None, stream=None) -> int:
+    """Allocates `size` bytes from the device's oclvm allocator (as torch.cuda's does from CUDA's
+    caching allocator) on `stream` (None: the device's current stream) and returns the block's
+    address, the one its tensors' data_ptr() give (a device address, not a host pointer). Give it
+    back with caching_allocator_delete; until then it counts in memory_allocated. `device` None:
+    the stream's device, or the current device. A size of 0 gives address 0."""
+    if stream is not None and not isinstance(stream, torch.Stream):
+        raise TypeError(f"Expected a torch.opencl.Stream or None, but got "
+                        f"{type(stream).__name__}: opencl streams have no raw handle")
+    if device is None and stream is not None:
+        device = stream.device
+    index = _checked_index(device)
+    if stream is None:
+        stream = current_stream(index)
+    elif stream.device != torch.device(BACKEND, index):
+        raise ValueError(f"Expected a stream of {BACKEND}:{index} (the allocation's device), "
+                         f"but got one of {stream.device}")
+    size = operator.index(size)
+    if size < 0:
+        raise ValueError(f"Expected a size >= 0 in bytes, but got {size}")
+    if size == 0:
+        return 0
+    with StreamContext(stream):
+        block = torch.empty(size, dtype=torch.uint8, device=torch.device(BACKEND, index))
+    address = block.data_ptr()
+    _RAW_BLOCKS[address] = block
+    return address
+
+
+def caching_allocator_delete(mem_ptr: int) -> None:
+    """Gives back the block at `mem_ptr` that caching_allocator_alloc returned (0: nothing to do).
+    The release is stream-ordered, as every tensor's: after the work queued on its stream."""
+    mem_ptr = operator.index(mem_ptr)
+    if mem_ptr == 0:
+        return
+    if _RAW_BLOCKS.pop(mem_ptr, None) is None:
+        raise ValueError(f"Expected an address that caching_allocator_alloc returned and that was "
+                         f"not deleted yet, but got {mem_ptr:#x}")
+
+
+# torch.cuda.memory has it too; defined with the device's other queries in the package.
+from . import list_gpu_processes  # noqa: E402,F401

@@ -1,5 +1,5 @@
 """What CUDA does that the device must do too, found by running other projects' code on both:
-dtypes the CPU kernels lack (Note [Dtypes the CPU kernels lack] in adapters/torch/fallback.cc),
+dtypes the CPU kernels lack (Note [Dtypes the CPU kernels lack] in adapters/torch/operator_facts.h),
 the device checks of CUDA's kernels (Note [Device checks as on CUDA]), and uninitialised memory
 under deterministic algorithms (Note [Uninitialized memory under deterministic algorithms] in
 adapters/torch/ops.cc)."""

@@ -8,7 +8,7 @@ events (ids, device, query before and after recording, synchronize, elapsed_time
 timing, reuse, several streams waiting on one event, events on two devices), and that
 torch.opencl.Stream instances are torch.Stream instances every torch API takes, and that
 torch.opencl.Event instances can be timed against each other (Note [Event instances are
-torch.Event] in python/oclvm/__init__.py: torch 2.13 refuses Python subclasses of torch.Event as
+torch.Event] in python/oclvm/streams.py: torch 2.13 refuses Python subclasses of torch.Event as
 the argument of elapsed_time and of Stream.record_event).
 """
 import pytest
