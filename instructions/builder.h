@@ -1,21 +1,12 @@
 // instructions/builder.h — InstructionsBuilder: builds lists of the closed instruction set.
 //
-// The instruction set (instructions/instructions.h):
-//   AllocateBlob        allocate a blob's storage from its device's allocator (on its stream)
-//   ReleaseTensor       free a blob's storage, on its producer stream, after a soft sync from
-//                       every other stream that used it; the producer queue is finished first
-//   CopyBlob            host->device, device->host, device->device on one device, and across
-//                       devices through host staging; with offsets; bounds-checked on both sides
-//   FillBlob            fill a byte range with a repeated 1/2/4/8-byte pattern
-//   SoftSyncStream      record a marker on one stream, make another stream wait for it
-//   Barrier             run a host callback after everything before it on its stream
-//   AccessBlobByCallback map a blob range for host read or write and call back with the pointer
-//   MapBlob / UnmapBlob  map a blob range for the caller's own thread until it unmaps
-//   EmptyCache / ResetStats / QueryStats / SetMemoryLimit   allocator control, run by the
-//                       device's worker
-//   RecordEvent / WaitEvent   set a StreamEvent to a point of a stream; make a stream wait for it
-//   RecordBlobUse       mark a blob as used by a stream (its release then waits for that stream)
-//   LaunchKernel        run an OpenCL C kernel with blob, scalar and local-memory arguments
+// One method per instruction of the closed set, which instructions/instructions.h lists and
+// describes: allocate_blob (AllocateBlob), release (ReleaseTensor), copy_host_to_device /
+// copy_device_to_host / copy (CopyBlob), fill (FillBlob), soft_sync (SoftSyncStream), barrier
+// (Barrier), access (AccessBlobByCallback), map / unmap (MapBlob / UnmapBlob), empty_cache,
+// reset_stats, query_stats, set_memory_limit, configure_memory_history, take_memory_snapshot,
+// record_event, wait_event, record_blob_use (the instruction of the same name), launch
+// (LaunchKernel) and native (NativeCall).
 //
 // The builder checks what it can when building (unknown device, zero size where not allowed,
 // offsets and sizes against blob sizes, pattern sizes) and throws InvalidArgument before anything

@@ -13,8 +13,11 @@
 //   SoftSyncStream        makes one stream's queue wait, on the device, for another's commands.
 //   Barrier               finishes its stream's queue, then calls a host callback.
 //   AccessBlobByCallback  maps a byte range for host read or write around a callback.
+//   MapBlob / UnmapBlob   map a byte range for the caller's own thread, until it unmaps.
 //   EmptyCache / ResetStats / QueryStats / SetMemoryLimit   allocator control, on the device's
 //                         worker.
+//   ConfigureMemoryHistory / TakeMemorySnapshot   start or stop the allocator's memory history;
+//                         copy its segments, blocks and history out.
 //   RecordEvent / WaitEvent   record a point of a stream into a StreamEvent; make a stream wait
 //                         for it (torch's events).
 //   RecordBlobUse         marks a blob as used by a stream, so that its next write (its release

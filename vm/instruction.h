@@ -34,7 +34,7 @@
 namespace oclvm::vm {
 
 class VirtualMachine;
-struct Batch;
+class Batch;
 
 enum class Access : uint8_t { kRead, kWrite };
 

@@ -75,15 +75,28 @@ struct VmOptions {
 // Note [Batch lifetime]: the Batch lives as long as its Ticket. The thread that settles the last
 // instruction sets `done` and notifies under `mutex`, and Ticket::wait returns only after seeing
 // `done` under `mutex`, so the settling thread has let go of the batch before the ticket can free
-// it. (A lock-free "remaining == 0" exit let a ticket free the batch while the settler was still
-// about to notify: a use-after-free seen as a pthread assertion in the producer benchmark.)
+// it. (A lock-free "remaining == 0" exit would let a ticket free the batch while the settler is
+// still about to notify it.)
 //
 // The VM co-owns every batch of submit() and submit_detached() it has instructions of (`self`,
 // dropped by the last settler), so a Ticket that is dropped before wait() — or a detached
 // submission with no ticket at all — never leaves workers writing into freed memory. run() keeps
 // its batch on its own stack instead: it returns only after seeing `done` under `mutex`, the same
 // rule a ticket's wait follows, so no heap batch and no co-ownership are needed.
-struct Batch {
+//
+// Its state is private to the VM, its workers and Ticket: every field is the submission
+// protocol's, and the lock annotations say which need `mutex`.
+class Batch {
+ public:
+  Batch() = default;
+  Batch(const Batch&) = delete;
+  Batch& operator=(const Batch&) = delete;
+
+ private:
+  friend class VirtualMachine;
+  friend class DeviceWorker;
+  friend class Ticket;
+
   std::atomic<size_t> remaining{0};     // instructions not yet dispatched
   Mutex mutex;
   // Made by the first waiter: a batch dispatched by its own caller (most synchronous lists) is
