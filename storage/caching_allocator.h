@@ -253,8 +253,8 @@ class CachingAllocator final : public BackendAllocator {
   // --- fast path ---------------------------------------------------------------------------------
   // The size a request of `bytes` (<= max_request_) is served with: a multiple of the quantum,
   // then with roundup_power2_divisions stepped up (step_up). Inline, one comparison past the
-  // quantum rounding: every allocate takes it, and an out-of-line call cost the hit path 10 of its
-  // ~770 instructions (callgrind, allocator_bench).
+  // quantum rounding: every allocate takes it (design/performance.md, "Measured choices in the
+  // code").
   size_t rounded(size_t bytes) const {
     // max_request_ is a multiple of the quantum, so this cannot overflow.
     const size_t size = (bytes + quantum_ - 1) & ~(quantum_ - 1);

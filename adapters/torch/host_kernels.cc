@@ -287,11 +287,10 @@ void add_in_place(torch::Library& m) {
 // Note [Foreach operators without boxing]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // The optimizers' _foreach_ operators reach the boxed fallback whole (Note [Foreach operators in
-// one host section] in registration.cc), and there the boxing cost more than the work: counted by
-// callgrind on the demo's MLP SGD step, a _foreach_add_ over 4 parameters took 51,000
-// instructions, of which the CPU's own loop over the list was 32,000. The dispatcher copied each
-// list into an IValue list (a reference count, and so a Python incref, per tensor), the fallback
-// rebuilt the lists with host aliases, and the CPU kernel's boxed wrapper unpacked them again.
+// one host section] in registration.cc), and there the boxing costs more than the work
+// (design/performance.md, "Measured choices in the code"): the dispatcher copies each list into
+// an IValue list (a reference count, and so a Python incref, per tensor), the fallback rebuilds
+// the lists with host aliases, and the CPU kernel's boxed wrapper unpacks them again.
 // The operators the standard optimizers call (SGD, Adam, AdamW: their foreach paths) have
 // unboxed kernels instead, from one template (HostListKernel): every device tensor of every
 // argument is borrowed, the lists are aliased on the host in one host_aliases call (tensors of

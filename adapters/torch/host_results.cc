@@ -17,7 +17,7 @@ namespace oclvm::torch_adapter {
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // A functional operator's CPU kernel allocates its results itself, through the CPU allocator.
 // On the host-section path (Note [Operators in a host section] in fallback.cc) those results
-// used to land in host memory and be copied into new device blocks: a second allocation, a copy
+// would land in host memory and be copied into new device blocks: a second allocation, a copy
 // and a second section per result. Instead, oclvm's CPU allocator stands in front of the one
 // torch had. On every thread, at every other time, it forwards to that allocator. While a
 // ResultsOnDevice scope lives on a thread — only around a CPU kernel that the fallback, or an
@@ -175,9 +175,9 @@ bool adoptable_in_place(const at::Tensor& result) {
 // Note [Adopting a result in place]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // A result the CPU kernel made is, nearly always, a TensorImpl and a StorageImpl that nothing
-// else holds. Making a second pair for the device tensor (and dropping the first) cost, counted
-// by callgrind on the demo's MLP training step (16 results), about 15,000 of the step's
-// 1,269,000 instructions (a few thousand of them run-to-run noise). So such a result becomes
+// else holds. Making a second pair for the device tensor (and dropping the first) would cost
+// every result an allocation and a free of each (design/performance.md, "Measured choices in the
+// code"). So such a result becomes
 // the device tensor itself: its storage takes the block's device DataPtr and the
 // device allocator (so a later resize_ allocates on the device), the tensor takes that storage's
 // device and swaps its backend keys from CPU to PrivateUse1 (TensorImpl's

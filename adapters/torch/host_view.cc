@@ -236,9 +236,8 @@ namespace {
 // Note [Host aliases kept with their block]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // Every operator on the host path hands its CPU kernel a CPU tensor per device tensor, and making
-// one (a TensorImpl, its sizes and strides, its contiguity flags; a StorageImpl per storage) cost
-// about 1,500 instructions: counted by callgrind on the main thread, 55,000 of the 1,209,000 of
-// the demo's MLP training step, where the CPU runs 1,003,000 in all. Most operands are operands
+// one (a TensorImpl, its sizes and strides, its contiguity flags; a StorageImpl per storage) is
+// work repeated for operands seen before. Most operands are operands
 // again in the next operator or the next step (parameters, optimizer state, the activations the
 // backward pass reads, each seen as itself and as its transpose). So each block keeps its CPU
 // storage and the last kTensors CPU tensors made over it (CLDeviceAllocator::Block::kept_aliases),
@@ -250,8 +249,7 @@ namespace {
 // holder. All this runs in a host section, which excludes every other thread from the device's
 // blocks, so the blocks need no lock; a kept tensor's reference count is atomic, so a holder on
 // another thread may drop it at any time. A block keeps at most kTensors + 1 small host objects,
-// freed with it. Counted the same way, the step came down to 1,175,000 instructions (host_aliases:
-// 37,500 of them); timed, about 0.5 % (alternating processes, old build against new).
+// freed with it. What it saves is in design/performance.md, "Measured choices in the code".
 using Block = CLDeviceAllocator::Block;
 
 // A plain CPU tensor over `storage` laid out as `device`, which reads that storage's bytes.
