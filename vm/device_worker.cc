@@ -214,7 +214,7 @@ void DeviceWorker::dispatch(Instruction* instruction, bool settle) noexcept {
   // Timing costs two clock reads (~40 ns): only when someone traces.
   const bool timed = vm_.tracing();
   const auto start = timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
-  std::exception_ptr error = std::move(instruction->pre_error_);
+  std::exception_ptr error = std::move(instruction->submission_error_);
   Stream& stream = instruction->stream();
   dispatched_through_ = std::max(dispatched_through_, instruction->sequence_);
   if (!error) try {

@@ -24,7 +24,7 @@ std::optional<HostSection> HostSection::enter(VirtualMachine& vm, Device device)
   return HostSection(&vm, &worker);
 }
 
-void HostSection::run(InstructionList&& list) { vm_->run_held(*worker_, std::move(list)); }
+void HostSection::run(InstructionList&& list) { vm_->run_in_section(*worker_, std::move(list)); }
 
 HostSection::~HostSection() {
   if (worker_ == nullptr) return;  // moved from

@@ -139,8 +139,9 @@ class Instruction {
   std::vector<StreamWait> waits_;  // cross-stream / cross-device dependencies
   Batch* batch_ = nullptr;         // the submission it belongs to
   bool finish_stream_ = false;     // last of its batch on its stream, which a member needs_finish
-  std::exception_ptr pre_error_;   // submission failed for it (bad_alloc in analysis): dispatch
-                                   // reports this instead of waiting and executing
+  // Its submission failed (bad_alloc in the analysis): dispatch reports this instead of waiting
+  // and executing.
+  std::exception_ptr submission_error_;
 };
 
 using IntrusiveInstructionList = boost::intrusive::list<

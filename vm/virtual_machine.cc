@@ -324,8 +324,8 @@ void VirtualMachine::run(InstructionList&& list) {
   batch.remaining.store(count, std::memory_order_relaxed);
   Placement placed = vm_options_.caller_runs
                          ? enqueue_batch(batch, items, /*caller_runs=*/true, /*admitted=*/false)
-                         : Placement::kNotPlaced;
-  if (placed == Placement::kNotPlaced) {
+                         : Placement::kUntouched;
+  if (placed == Placement::kUntouched) {
     admit(count);
     placed = enqueue_batch(batch, items, vm_options_.caller_runs, /*admitted=*/true);
   }
@@ -378,7 +378,7 @@ VirtualMachine::Placement VirtualMachine::enqueue_batch(Batch& batch,
   {
     MutexLock lock(submit_mutex_);
     if (shut_down_.load()) {
-      if (!admitted) return Placement::kNotPlaced;  // the paths below count it as admitted
+      if (!admitted) return Placement::kUntouched;  // the paths below count it as admitted
       lock.unlock();
       for (Instruction& instruction : items) instruction.batch_ = &batch;
       if (batch.detached) {
@@ -399,7 +399,7 @@ VirtualMachine::Placement VirtualMachine::enqueue_batch(Batch& batch,
     }
     // Checked before anything changes, so a refused list leaves no trace.
     if (const Instruction* refused = first_with_foreign_blob(items)) {
-      if (!admitted) return Placement::kNotPlaced;
+      if (!admitted) return Placement::kUntouched;
       const InvalidArgument error = foreign_blob_error(*refused);
       lock.unlock();
       in_flight_.fetch_sub(count);
@@ -419,7 +419,7 @@ VirtualMachine::Placement VirtualMachine::enqueue_batch(Batch& batch,
     if (!admitted) {
       // Note [Lists dispatched at once are not admitted]: go on only with the right in hand.
       DeviceWorker* only = only_worker(items);
-      if (only == nullptr || !only->try_acquire_idle()) return Placement::kNotPlaced;
+      if (only == nullptr || !only->try_acquire_idle()) return Placement::kUntouched;
       inline_worker = only;
     }
     DeviceWorker* single = nullptr;
@@ -436,7 +436,7 @@ VirtualMachine::Placement VirtualMachine::enqueue_batch(Batch& batch,
       } catch (...) {
         // Out of memory in the analysis: the instruction still takes its place (records may
         // already name its sequence) but reports the error instead of running.
-        instruction.pre_error_ = std::current_exception();
+        instruction.submission_error_ = std::current_exception();
       }
       if (!extra.empty()) {
         several = true;
@@ -506,7 +506,7 @@ VirtualMachine::Placement VirtualMachine::enqueue_batch(Batch& batch,
 // still pending on this device (it would have to run before that instruction, which runs after the
 // section), and one with a record on another device (its wait could be for a worker that waits
 // for this section). Lists of new blobs — allocations in a section — have neither.
-void VirtualMachine::run_held(DeviceWorker& held, InstructionList&& list) {
+void VirtualMachine::run_in_section(DeviceWorker& held, InstructionList&& list) {
   held.assert_execution_right();  // the host section's
   IntrusiveInstructionList& items = list.items();
   if (items.empty()) return;
@@ -550,7 +550,7 @@ void VirtualMachine::run_held(DeviceWorker& held, InstructionList&& list) {
       try {
         dependences_.analyze(instruction, extra);
       } catch (...) {
-        instruction.pre_error_ = std::current_exception();  // out of memory in the analysis
+        instruction.submission_error_ = std::current_exception();  // out of memory in the analysis
       }
       OCLVM_DCHECK(extra.empty());  // no record on another device
       ordered.push_back(instruction);

@@ -245,18 +245,18 @@ class VirtualMachine {
   void mark_stream_ends(IntrusiveInstructionList& ordered) const noexcept;
   // HostSection::run: dispatches `list` on this thread, which holds `held`'s execution right
   // (Note [Lists run in a host section]).
-  void run_held(DeviceWorker& held, InstructionList&& list);
+  void run_in_section(DeviceWorker& held, InstructionList&& list);
   // What enqueue_batch did with a list.
   enum class Placement {
     kRanHere,    // every instruction was dispatched on this thread (Note [Caller runs])
     kQueued,     // handed to the workers (or run after shutdown): wait for the batch
-    kNotPlaced,  // nothing changed (only when not admitted): admit, then enqueue again
+    kUntouched,  // nothing changed (only when not admitted): admit, then enqueue again
   };
   // Sequences, analysis and hand-off of a batch. The batch is a live one of new_batch, or run()'s
   // own on its stack (no `self`). `admitted`: its count already passed backpressure; false only
   // for run()'s batch (Note [Lists dispatched at once are not admitted]), which then goes on only
   // when this thread can take its device's execution right, and is otherwise left untouched
-  // (kNotPlaced). After kRanHere, run()'s batch is left as it was, with remaining == 0 and the
+  // (kUntouched). After kRanHere, run()'s batch is left as it was, with remaining == 0 and the
   // error in first_error, and is never marked done.
   Placement enqueue_batch(Batch& batch, IntrusiveInstructionList& items, bool caller_runs,
                           bool admitted);
