@@ -92,7 +92,6 @@ class BuddyAllocator final : public BackendAllocator {
   // not live here.
   size_t allocated_size(const Allocation& allocation) const override;
 
-
   // Gives every wholly free arena back to the driver.
   void empty_cache() override;
 

@@ -147,7 +147,6 @@ class CachingAllocator final : public BackendAllocator {
   // handle is not live in this allocator.
   size_t allocated_size(const Allocation& allocation) const override;
 
-
   // Gives every wholly free segment of both pools back to the driver. Never throws.
   void empty_cache() override;
   void set_memory_limit(uint64_t bytes) override;

@@ -68,7 +68,6 @@ class SystemAllocator final : public BackendAllocator {
   // handle that is not live here.
   size_t allocated_size(const Allocation& allocation) const override;
 
-
   // No cache to give back: only later allocations see the new limit.
   void set_memory_limit(uint64_t bytes) override { memory_limit_ = bytes; }
   void check_invariants() const override;
