@@ -228,6 +228,7 @@ def snapshot_svg(snapshot=None, device=None, view="both", max_entries=None) -> s
 # ---------------------------------------------------------------------------------------------
 # The memory API of torch.opencl
 
+
 def memory_stats(device=None) -> dict:
     """Same keys as torch.cuda.memory_stats (``allocated_bytes.all.current``, ...)."""
     return torch.accelerator.memory_stats(_index(device))

@@ -8,6 +8,7 @@ import torch
 from . import BACKEND, _C
 from ._device import _index
 
+
 class Stream(torch.Stream):
     """A stream of an opencl device: a VM stream with its own in-order OpenCL queue. Like
     torch.cuda.Stream: ``Stream(device=None, priority=0)`` makes a new stream of the device
