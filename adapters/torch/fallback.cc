@@ -222,6 +222,37 @@ void results_to_device(const std::vector<std::pair<at::Tensor, at::Tensor>>& wri
   }
 }
 
+// Note [Out arguments keep the CPU kernel's layout]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A CPU kernel that resizes an out= argument may also choose its strides: linalg_lstsq.out makes
+// its solution the first rows of the column-major buffer LAPACK solved in (strides (1, m) for an
+// n x k solution, n < m), as CUDA's kernel does. Resized contiguous on the device, the argument
+// would change the route later kernels take (a matrix product reads an operand transposed or
+// not), and the device's results would differ from the CPU's in the last bits wherever the BLAS
+// rounds the two layouts differently (MKL on Intel CPUs: OpInfo's linalg.lstsq complex64
+// gradients). So an argument the kernel left non-contiguous takes the kernel's sizes and strides
+// on the device: its storage (the same StorageImpl, so views of it stay views) grows to what the
+// strides span, then the values are copied in. A contiguous one is resized and copied as ATen
+// does (_copy_from_and_resize).
+void copy_back_resized(const at::Tensor& host, const at::Tensor& target) {
+  if (host.is_contiguous() || host.numel() == 0 || host.is_conj() || host.is_neg()) {
+    at::_copy_from_and_resize(host, target);
+    return;
+  }
+  int64_t span = 1;  // elements from the first to the last the strides reach, inclusive
+  for (int64_t d = 0; d < host.dim(); ++d) {
+    if (host.stride(d) < 0) {
+      at::_copy_from_and_resize(host, target);
+      return;
+    }
+    span += (host.size(d) - 1) * host.stride(d);
+  }
+  const int64_t offset = target.storage_offset();
+  target.resize_({span});
+  target.as_strided_(host.sizes(), host.strides(), offset);
+  target.copy_(host);
+}
+
 // Replaces each result written in a device block (Note [Results written in device memory]) by
 // the device tensor over that block.
 void adopt_results(const c10::Device& device, size_t return_count, torch::jit::Stack* stack) {
@@ -304,7 +335,7 @@ bool run_in_host_section(c10::DispatchKey cpu_key, OperatorFacts& facts,
   for (size_t k = 0; k < written.size(); ++k) {
     const auto& [target, host] = written[k];
     if (grown[k]) {
-      at::_copy_from_and_resize(host, target);  // the kernel grew an out= argument: host memory
+      copy_back_resized(host, target);  // the kernel grew an out= argument: host memory
     } else if (!host.sizes().equals(target.sizes()) || !host.strides().equals(target.strides()) ||
                host.storage_offset() != target.storage_offset()) {
       // Resized or restrided within its bytes: the values are already where the alias says, so
@@ -408,7 +439,7 @@ bool run_direct(c10::DispatchKey cpu_key, OperatorFacts& facts,
         host.strides().equals(target.strides())) {
       unchanged.push_back(written[k]);
     } else {
-      at::_copy_from_and_resize(host, target);  // the kernel resized an out= argument
+      copy_back_resized(host, target);  // the kernel resized an out= argument
     }
   }
   // One VM list ends every mapping and uploads every written copy.

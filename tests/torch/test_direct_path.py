@@ -60,6 +60,26 @@ def test_out_argument_of_the_wrong_size_is_resized_as_on_the_cpu():
     assert [str(w.message) for w in dev_warnings] == [str(w.message) for w in cpu_warnings]
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.complex64])
+def test_an_out_argument_the_kernel_restrides_keeps_its_strides(dtype):
+    # Note [Out arguments keep the CPU kernel's layout]: linalg_lstsq.out makes its solution a
+    # column-major view with gaps; contiguous on the device, later kernels took another route.
+    torch.manual_seed(7)
+    a, b = torch.randn(5, 3, dtype=dtype), torch.randn(5, 2, dtype=dtype)
+    cpu = torch.linalg.lstsq(a, b).solution
+    dev = torch.linalg.lstsq(a.to(DEVICE), b.to(DEVICE)).solution
+    assert dev.shape == cpu.shape and dev.stride() == cpu.stride() == (1, 5)
+    torch.testing.assert_close(dev.cpu(), cpu)
+    viewed = torch.empty(0, dtype=dtype, device=DEVICE)
+    alias = viewed.view(0)  # a view of the out argument's storage sees the new values
+    torch.linalg.lstsq(a.to(DEVICE), b.to(DEVICE), out=(viewed, torch.empty(0, dtype=dtype,
+                       device=DEVICE), torch.empty(0, dtype=torch.int64, device=DEVICE),
+                       torch.empty(0, dtype=a.real.dtype, device=DEVICE)))
+    assert viewed.stride() == cpu.stride()
+    torch.testing.assert_close(viewed.cpu(), cpu)
+    assert alias.untyped_storage().data_ptr() == viewed.untyped_storage().data_ptr()
+
+
 def test_a_strided_view_written_in_place_keeps_the_elements_between():
     x, xd = _pair(4, 8)
     x[:, ::2].mul_(3)
