@@ -17,7 +17,7 @@ constexpr size_t kMinBlockFloor = 512;  // the contract's alignment (storage/all
 bool is_power_of_two(uint64_t value) { return value != 0 && (value & (value - 1)) == 0; }
 
 uint64_t reserved_bytes(const DeviceStatsTracker& tracker) {
-  return static_cast<uint64_t>(tracker.stats().reserved_bytes.aggregate().current);
+  return static_cast<uint64_t>(tracker.reserved_bytes());
 }
 
 }  // namespace
@@ -402,7 +402,7 @@ void BuddyAllocator::check_invariants() const {
   }
   OCLVM_DCHECK(pieces.size() == arenas_.size());
 
-  const DeviceStats& stats = tracker_.stats();
+  const DeviceStats stats = tracker_.stats();
   for (size_t pool = 0; pool < kNumStatTypes; ++pool) {
     OCLVM_DCHECK(stats.allocation[pool].current == allocation[pool]);
     OCLVM_DCHECK(stats.active[pool].current == allocation[pool]);

@@ -1,6 +1,7 @@
-// storage/caching_allocator.cc — CachingAllocator: the hit path (best fit, split, hand out, free
-// and merge) first, then the slow path (segment creation, the out-of-memory ladder, releasing
-// segments, growing the record pool and the live table), then the invariant walk.
+// storage/caching_allocator.cc — CachingAllocator: the hit path (parked blocks, the handle check,
+// best fit, split, hand out, free and merge) first, then the slow path (merging parked blocks,
+// segment creation, the out-of-memory ladder, releasing segments, growing the record pool), then
+// the invariant walk.
 // See storage/caching_allocator.h for the policy notes.
 #include "oclvm/storage/caching_allocator.h"
 
@@ -16,8 +17,10 @@
 namespace oclvm {
 namespace {
 
-constexpr size_t kBlocksPerChunk = 256;
-constexpr size_t kInitialLiveBuckets = 1024;
+// Block records come in chunks of 256, then twice as many as the last chunk, up to 64 Ki
+// records: a few chunks cover a million blocks, which keeps is_record short.
+constexpr size_t kFirstChunkBlocks = 256;
+constexpr size_t kMaxChunkBlocks = size_t{64} << 10;
 
 bool is_power_of_two(size_t x) { return x != 0 && (x & (x - 1)) == 0; }
 
@@ -53,6 +56,14 @@ size_t quantum_for(const CachingAllocatorOptions& options, const MemoryBackend& 
   return std::max(options.round_bytes, align);
 }
 
+// Note [Quick reuse]: the largest parked size, a multiple of the quantum in the small pool and
+// below the oversize threshold; 0 turns parking off.
+size_t quick_until_for(const CachingAllocatorOptions& options, size_t quantum,
+                       size_t oversize_from) {
+  const size_t limit = std::min({options.quick_reuse_bytes, kSmallSize, oversize_from - 1});
+  return limit & ~(quantum - 1);
+}
+
 }  // namespace
 
 CachingAllocator::CachingAllocator(MemoryBackend& backend, const CachingAllocatorOptions& options)
@@ -65,13 +76,13 @@ CachingAllocator::CachingAllocator(MemoryBackend& backend, const CachingAllocato
       oversize_from_(options.max_split_bytes != 0 ? options.max_split_bytes : SIZE_MAX),
       step_from_(options.roundup_power2_divisions > 1 ? quantum_ * options.roundup_power2_divisions
                                                       : SIZE_MAX),
-      live_buckets_(new LiveSet::bucket_type[kInitialLiveBuckets]),
-      live_bucket_count_(kInitialLiveBuckets),
-      live_(LiveSet::bucket_traits(live_buckets_.get(), live_bucket_count_)) {}
+      quick_until_(quick_until_for(options, quantum_, oversize_from_)),
+      quantum_shift_(static_cast<unsigned>(std::countr_zero(quantum_))),
+      parked_(quick_until_ == 0 ? 0 : (quick_until_ >> quantum_shift_) + 1, nullptr),
+      parked_bits_((parked_.size() + 63) / 64, 0) {}
 
 CachingAllocator::~CachingAllocator() {
-  const size_t leaked = live_.size();
-  live_.clear();
+  const auto leaked = static_cast<size_t>(tracker_.stats().allocation.aggregate().current);
   small_free_.clear();
   large_free_.clear();
   for (auto& [id, info] : segments_) release_to_driver(backend_, info.segment);
@@ -87,20 +98,150 @@ CachingAllocator::~CachingAllocator() {
 // =================================================================================================
 // Fast path.
 
-Allocation CachingAllocator::allocate(size_t bytes) {
-  if (bytes == 0) return {};
-  if (bytes > max_request_) throw_bad_size(bytes);  // InvalidArgument; nothing changed
-  const size_t size = rounded(bytes);
-  // Take every record and hash bucket this call may need up front, so that nothing below can
-  // fail halfway through a split (a std::bad_alloc here leaves the state as it was).
-  if (spare_blocks_ == nullptr || spare_blocks_->next == nullptr ||
-      live_.size() >= live_bucket_count_) {
-    reserve_bookkeeping();
+// The functions of the hit path are forced inline into allocate and deallocate, which then need
+// no stack frame of their own; everything else is out of line (design/performance.md, "Measured
+// choices in the code").
+#define OCLVM_HOT [[gnu::always_inline]] inline
+
+OCLVM_HOT Allocation CachingAllocator::mark_allocated(Block* block, size_t requested) {
+  block->allocated = true;
+  block->requested = requested;
+  block->id = next_id_++;
+  tracker_.on_allocate(block->pool, block->size, requested);
+  if (oversize(block->size)) tracker_.on_oversize_allocation(block->pool, +1);
+
+  Allocation allocation;
+  allocation.ptr = reinterpret_cast<void*>(block->address);
+  allocation.size = requested;
+  allocation.segment = block->segment;
+  allocation.offset = block->offset;
+  allocation.id = block->id;
+  allocation.block = block;
+  return allocation;
+}
+
+// Note [Quick reuse]: handing out a parked block touches no index. A parked block is always a
+// small-pool one, which the statistics calls below spell out.
+OCLVM_HOT Allocation CachingAllocator::take_parked(Block*& head, size_t requested) {
+  Block* block = head;
+  head = block->parked_next;
+  block->parked = false;
+  --parked_count_;
+  if (block->whole()) {
+    whole_free_bytes_[stat_index(StatType::kSmallPool)] -= block->size;
+  } else {
+    tracker_.on_inactive_split(StatType::kSmallPool, -1, -static_cast<int64_t>(block->size));
   }
+  return mark_allocated(block, requested);
+}
+
+// Note [Quick reuse]: the freed block goes on the list of its size, unmerged.
+OCLVM_HOT void CachingAllocator::park(Block* block) {
+  const size_t list = block->size >> quantum_shift_;
+  block->parked = true;
+  block->parked_next = parked_[list];
+  parked_[list] = block;
+  parked_bits_[list >> 6] |= uint64_t{1} << (list & 63);
+  ++parked_count_;
+  if (block->whole()) {
+    whole_free_bytes_[stat_index(StatType::kSmallPool)] += block->size;
+  } else {
+    tracker_.on_inactive_split(StatType::kSmallPool, 1, static_cast<int64_t>(block->size));
+  }
+}
+
+// Note [Handles checked by their record]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A handle names its block record (Allocation::block). The record is trusted only once
+// is_record() has found it inside one of this allocator's record chunks, at a record boundary;
+// only then is it read, and it must be allocated with the handle's id (unique per hand-out, so a
+// stale handle to a block handed out again is refused), address, segment, offset and size. A
+// double free, another allocator's handle or a forged one is refused without reading memory the
+// allocator does not own. The chunks grow geometrically, so the search is a few comparisons.
+OCLVM_HOT bool CachingAllocator::is_record(const void* record) const {
+  const auto at = reinterpret_cast<uintptr_t>(record);
+  for (auto chunk = block_chunks_.rbegin(); chunk != block_chunks_.rend(); ++chunk) {
+    const uintptr_t from = reinterpret_cast<uintptr_t>(chunk->blocks.get());
+    if (at - from < chunk->count * sizeof(Block)) return (at - from) % sizeof(Block) == 0;
+  }
+  return false;
+}
+
+OCLVM_HOT CachingAllocator::Block* CachingAllocator::find_live(const Allocation& allocation) const {
+  if (is_record(allocation.block)) {
+    const Block& b = *static_cast<const Block*>(allocation.block);
+    if (b.allocated && b.address == reinterpret_cast<uintptr_t>(allocation.ptr) &&
+        allocation.id == b.id && allocation.segment == b.segment &&
+        allocation.offset == b.offset && allocation.size == b.requested) {
+      return const_cast<Block*>(&b);
+    }
+  }
+  throw_not_live(allocation);
+}
+
+void CachingAllocator::throw_not_live(const Allocation& allocation) const {
+  throw InvalidArgument("Expected a live allocation of the caching allocator on " +
+                        backend_.device().str() + ", but got address " +
+                        hex(reinterpret_cast<uintptr_t>(allocation.ptr)) + " (id " +
+                        std::to_string(allocation.id) +
+                        "), which it does not hold: a double free, another allocator's handle or "
+                        "a forged one");
+}
+
+// A parked hit (Note [Quick reuse]) costs a few loads and stores and the statistics; any other
+// request goes to allocate_unparked.
+Allocation CachingAllocator::allocate(size_t bytes) {
+  if (bytes - 1 >= max_request_) [[unlikely]] {  // bytes == 0 wraps around
+    if (bytes == 0) return {};
+    throw_bad_size(bytes);  // InvalidArgument; nothing changed
+  }
+  const size_t size = rounded(bytes);
+  if (size <= quick_until_) {
+    Block*& head = parked_[size >> quantum_shift_];
+    if (head != nullptr) return take_parked(head, bytes);
+  }
+  return allocate_unparked(bytes, size);
+}
+
+Allocation CachingAllocator::allocate_unparked(size_t bytes, size_t size) {
+  // Take every record this call may need up front, so that nothing below can fail halfway
+  // through a split (a std::bad_alloc here leaves the state as it was).
+  if (spare_blocks_ == nullptr || spare_blocks_->next == nullptr) grow_block_pool();
   const StatType pool = pool_of_size(size);
+  // Under a memory limit, where a block lands decides what fits later: a request that its parked
+  // list cannot serve merges every parked block first (Note [Quick reuse]).
+  if (parked_count_ != 0 && memory_limit_ != 0) flush_parked();
   Block* block = take_best_fit(pool, size);
+  if (block == nullptr && parked_count_ != 0) {
+    flush_parked();
+    block = take_best_fit(pool, size);
+  }
   if (block == nullptr) block = grow_and_take(pool, size, bytes);
-  return hand_out(block, bytes);
+  return mark_allocated(block, bytes);
+}
+
+// Cost: the handle check (Note [Handles checked by their record]) and the statistics. A block of
+// at most quick_until_ bytes is parked (Note [Quick reuse]); any other goes to free_into_index.
+void CachingAllocator::deallocate(const Allocation& allocation) {
+  if (!allocation) return;
+  Block* block = find_live(allocation);  // throws InvalidArgument; nothing changed yet
+  tracker_.on_free(block->pool, block->size, block->requested);
+  block->allocated = false;
+  if (block->size <= quick_until_) {
+    park(block);
+    return;
+  }
+  free_into_index(block);
+}
+
+// Merges a freed block with its free neighbours, usually with no tree search at all (See Note
+// [Free index updated in place]), otherwise with up to two erases and one insert (O(log free
+// blocks)).
+void CachingAllocator::free_into_index(Block* block) {
+  if (oversize(block->size)) tracker_.on_oversize_allocation(block->pool, -1);
+  FreeDelta delta;
+  merge_into_index(block, delta);
+  commit(block->pool, delta);
 }
 
 // roundup_power2_divisions: a quantum multiple `size` over step_from_ becomes the next of that many
@@ -178,45 +319,14 @@ void CachingAllocator::carve(Block* block, size_t size) {
   insert_free(split_off(block, size));
 }
 
-// Marks the block as handed out. Cost: one hash insert (O(1); a rehash when the table doubles)
-// and the statistics.
-Allocation CachingAllocator::hand_out(Block* block, size_t requested) {
-  block->allocated = true;
-  block->requested = requested;
-  block->id = next_id_++;
-  OCLVM_DCHECK(live_.size() < live_bucket_count_);  // reserve_bookkeeping made room
-  live_.insert(*block);
-  tracker_.on_allocate(block->pool, block->size, requested);
-  if (oversize(block->size)) tracker_.on_oversize_allocation(block->pool, +1);
-
-  Allocation allocation;
-  allocation.ptr = reinterpret_cast<void*>(block->address);
-  allocation.size = requested;
-  allocation.segment = block->segment;
-  allocation.offset = block->offset;
-  allocation.id = block->id;
-  allocation.block = block;
-  return allocation;
-}
-
-// Cost: one hash lookup and erase (O(1)) and the statistics; then, for the merge, usually no
-// tree search at all (See Note [Free index updated in place]), otherwise up to two erases and one
-// insert (O(log free blocks)).
-void CachingAllocator::deallocate(const Allocation& allocation) {
-  if (!allocation) return;
-  Block* block = find_live(allocation);  // throws InvalidArgument; nothing changed yet
-  const StatType pool = block->pool;
-  live_.erase(live_.iterator_to(*block));
-  tracker_.on_free(pool, block->size, block->requested);
-  if (oversize(block->size)) tracker_.on_oversize_allocation(pool, -1);
-  block->allocated = false;
-
+// Puts a free block that is in no index (just freed, or leaving a quick-reuse list) into the free
+// index of its pool, merged with the neighbours that are there.
+void CachingAllocator::merge_into_index(Block* block, FreeDelta& delta) {
   Block* const prev = block->prev;
   Block* const next = block->next;
-  const bool merge_prev = prev != nullptr && !prev->allocated;
-  const bool merge_next = next != nullptr && !next->allocated;
-  FreeSet& free = free_set(pool);
-  FreeDelta delta;
+  const bool merge_prev = prev != nullptr && prev->indexed();
+  const bool merge_next = next != nullptr && next->indexed();
+  FreeSet& free = free_set(block->pool);
 
   if (merge_prev) {
     // prev absorbs the block (and next). Its key only grows, so it keeps its node when it still
@@ -255,29 +365,11 @@ void CachingAllocator::deallocate(const Allocation& allocation) {
     free.insert(*block);
     note_entering(block, delta);
   }
-  commit(pool, delta);
 }
 
 size_t CachingAllocator::allocated_size(const Allocation& allocation) const {
   if (!allocation) return 0;
   return find_live(allocation)->size;
-}
-
-CachingAllocator::Block* CachingAllocator::find_live(const Allocation& allocation) const {
-  const uintptr_t address = reinterpret_cast<uintptr_t>(allocation.ptr);
-  auto it = live_.find(address);
-  if (it != live_.end()) {
-    const Block& b = *it;
-    if (allocation.block == &b && allocation.id == b.id && allocation.segment == b.segment &&
-        allocation.offset == b.offset && allocation.size == b.requested) {
-      return const_cast<Block*>(&b);
-    }
-  }
-  throw InvalidArgument("Expected a live allocation of the caching allocator on " +
-                        backend_.device().str() + ", but got address " + hex(address) +
-                        " (id " + std::to_string(allocation.id) +
-                        "), which it does not hold: a double free, another allocator's handle or "
-                        "a forged one");
 }
 
 // Every free block that enters or leaves the free index is noted here, which keeps
@@ -324,7 +416,7 @@ void CachingAllocator::erase_free(Block* block, FreeDelta& delta) {
 }
 
 CachingAllocator::Block* CachingAllocator::new_block() {
-  OCLVM_DCHECK(spare_blocks_ != nullptr);  // reserve_bookkeeping keeps two in stock
+  OCLVM_DCHECK(spare_blocks_ != nullptr);  // allocate() keeps two in stock
   Block* block = spare_blocks_;
   spare_blocks_ = block->next;
   block->next = nullptr;
@@ -332,7 +424,7 @@ CachingAllocator::Block* CachingAllocator::new_block() {
 }
 
 void CachingAllocator::recycle_block(Block* block) {
-  OCLVM_DCHECK(!block->free_hook.is_linked() && !block->live_hook.is_linked());
+  OCLVM_DCHECK(!block->free_hook.is_linked() && !block->allocated && !block->parked);
   block->segment = nullptr;
   block->prev = nullptr;
   block->next = spare_blocks_;
@@ -383,7 +475,7 @@ CachingAllocator::Block* CachingAllocator::grow_and_take(StatType pool, size_t s
   size_t segment_bytes = segment_size_for(pool, size);
   const uint64_t limit = memory_limit_;
   const auto reserved = [&] {
-    return static_cast<uint64_t>(tracker_.stats().reserved_bytes.aggregate().current);
+    return static_cast<uint64_t>(tracker_.reserved_bytes());
   };
 
   // Under a limit, decide before touching anything whether even an empty cache could make room
@@ -454,7 +546,7 @@ Segment* CachingAllocator::create_segment_or_throw(size_t segment_bytes, size_t 
 void CachingAllocator::throw_out_of_memory(size_t requested, size_t segment_bytes,
                                            const std::string& driver_message) {
   tracker_.on_oom();
-  const DeviceStats& s = tracker_.stats();
+  const DeviceStats s = tracker_.stats();
   const auto allocated = static_cast<uint64_t>(s.allocated_bytes.aggregate().current);
   const auto reserved = static_cast<uint64_t>(s.reserved_bytes.aggregate().current);
   const std::string limit = memory_limit_ != 0
@@ -496,7 +588,28 @@ CachingAllocator::Block* CachingAllocator::adopt_segment(Segment* segment, StatT
   return block;
 }
 
+// Note [Quick reuse]: merges every parked block into the free index, in size order.
+// O(parked blocks + lists / 64).
+void CachingAllocator::flush_parked() {
+  for (size_t word = 0; word < parked_bits_.size() && parked_count_ != 0; ++word) {
+    for (uint64_t bits = parked_bits_[word]; bits != 0; bits &= bits - 1) {
+      Block*& head = parked_[word * 64 + static_cast<size_t>(std::countr_zero(bits))];
+      while (Block* block = head) {
+        head = block->parked_next;
+        block->parked = false;
+        --parked_count_;
+        FreeDelta delta;
+        note_leaving(block, delta);
+        merge_into_index(block, delta);
+        commit(StatType::kSmallPool, delta);
+      }
+    }
+    parked_bits_[word] = 0;
+  }
+}
+
 void CachingAllocator::empty_cache() {
+  flush_parked();
   release_free_segments(StatType::kSmallPool);
   release_free_segments(StatType::kLargePool);
 }
@@ -507,13 +620,15 @@ void CachingAllocator::empty_cache() {
 void CachingAllocator::collect_garbage(uint64_t threshold, size_t incoming) {
   auto reserved = [&] {
     return static_cast<uint64_t>(
-        tracker_.stats().reserved_bytes.aggregate().current);
+        tracker_.reserved_bytes());
   };
-  if (reserved() + incoming <= threshold || whole_free_bytes() == 0) return;
+  if (reserved() + incoming <= threshold) return;
+  flush_parked();
+  if (whole_free_bytes() == 0) return;
   std::vector<Block*> whole_free;  // segments_ is ordered by id: the oldest come first
   for (auto& [id, info] : segments_) {
     Block* first = info.first;
-    if (first->whole() && !first->allocated) whole_free.push_back(first);
+    if (first->whole() && first->indexed()) whole_free.push_back(first);
   }
   for (Block* block : whole_free) {
     if (reserved() + incoming <= threshold) break;
@@ -533,7 +648,7 @@ void CachingAllocator::release_free_segments(StatType pool) {
 }
 
 void CachingAllocator::release_segment(Block* whole_block) {
-  OCLVM_DCHECK(whole_block->whole() && !whole_block->allocated);
+  OCLVM_DCHECK(whole_block->whole() && whole_block->indexed());
   FreeDelta delta;
   erase_free(whole_block, delta);
   OCLVM_DCHECK(delta.count == 0 && delta.bytes == 0);  // a whole segment is no split piece
@@ -555,45 +670,39 @@ void CachingAllocator::set_memory_limit(uint64_t bytes) {
 
 void CachingAllocator::note_reserved_over_limit() {
   const auto reserved = static_cast<uint64_t>(
-      tracker_.stats().reserved_bytes.aggregate().current);
+      tracker_.reserved_bytes());
   reserved_over_limit_ = memory_limit_ != 0 && reserved > memory_limit_ ? reserved : 0;
 }
 
-// An allocation needs at most two records (a new segment's block and a split remainder) and one
-// slot in the live table.
-void CachingAllocator::reserve_bookkeeping() {
-  if (spare_blocks_ == nullptr || spare_blocks_->next == nullptr) grow_block_pool();
-  if (live_.size() >= live_bucket_count_) grow_live_buckets();
-}
-
+// An allocation needs at most two records (a new segment's block and a split remainder).
 void CachingAllocator::grow_block_pool() {
-  auto chunk = std::make_unique<Block[]>(kBlocksPerChunk);
-  for (size_t i = 0; i < kBlocksPerChunk; ++i) {
-    chunk[i].next = i + 1 < kBlocksPerChunk ? &chunk[i + 1] : spare_blocks_;
+  const size_t count =
+      block_chunks_.empty() ? kFirstChunkBlocks
+                            : std::min(block_chunks_.back().count * 2, kMaxChunkBlocks);
+  BlockChunk chunk{std::make_unique<Block[]>(count), count};
+  block_chunks_.reserve(block_chunks_.size() + 1);  // may throw; then nothing changed
+  for (size_t i = 0; i < count; ++i) {
+    chunk.blocks[i].next = i + 1 < count ? &chunk.blocks[i + 1] : spare_blocks_;
   }
-  spare_blocks_ = &chunk[0];
+  spare_blocks_ = &chunk.blocks[0];
   block_chunks_.push_back(std::move(chunk));
-}
-
-void CachingAllocator::grow_live_buckets() {
-  const size_t count = live_bucket_count_ * 2;
-  auto buckets = std::make_unique<LiveSet::bucket_type[]>(count);
-  live_.rehash(LiveSet::bucket_traits(buckets.get(), count));
-  live_buckets_ = std::move(buckets);
-  live_bucket_count_ = count;
 }
 
 // =================================================================================================
 // Introspection and invariants.
 
 size_t CachingAllocator::cached_bytes() const {
-  const DeviceStats& s = tracker_.stats();
-  return static_cast<size_t>(s.reserved_bytes.aggregate().current -
-                             s.allocated_bytes.aggregate().current);
+  return static_cast<size_t>(tracker_.reserved_bytes() - tracker_.allocated_bytes());
 }
 
 size_t CachingAllocator::largest_free_block() const {
   size_t largest = 0;
+  for (size_t list = parked_.size(); list-- > 0;) {
+    if (parked_[list] != nullptr) {
+      largest = list << quantum_shift_;
+      break;
+    }
+  }
   if (!small_free_.empty()) largest = std::max(largest, small_free_.rbegin()->size);
   if (!large_free_.empty()) largest = std::max(largest, large_free_.rbegin()->size);
   return largest;
@@ -607,7 +716,7 @@ void CachingAllocator::check_invariants() const {
     int64_t oversize_allocations = 0, oversize_segments = 0;
   };
   std::array<Totals, kNumStatTypes> totals{};
-  size_t live_blocks = 0;
+  size_t parked_blocks = 0;
 
   for (const auto& [id, info] : segments_) {
     const Segment* segment = info.segment;
@@ -630,23 +739,27 @@ void CachingAllocator::check_invariants() const {
       OCLVM_DCHECK(b->size > 0 && b->size % quantum_ == 0 && b->offset % quantum_ == 0);
       expected_offset += b->size;
       OCLVM_DCHECK(expected_offset <= segment->size);
+      OCLVM_DCHECK(is_record(b));
       if (b->allocated) {
-        OCLVM_DCHECK(b->live_hook.is_linked() && !b->free_hook.is_linked());
-        auto it = live_.find(b->address);
-        OCLVM_DCHECK(it != live_.end() && &*it == b);
+        OCLVM_DCHECK(!b->parked && !b->free_hook.is_linked());
         OCLVM_DCHECK(b->requested > 0 && b->requested <= b->size);
-        ++live_blocks;
         ++t.allocations;
         t.allocated += static_cast<int64_t>(b->size);
         t.requested += static_cast<int64_t>(b->requested);
         if (oversize(b->size)) ++t.oversize_allocations;
+      } else if (b->parked) {
+        OCLVM_DCHECK(!b->free_hook.is_linked());
+        OCLVM_DCHECK(b->pool == StatType::kSmallPool && b->size <= quick_until_);
+        ++parked_blocks;
       } else {
-        OCLVM_DCHECK(b->free_hook.is_linked() && !b->live_hook.is_linked());
-        OCLVM_DCHECK(prev == nullptr || prev->allocated);  // no two free neighbours
+        OCLVM_DCHECK(b->free_hook.is_linked());
+        OCLVM_DCHECK(prev == nullptr || !prev->indexed());  // no two neighbours in the index
         const FreeSet& free = free_set(b->pool);
         auto it = free.find(*b);
         OCLVM_DCHECK(it != free.end() && &*it == b);
         ++t.free_blocks;
+      }
+      if (!b->allocated) {
         if (b->whole()) {
           t.whole_free += static_cast<int64_t>(b->size);
         } else {
@@ -658,8 +771,18 @@ void CachingAllocator::check_invariants() const {
     OCLVM_DCHECK(expected_offset == segment->size);
   }
 
-  OCLVM_DCHECK(live_.size() == live_blocks);
-  const DeviceStats& s = tracker_.stats();
+  // Note [Quick reuse]: every parked block is on the list of its size, and that list's bit is set.
+  OCLVM_DCHECK(parked_count_ == parked_blocks);
+  size_t listed = 0;
+  for (size_t list = 0; list < parked_.size(); ++list) {
+    if (parked_[list] != nullptr) OCLVM_DCHECK((parked_bits_[list >> 6] >> (list & 63)) & 1);
+    for (const Block* b = parked_[list]; b != nullptr; b = b->parked_next) {
+      OCLVM_DCHECK(b->parked && !b->allocated && b->size == list << quantum_shift_);
+      ++listed;
+    }
+  }
+  OCLVM_DCHECK(listed == parked_blocks);
+  const DeviceStats s = tracker_.stats();
   for (StatType pool : {StatType::kSmallPool, StatType::kLargePool}) {
     const size_t p = stat_index(pool);
     const Totals& t = totals[p];

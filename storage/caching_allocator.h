@@ -42,6 +42,21 @@
 //   steady state (free a block, allocate the same size again) this is the common case, so a cache
 //   hit pair costs one tree search instead of three.
 //
+// Note [Quick reuse]
+//   A small-pool block of at most quick_reuse_bytes is not merged when it is freed: it is parked
+//   on a LIFO list of its size (one list per quantum multiple), still counted as free and cached,
+//   and a request of the same rounded size takes the most recently parked one with no tree search
+//   and no split (a handle to a parked block is refused like any freed one). Parked blocks are
+//   merged (flushed) when it matters: before a new segment is made or the cache is emptied, when
+//   a request finds nothing in the free index, and, under a memory limit, before every request
+//   that its own list cannot serve. A segment is therefore made only when the fully merged pool
+//   has no block that fits, as without parking, and under a limit only a request of a parked
+//   size is placed otherwise than without parking. Snapshots show parked blocks as the free blocks they are, unmerged, and
+//   inactive_split counts them one by one.
+//   On the shipped traces (traces/) this leaves every replay figure as it was, with and without a
+//   limit, and serves 94-99% of the small requests of a warm replay from the lists
+//   (design/storage.md, "Quick reuse", has the figures and the policies that lost).
+//
 // Note [Out-of-memory ladder]
 //   A segment of the usual size that would take reserved bytes over memory_limit is made smaller,
 //   down to the request itself (Note [Segments that fit under a limit] in caching_allocator.cc).
@@ -70,7 +85,6 @@
 #pragma once
 
 #include <boost/intrusive/set.hpp>
-#include <boost/intrusive/unordered_set.hpp>
 
 #include <array>
 #include <cstddef>
@@ -100,6 +114,10 @@ struct CachingAllocatorOptions {
   // Before creating a new large segment, give back the wholly free large segments (best fit
   // found none of them large enough). See Note [Caching policy].
   bool release_unfit_on_grow = true;
+  // Note [Quick reuse]: a freed small-pool block of at most this many bytes is parked in a list of
+  // its size instead of merging with its neighbours, and the next request of that size takes it
+  // back. Used up to kSmallSize (1 MiB) and below max_split_bytes; 0: off.
+  size_t quick_reuse_bytes = size_t{128} << 10;
 
   // PyTorch's settings (PYTORCH_ALLOC_CONF through AllocConf); each off by default.
   // Note [Oversize blocks] (max_split_size_mb): a block of at least max_split_bytes is oversize.
@@ -133,15 +151,17 @@ class CachingAllocator final : public BackendAllocator {
 
   std::string name() const override { return "caching"; }
 
-  // See the Allocator contract (storage/allocator.h), Note [Caching policy] and
-  // Note [Out-of-memory ladder]. A cache hit costs O(log free blocks of the pool) and, in steady
-  // state, allocates no heap memory (block records and hash buckets are pooled and only grow).
+  // See the Allocator contract (storage/allocator.h), Note [Caching policy], Note [Quick reuse]
+  // and Note [Out-of-memory ladder]. A request that finds a parked block of its size costs O(1);
+  // any other cache hit O(log free blocks of the pool). In steady state no call allocates heap
+  // memory (block records are pooled and only grow).
   // Its cost is measured by build/allocator_bench (the README gives the latest figures).
   Allocation allocate(size_t bytes) override;
-  // Validates the handle against the live blocks of this allocator (O(1) hash lookup; its address,
-  // id, block, segment, offset and size must all match) and merges the block with its free
-  // neighbours. Throws InvalidArgument naming the address and the device otherwise, and then
-  // nothing changes; never throws anything else (it allocates no memory).
+  // Validates the handle by its record (Note [Handles checked by their record] in
+  // caching_allocator.cc; its address, id, block, segment, offset and size must all match) and
+  // parks the block or merges it with its free neighbours. Throws InvalidArgument naming the
+  // address and the device otherwise, and then nothing changes; never throws anything else (it
+  // allocates no memory).
   void deallocate(const Allocation& allocation) override;
   // The rounded size of a live allocation; 0 for an empty one. Throws InvalidArgument when the
   // handle is not live in this allocator.
@@ -165,13 +185,16 @@ class CachingAllocator final : public BackendAllocator {
   // Segments held from the driver (both pools).
   size_t segment_count() const { return segments_.size(); }
   // Free blocks in the free index of both pools, and the largest of them (0 when none).
-  size_t free_block_count() const { return small_free_.size() + large_free_.size(); }
+  // Parked blocks (Note [Quick reuse]) count as the free blocks they are.
+  size_t free_block_count() const {
+    return small_free_.size() + large_free_.size() + parked_count_;
+  }
+  // Blocks parked for quick reuse.
+  size_t parked_block_count() const { return parked_count_; }
   size_t largest_free_block() const;
 
  private:
   using FreeHook = boost::intrusive::set_member_hook<
-      boost::intrusive::link_mode<boost::intrusive::safe_link>>;
-  using LiveHook = boost::intrusive::unordered_set_member_hook<
       boost::intrusive::link_mode<boost::intrusive::safe_link>>;
 
   // One block: a range of one segment, free or handed out. Records are pooled (block_chunks_) and
@@ -181,9 +204,9 @@ class CachingAllocator final : public BackendAllocator {
   //   - the blocks of a segment tile it: linked by prev/next in address order, the first at
   //     offset 0, each starting where the previous ends, sizes summing to segment->size;
   //   - offset and size are multiples of quantum_; address == segment->address + offset;
-  //   - no two neighbours are both free (free neighbours merge at once);
-  //   - a free block is in the free index of its pool (free_hook linked), an allocated one in
-  //     live_ (live_hook linked), never both;
+  //   - no two neighbours are both in the free index (they merge at once);
+  //   - a block is in one of three states: allocated, parked (Note [Quick reuse]: on the list of
+  //     its size) or indexed (in the free index of its pool);
   //   - pool is the pool of the segment and never changes.
   struct alignas(64) Block {
     // The free-index key and hook come first: a best-fit lookup touches one cache line per node.
@@ -197,12 +220,15 @@ class CachingAllocator final : public BackendAllocator {
     Segment* segment = nullptr;  // the segment holding the block; fixed while the record is in use
     size_t requested = 0;        // bytes the user asked for; valid while allocated
     uint64_t id = 0;             // allocation id; valid while allocated
-    LiveHook live_hook;          // in live_ while allocated
+    Block* parked_next = nullptr;  // the next block on the same quick-reuse list while parked
     StatType pool = StatType::kSmallPool;
     bool allocated = false;      // handed out to a user
+    bool parked = false;         // on a quick-reuse list (Note [Quick reuse])
 
     // True when the block is its whole segment; a free block that is not is an "inactive split".
     bool whole() const { return prev == nullptr && next == nullptr; }
+    // In the free index: neither handed out nor parked.
+    bool indexed() const { return !allocated && !parked; }
   };
 
   // Free-index order: (size, segment id, offset). Unique, since (segment id, offset) is.
@@ -222,25 +248,6 @@ class CachingAllocator final : public BackendAllocator {
       Block, boost::intrusive::member_hook<Block, FreeHook, &Block::free_hook>,
       boost::intrusive::compare<FreeOrder>, boost::intrusive::constant_time_size<true>>;
 
-  struct AddressOf {
-    using type = uintptr_t;
-    uintptr_t operator()(const Block& b) const { return b.address; }
-  };
-  struct AddressHash {
-    size_t operator()(uintptr_t address) const {
-      // Addresses are multiples of the quantum: mix the high bits into the low ones, which
-      // power-of-two buckets use.
-      uint64_t x = address;
-      x ^= x >> 33;
-      x *= 0xff51afd7ed558ccdULL;
-      x ^= x >> 33;
-      return static_cast<size_t>(x);
-    }
-  };
-  using LiveSet = boost::intrusive::unordered_set<
-      Block, boost::intrusive::member_hook<Block, LiveHook, &Block::live_hook>,
-      boost::intrusive::key_of_value<AddressOf>, boost::intrusive::hash<AddressHash>,
-      boost::intrusive::power_2_buckets<true>, boost::intrusive::constant_time_size<true>>;
 
   // What the allocator knows about one segment it holds.
   struct SegmentInfo {
@@ -250,6 +257,11 @@ class CachingAllocator final : public BackendAllocator {
   };
 
   // --- fast path ---------------------------------------------------------------------------------
+  // Net change of the inactive-split statistics within one operation.
+  struct FreeDelta {
+    int64_t count = 0;
+    int64_t bytes = 0;
+  };
   // The size a request of `bytes` (<= max_request_) is served with: a multiple of the quantum,
   // then with roundup_power2_divisions stepped up (step_up). Inline, one comparison past the
   // quantum rounding: every allocate takes it (design/performance.md, "Measured choices in the
@@ -263,15 +275,17 @@ class CachingAllocator final : public BackendAllocator {
   // Note [Oversize blocks]. One comparison: the hit path asks it three times.
   bool oversize(size_t size) const { return size >= oversize_from_; }
   Block* take_best_fit(StatType pool, size_t size);
+  Allocation take_parked(Block*& head, size_t requested);
+  void park(Block* block);
+  // Everything but a parked hit: best fit, merging the parked blocks, a new segment.
+  Allocation allocate_unparked(size_t bytes, size_t size);
+  void free_into_index(Block* block);
+  void merge_into_index(Block* block, FreeDelta& delta);
   Block* split_off(Block* block, size_t size);
   void carve(Block* block, size_t size);
-  Allocation hand_out(Block* block, size_t requested);
+  Allocation mark_allocated(Block* block, size_t requested);
   Block* find_live(const Allocation& allocation) const;
-  // Net change of the inactive-split statistics within one operation.
-  struct FreeDelta {
-    int64_t count = 0;
-    int64_t bytes = 0;
-  };
+  [[noreturn]] void throw_not_live(const Allocation& allocation) const;
   void note_entering(const Block* block, FreeDelta& delta);
   void note_leaving(const Block* block, FreeDelta& delta);
   void commit(StatType pool, const FreeDelta& delta);
@@ -297,12 +311,14 @@ class CachingAllocator final : public BackendAllocator {
   [[noreturn]] void throw_out_of_memory(size_t requested, size_t segment_bytes,
                                         const std::string& driver_message);
   Block* adopt_segment(Segment* segment, StatType pool);
+  void flush_parked();
   void release_free_segments(StatType pool);
   void collect_garbage(uint64_t threshold, size_t incoming);
   void release_segment(Block* whole_block);
-  void reserve_bookkeeping();
   void grow_block_pool();
-  void grow_live_buckets();
+  // True when `record` points at a Block record of this allocator (Note [Handles checked by
+  // their record] in caching_allocator.cc). O(record chunks), which grow geometrically.
+  bool is_record(const void* record) const;
   uint64_t whole_free_bytes() const;
 
   // --- immutable after construction --------------------------------------------------------------
@@ -317,6 +333,9 @@ class CachingAllocator final : public BackendAllocator {
   const size_t oversize_from_;  // options_.max_split_bytes, or SIZE_MAX without a limit
   // quantum_ * roundup_power2_divisions: sizes above it are stepped up; SIZE_MAX when it is off.
   const size_t step_from_;
+  // The largest block size that is parked (Note [Quick reuse]); 0 when quick reuse is off.
+  const size_t quick_until_;
+  const unsigned quantum_shift_;  // log2(quantum_): a block of size s is parked on list s >> it
 
   // --- mutable state -----------------------------------------------------------------------------
   // Invariants, per pool P and in aggregate (check_invariants):
@@ -324,17 +343,25 @@ class CachingAllocator final : public BackendAllocator {
   //   allocated_bytes[P]  == sum of sizes of allocated blocks of P
   //   cached(P)           == sum of sizes of free blocks of P    == sizes in free_set(P)
   //   inactive_split[P]   == free blocks of P that are not whole segments (and their bytes)
-  //   allocation[P]       == allocated blocks of P;  live_.size() == allocated blocks
+  //   allocation[P]       == allocated blocks of P
   //   whole_free_bytes_[P]== bytes of the wholly free segments of P
-  std::vector<std::unique_ptr<Block[]>> block_chunks_;  // storage of every Block record
+  // Storage of every Block record: chunks of 256, 512, ... records (at most kMaxChunkBlocks).
+  struct BlockChunk {
+    std::unique_ptr<Block[]> blocks;
+    size_t count = 0;
+  };
+  std::vector<BlockChunk> block_chunks_;
   Block* spare_blocks_ = nullptr;                        // recycled records, linked by `next`
   std::map<uint64_t, SegmentInfo> segments_;             // segment id -> info, every segment held
   FreeSet small_free_;
   FreeSet large_free_;
-  std::unique_ptr<LiveSet::bucket_type[]> live_buckets_;  // must outlive live_
-  size_t live_bucket_count_ = 0;
-  LiveSet live_;  // allocated blocks, by address
   std::array<uint64_t, kNumStatTypes> whole_free_bytes_{};  // indexed by StatType
+  // Note [Quick reuse]: parked_[size >> quantum_shift_] heads the LIFO list of parked blocks of
+  // that size; bit i of parked_bits_ is set while list i may be non-empty (set on park, cleared on
+  // flush), so that a flush visits only lists that were used.
+  std::vector<Block*> parked_;
+  std::vector<uint64_t> parked_bits_;
+  size_t parked_count_ = 0;
   uint64_t next_id_ = 1;
 };
 

@@ -6,7 +6,8 @@
 //
 //   allocation / allocated_bytes     blocks handed to users and their (rounded) bytes
 //   requested_bytes                  the bytes users asked for (<= allocated_bytes)
-//   active / active_bytes            blocks in use; equal to allocation here (no stream reuse yet)
+//   active / active_bytes            blocks in use; equal to allocation here (a freed block is
+//                                    reusable at once in its stream's order)
 //   segment / reserved_bytes         segments held from the driver and their bytes
 //   inactive_split / _bytes          free blocks that are pieces of a split segment (fragments)
 //
@@ -125,27 +126,47 @@ inline constexpr StatCounterField kStatCounterFields[] = {
     {"max_split_size", &DeviceStats::max_split_size},
 };
 
+// Keeps the statistics of one allocator with the fewest writes per event: an allocate or free
+// touches three tallies (active and active_bytes are allocation and allocated_bytes, read twice),
+// and a decrease writes one word. Each tally keeps, per pool, current, peak, the sum of increases
+// and `base` (current at the last reset_accumulated), so that freed = increased - (current -
+// base); the aggregate is the sum of the pools but for its peak, which every increase updates.
+// stats() assembles a DeviceStats from them; every field means what it means in DeviceStats.
 class DeviceStatsTracker {
  public:
-  const DeviceStats& stats() const { return stats_; }
+  DeviceStats stats() const;
+  // Aggregate current values, without assembling a DeviceStats.
+  int64_t reserved_bytes() const { return current(reserved_bytes_); }
+  int64_t allocated_bytes() const { return current(allocated_bytes_); }
 
   // A user block of `allocated` bytes (for `requested` bytes) was handed out / given back.
-  void on_allocate(StatType pool, size_t allocated, size_t requested);
-  void on_free(StatType pool, size_t allocated, size_t requested);
+  void on_allocate(StatType pool, size_t allocated, size_t requested) {
+    increase(allocation_, pool, 1);
+    increase(allocated_bytes_, pool, static_cast<int64_t>(allocated));
+    increase(requested_bytes_, pool, static_cast<int64_t>(requested));
+  }
+  void on_free(StatType pool, size_t allocated, size_t requested) {
+    decrease(allocation_, pool, 1);
+    decrease(allocated_bytes_, pool, static_cast<int64_t>(allocated));
+    decrease(requested_bytes_, pool, static_cast<int64_t>(requested));
+  }
   // A segment of `bytes` was created from / given back to the driver.
   void on_segment_create(StatType pool, size_t bytes);
   void on_segment_release(StatType pool, size_t bytes);
   // Free split pieces changed by `count` blocks and `bytes` bytes (either sign).
-  void on_inactive_split(StatType pool, int64_t count, int64_t bytes);
+  void on_inactive_split(StatType pool, int64_t count, int64_t bytes) {
+    change(inactive_split_, pool, count);
+    change(inactive_split_bytes_, pool, bytes);
+  }
   // A block or segment of at least max_split_size (Note [Oversize blocks]) came (+1) or went (-1).
   void on_oversize_allocation(StatType pool, int64_t delta) {
-    add(stats_.oversize_allocations, pool, delta);
+    change(oversize_allocations_, pool, delta);
   }
   void on_oversize_segment(StatType pool, int64_t delta) {
-    add(stats_.oversize_segments, pool, delta);
+    change(oversize_segments_, pool, delta);
   }
-  void on_oom() { ++stats_.num_ooms; }
-  void on_alloc_retry() { ++stats_.num_alloc_retries; }
+  void on_oom() { ++counters_.num_ooms; }
+  void on_alloc_retry() { ++counters_.num_alloc_retries; }
 
   // PyTorch's resetPeakStats: every peak := current.
   void reset_peak();
@@ -156,13 +177,45 @@ class DeviceStatsTracker {
   void check_invariants() const;
 
  private:
-  // Inline: every allocate and free makes ten of these.
-  static void add(StatArray& array, StatType pool, int64_t delta) {
-    array.aggregate().add(delta);
-    array[pool].add(delta);
+  // One statistic of one pool. freed is increased - (current - base).
+  struct Tally {
+    int64_t current = 0;
+    int64_t peak = 0;
+    int64_t increased = 0;  // sum of increases since construction or the last reset_accumulated
+    int64_t base = 0;       // current at the last reset_accumulated
+  };
+  // One statistic: the small and the large pool, and the peak of their sum.
+  struct Tallies {
+    std::array<Tally, 2> pools;  // [stat_index(pool) - 1]
+    int64_t aggregate_peak = 0;
+  };
+  static Tally& of(Tallies& t, StatType pool) { return t.pools[stat_index(pool) - 1]; }
+  static int64_t current(const Tallies& t) { return t.pools[0].current + t.pools[1].current; }
+  static void increase(Tallies& t, StatType pool, int64_t delta) {
+    Tally& p = of(t, pool);
+    p.current += delta;
+    p.increased += delta;
+    if (p.current > p.peak) p.peak = p.current;
+    if (const int64_t all = current(t); all > t.aggregate_peak) t.aggregate_peak = all;
   }
+  static void decrease(Tallies& t, StatType pool, int64_t delta) { of(t, pool).current -= delta; }
+  static void change(Tallies& t, StatType pool, int64_t delta) {
+    if (delta > 0) {
+      increase(t, pool, delta);
+    } else if (delta < 0) {
+      decrease(t, pool, -delta);
+    }
+  }
+  // The StatArray of `t`; active and active_bytes are built from allocation_ and
+  // allocated_bytes_.
+  static StatArray assemble(const Tallies& t);
+  // Every Tallies member, for resets and checks.
+  template <typename Self, typename Fn>
+  static void for_each_tallies(Self& self, Fn&& fn);
 
-  DeviceStats stats_;
+  Tallies allocation_, segment_, inactive_split_, allocated_bytes_, reserved_bytes_,
+      inactive_split_bytes_, requested_bytes_, oversize_allocations_, oversize_segments_;
+  DeviceStats counters_;  // only the num_* counters and max_split_size are kept here
 };
 
 }  // namespace oclvm

@@ -64,14 +64,13 @@ Allocation SystemAllocator::allocate(size_t bytes) {
   if (bytes == 0) return {};
   const size_t segment_bytes = segment_size_for(bytes, backend_);
   const StatType pool = pool_of_size(segment_bytes);
-  const DeviceStats& stats = tracker_.stats();
-  const auto reserved = static_cast<uint64_t>(stats.reserved_bytes.aggregate().current);
+  const auto reserved = static_cast<uint64_t>(tracker_.reserved_bytes());
   if (memory_limit_ != 0 &&
       (segment_bytes > memory_limit_ || reserved > memory_limit_ - segment_bytes)) {
     tracker_.on_oom();
     const uint64_t left = reserved < memory_limit_ ? memory_limit_ - reserved : 0;
     throw OutOfMemoryError(
-        out_of_memory_message(device(), bytes, segment_bytes, memory_limit_, stats,
+        out_of_memory_message(device(), bytes, segment_bytes, memory_limit_, tracker_.stats(),
                               "only " + format_bytes(left) + " left under the memory limit"));
   }
   Segment* segment = nullptr;
@@ -80,7 +79,8 @@ Allocation SystemAllocator::allocate(size_t bytes) {
   } catch (const OutOfMemoryError& e) {
     tracker_.on_oom();
     throw OutOfMemoryError(out_of_memory_message(device(), bytes, segment_bytes, memory_limit_,
-                                                 stats, std::string("a refusal: ") + e.what()));
+                                                 tracker_.stats(),
+                                                 std::string("a refusal: ") + e.what()));
   }
   segment->owner = this;
   const uint64_t id = next_id_;
@@ -141,7 +141,7 @@ size_t SystemAllocator::allocated_size(const Allocation& allocation) const {
 
 void SystemAllocator::check_invariants() const {
   tracker_.check_invariants();
-  const DeviceStats& stats = tracker_.stats();
+  const DeviceStats stats = tracker_.stats();
   int64_t count[kNumStatTypes] = {};
   int64_t bytes[kNumStatTypes] = {};
   int64_t requested[kNumStatTypes] = {};

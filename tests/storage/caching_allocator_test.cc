@@ -56,6 +56,15 @@ class CachingAllocatorTest : public testing::LeakCheckedTest {
   static MemoryBackend& device() { return testing::opencl_backend(0); }
 };
 
+// Options under which every free merges at once (quick reuse off, Note [Quick reuse]): the tests
+// of splitting and coalescing, best fit and exact out-of-memory statistics use them.
+// tests/storage/quick_reuse_test.cc covers parking.
+CachingAllocatorOptions merge_at_once() {
+  CachingAllocatorOptions options;
+  options.quick_reuse_bytes = 0;
+  return options;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Sizes and alignment.
 
@@ -176,7 +185,7 @@ TEST_F(CachingAllocatorTest, FreedBlockIsReusedWithoutTheDriver) {
 }
 
 TEST_F(CachingAllocatorTest, SplitAndCoalesceKeepInactiveSplitExact) {
-  CachingAllocator allocator(device());
+  CachingAllocator allocator(device(), merge_at_once());
   Allocation a = allocator.allocate(256 * kKiB);
   Allocation b = allocator.allocate(128 * kKiB);
   Allocation c = allocator.allocate(512 * kKiB);
@@ -237,7 +246,7 @@ TEST_F(CachingAllocatorTest, SplitAndCoalesceKeepInactiveSplitExact) {
 }
 
 TEST_F(CachingAllocatorTest, BestFitPrefersSmallestThenLowestSegmentAndOffset) {
-  CachingAllocator allocator(device());
+  CachingAllocator allocator(device(), merge_at_once());
   // Two full small segments of two 1 MiB blocks each.
   Allocation a1 = allocator.allocate(kMiB), a2 = allocator.allocate(kMiB);
   Allocation b1 = allocator.allocate(kMiB), b2 = allocator.allocate(kMiB);
@@ -361,7 +370,7 @@ TEST_F(CachingAllocatorTest, LargeSegmentIsCappedByTheDevicesLargestAllocation) 
 
 TEST_F(CachingAllocatorTest, ThousandsOfLiveBlocksCoalesceBackIntoOneSegment) {
   // More live blocks than the first block-record chunk and the first live-table size hold.
-  CachingAllocator allocator(device());
+  CachingAllocator allocator(device(), merge_at_once());
   constexpr size_t kBlocks = 4096;  // 4096 x 512 B: exactly one 2 MiB small segment
   std::vector<Allocation> live;
   for (size_t k = 0; k < kBlocks; ++k) live.push_back(allocator.allocate(512));
@@ -565,7 +574,7 @@ TEST_F(CachingAllocatorTest, ReleaseUnfitOnGrowGivesBackTooSmallLargeSegments) {
 // Out of memory.
 
 TEST_F(CachingAllocatorTest, OutOfMemoryUnderALimitChangesOnlyNumOoms) {
-  CachingAllocatorOptions options;
+  CachingAllocatorOptions options = merge_at_once();
   options.memory_limit = 8 * kMiB;
   CachingAllocator allocator(device(), options);
   EXPECT_EQ(allocator.memory_limit(), 8 * kMiB);
@@ -814,7 +823,7 @@ TEST_F(CachingAllocatorTest, BadHandlesAreInvalidArgumentsAndChangeNothing) {
 // Data.
 
 void expect_neighbours_hold_their_bytes(MemoryBackend& backend) {
-  CachingAllocator allocator(backend);
+  CachingAllocator allocator(backend, merge_at_once());
   constexpr size_t kBytes = 4096;
   Allocation a = allocator.allocate(kBytes);
   Allocation b = allocator.allocate(kBytes);
@@ -957,6 +966,10 @@ void run_random_ops(MemoryBackend& backend, const CachingAllocatorOptions& optio
 
 TEST_F(CachingAllocatorTest, RandomizedOperationsKeepEveryInvariant) {
   run_random_ops(device(), CachingAllocatorOptions{}, 20240601u, 20000);
+}
+
+TEST_F(CachingAllocatorTest, RandomizedOperationsMergingAtOnceKeepEveryInvariant) {
+  run_random_ops(device(), merge_at_once(), 20261128u, 20000);
 }
 
 TEST_F(CachingAllocatorTest, RandomizedOperationsUnderALimitKeepEveryInvariant) {

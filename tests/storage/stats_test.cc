@@ -86,7 +86,7 @@ TEST(DeviceStatsTrackerTest, AllocateAndFreeUpdateTheirPoolAndTheAggregate) {
   tracker.on_allocate(StatType::kLargePool, 4 << 20, (4 << 20) - 7);
   tracker.check_invariants();
 
-  const DeviceStats& s = tracker.stats();
+  DeviceStats s = tracker.stats();
   expect_stat(s.allocation[kSmall], 1, 1, 1, 0);
   expect_stat(s.allocation[kLarge], 1, 1, 1, 0);
   expect_stat(s.allocation.aggregate(), 2, 2, 2, 0);
@@ -107,6 +107,7 @@ TEST(DeviceStatsTrackerTest, AllocateAndFreeUpdateTheirPoolAndTheAggregate) {
 
   tracker.on_free(StatType::kSmallPool, 512, 100);
   tracker.check_invariants();
+  s = tracker.stats();
   expect_stat(s.allocation[kSmall], 0, 1, 1, 1);
   expect_stat(s.allocation.aggregate(), 1, 2, 2, 1);
   expect_stat(s.allocated_bytes[kSmall], 0, 512, 512, 512);
@@ -118,6 +119,7 @@ TEST(DeviceStatsTrackerTest, AllocateAndFreeUpdateTheirPoolAndTheAggregate) {
   tracker.on_segment_release(StatType::kLargePool, 4 << 20);
   tracker.on_segment_release(StatType::kSmallPool, 2 << 20);
   tracker.check_invariants();
+  s = tracker.stats();
   expect_stat(s.allocation.aggregate(), 0, 2, 2, 2);
   expect_stat(s.segment.aggregate(), 0, 2, 2, 2);
   expect_stat(s.reserved_bytes.aggregate(), 0, 6 << 20, 6 << 20, 6 << 20);
@@ -132,17 +134,19 @@ TEST(DeviceStatsTrackerTest, InactiveSplitMovesBothWays) {
   tracker.on_segment_create(StatType::kLargePool, 20 << 20);
   tracker.on_inactive_split(StatType::kLargePool, 2, 3 << 20);
   tracker.check_invariants();
-  const DeviceStats& s = tracker.stats();
+  DeviceStats s = tracker.stats();
   expect_stat(s.inactive_split[kLarge], 2, 2, 2, 0);
   expect_stat(s.inactive_split_bytes.aggregate(), 3 << 20, 3 << 20, 3 << 20, 0);
   tracker.on_inactive_split(StatType::kLargePool, -1, -(1 << 20));
   tracker.on_inactive_split(StatType::kLargePool, 0, 0);  // no change at all
+  s = tracker.stats();
   expect_stat(s.inactive_split.aggregate(), 1, 2, 2, 1);
   expect_stat(s.inactive_split_bytes[kLarge], 2 << 20, 3 << 20, 3 << 20, 1 << 20);
   expect_stat(s.inactive_split[kSmall], 0, 0, 0, 0);
   tracker.on_inactive_split(StatType::kLargePool, -1, -(2 << 20));
   tracker.on_segment_release(StatType::kLargePool, 20 << 20);
   tracker.check_invariants();
+  s = tracker.stats();
   expect_aggregate_is_sum(s);
 }
 
@@ -168,7 +172,7 @@ TEST(DeviceStatsTrackerTest, ResetPeakSetsEveryPeakToCurrent) {
 
   tracker.reset_peak();
   tracker.check_invariants();
-  const DeviceStats& s = tracker.stats();
+  DeviceStats s = tracker.stats();
   for (const StatArray* a : all_arrays(s)) {
     for (const Stat& stat : *a) EXPECT_EQ(stat.peak, stat.current);
   }
@@ -181,11 +185,13 @@ TEST(DeviceStatsTrackerTest, ResetPeakSetsEveryPeakToCurrent) {
 
   // Peaks grow again from the new base.
   tracker.on_allocate(StatType::kSmallPool, 2048, 2048);
+  s = tracker.stats();
   expect_stat(s.allocated_bytes.aggregate(), 2560, 2560, 3584, 1024);
   tracker.on_free(StatType::kSmallPool, 2048, 2048);
   tracker.on_free(StatType::kSmallPool, 512, 512);
   tracker.on_segment_release(StatType::kSmallPool, 2 << 20);
   tracker.check_invariants();
+  s = tracker.stats();
 }
 
 TEST(DeviceStatsTrackerTest, ResetAccumulatedClearsAllocatedFreedAndCounters) {
@@ -201,7 +207,7 @@ TEST(DeviceStatsTrackerTest, ResetAccumulatedClearsAllocatedFreedAndCounters) {
 
   tracker.reset_accumulated();
   tracker.check_invariants();
-  const DeviceStats& s = tracker.stats();
+  DeviceStats s = tracker.stats();
   for (const StatArray* a : all_arrays(s)) {
     for (const Stat& stat : *a) {
       EXPECT_EQ(stat.allocated, 0);
@@ -222,6 +228,7 @@ TEST(DeviceStatsTrackerTest, ResetAccumulatedClearsAllocatedFreedAndCounters) {
   tracker.on_free(StatType::kLargePool, 4 << 20, 3 << 20);
   tracker.on_segment_release(StatType::kLargePool, 4 << 20);
   tracker.check_invariants();
+  s = tracker.stats();
   expect_stat(s.allocated_bytes.aggregate(), 0, (4 << 20) + 512, 0, 4 << 20);
   EXPECT_EQ(s.num_device_free, 1);
   expect_aggregate_is_sum(s);
