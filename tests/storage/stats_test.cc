@@ -69,7 +69,8 @@ TEST(StatsTest, PoolOfSizeSplitsAtOneMiB) {
 
 TEST(DeviceStatsTrackerTest, StartsAtZero) {
   DeviceStatsTracker tracker;
-  for (const StatArray* a : all_arrays(tracker.stats())) {
+  const DeviceStats s = tracker.stats();  // a snapshot: all_arrays points into it
+  for (const StatArray* a : all_arrays(s)) {
     for (const Stat& s : *a) expect_stat(s, 0, 0, 0, 0);
   }
   EXPECT_EQ(tracker.stats().num_ooms, 0);
