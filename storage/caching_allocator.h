@@ -51,15 +51,16 @@
 //   a request finds nothing in the free index, and, under a memory limit, before every request
 //   that its own list cannot serve. A segment is therefore made only when the fully merged pool
 //   has no block that fits, as without parking, and under a limit only a request of a parked
-//   size is placed otherwise than without parking. Snapshots show parked blocks as the free blocks they are, unmerged, and
-//   inactive_split counts them one by one.
+//   size is placed otherwise than without parking. Snapshots show parked blocks as the free
+//   blocks they are, unmerged, and inactive_split counts them one by one.
 //   On the shipped traces (traces/) this leaves every replay figure as it was, with and without a
 //   limit, and serves 94-99% of the small requests of a warm replay from the lists
 //   (design/storage.md, "Quick reuse", has the figures and the policies that lost).
 //
 // Note [Out-of-memory ladder]
 //   A segment of the usual size that would take reserved bytes over memory_limit is made smaller,
-//   down to the request itself (Note [Segments that fit under a limit] in caching_allocator.cc).
+//   down to the request itself (Note [Segments that fit under a limit] in
+//   caching_allocator_segments.cc).
 //   A request that does not fit the room left, or a segment that the driver refuses, first makes
 //   the allocator give back every wholly free segment of both pools and try once more (counted
 //   in num_alloc_retries). If that cannot help or fails again, num_ooms is counted and
@@ -304,7 +305,7 @@ class CachingAllocator final : public BackendAllocator {
   [[noreturn]] void throw_bad_size(size_t bytes) const;
   size_t segment_size_for(StatType pool, size_t size) const;
   // The largest multiple of the quantum that is at most `room` and `usual` (Note [Segments that
-  // fit under a limit] in caching_allocator.cc).
+  // fit under a limit] in caching_allocator_segments.cc).
   size_t fitting_segment_bytes(uint64_t room, size_t usual) const;
   Block* grow_and_take(StatType pool, size_t size, size_t requested);
   Segment* create_segment_or_throw(size_t segment_bytes, size_t requested, bool* retried);
