@@ -210,7 +210,7 @@ std::exception_ptr name_error(const Instruction& instruction, std::exception_ptr
 // because this worker dispatched it earlier) and a device-side wait for it on our stream. A wait
 // on another device's stream waits for the signal its StreamSignal sets (Note [Cross-device
 // waits] in vm/dependence.cc). Every queue call here is on a queue of this worker's device.
-void DeviceWorker::dispatch(Instruction* instruction, bool settle) noexcept {
+void DeviceWorker::dispatch(Instruction* instruction, bool count_now) noexcept {
   // Timing costs two clock reads (~40 ns): only when someone traces.
   const bool timed = vm_.tracing();
   const auto start = timed ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
@@ -246,16 +246,16 @@ void DeviceWorker::dispatch(Instruction* instruction, bool settle) noexcept {
       timed ? std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() : 0.0;
   Batch* batch = instruction->batch_;
   try {
-    vm_.on_dispatched(*instruction, error, seconds, /*settle_now=*/false);
+    vm_.on_dispatched(*instruction, error, seconds, /*count_now=*/false);
   } catch (...) {
     // Only a throwing trace callback or bad_alloc gets here; dispatch must not throw.
     log_message(LogLevel::kError, "could not record the outcome of %s", instruction->name());
   }
   // May drop the last reference to a blob or tensor; a release that causes goes out detached
   // (make_vm_releaser), since this thread holds the execution right. It happens before the
-  // batch is settled, so anything submitted after the ticket returns is ordered after it.
+  // batch is counted done, so anything submitted after the ticket returns is ordered after it.
   delete instruction;
-  if (settle) vm_.settle(*batch, 1);
+  if (count_now) vm_.count_done(*batch, 1);
 }
 
 // Note [Batches that end with a marker]
@@ -263,9 +263,9 @@ void DeviceWorker::dispatch(Instruction* instruction, bool settle) noexcept {
 // A synchronous run() finishes each queue its list used (its caller is about to wait anyway). An
 // asynchronous submission (a Ticket) does not: the last instruction of the batch on each stream
 // records a marker there, the batch keeps it, and Ticket::wait waits for the markers after the
-// batch is settled. So the worker goes on dispatching while the device works, and the host waits
-// only at a ticket. What relies on a batch's commands having completed without waiting for its
-// ticket finishes the queues first: a host section on entry (finish_in_flight), a segment given
+// batch is counted done. So the worker goes on dispatching while the device works, and the host
+// waits only at a ticket. What relies on a batch's commands having completed without waiting for
+// its ticket finishes the queues first: a host section on entry (finish_in_flight), a segment given
 // back to the driver (the allocator's guard), a blocking map or read (its queue's order), and the
 // worker thread before it exits; a stream-ordered release keeps its marker here too (Note
 // [Stream-ordered release] in instructions/instructions.cc). The markers of the last
@@ -353,12 +353,12 @@ void DeviceWorker::order_allocation(DeviceQueue& queue) {
   }
 }
 
-size_t DeviceWorker::dispatch_all(IntrusiveInstructionList& list, bool settle) noexcept {
+size_t DeviceWorker::dispatch_all(IntrusiveInstructionList& list, bool count_now) noexcept {
   size_t count = 0;
   while (!list.empty()) {
     Instruction& instruction = list.front();
     list.pop_front();
-    dispatch(&instruction, settle);
+    dispatch(&instruction, count_now);
     ++count;
   }
   return count;

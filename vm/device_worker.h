@@ -79,14 +79,14 @@ class DeviceWorker {
   static constexpr size_t kMaxCombined = 4096;
   // Dispatches one instruction (waits, execute, error capture, completion accounting) and
   // deletes it. Only with the execution right. Never throws.
-  // `settle`: count it in its batch and the in-flight bound now (false: the caller does, for a
+  // `count_now`: count it in its batch and the in-flight bound now (false: the caller does, for a
   // whole list it dispatches inline).
   // The caller is counted as holding the right on this thread already (try_acquire_idle,
   // acquire_when_idle, the worker thread), so dispatch reads no thread-local itself.
-  void dispatch(Instruction* instruction, bool settle = true) noexcept OCLVM_REQUIRES(right_);
+  void dispatch(Instruction* instruction, bool count_now = true) noexcept OCLVM_REQUIRES(right_);
   // Dispatches the instructions of `list` in order, as dispatch() does, leaving it empty; returns
   // how many there were.
-  size_t dispatch_all(IntrusiveInstructionList& list, bool settle = true) noexcept
+  size_t dispatch_all(IntrusiveInstructionList& list, bool count_now = true) noexcept
       OCLVM_REQUIRES(right_);
   // dispatch() for a caller that executes after stop() under execution_mutex(), holding no right:
   // counts as holding one on this thread while it runs.

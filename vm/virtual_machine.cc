@@ -257,8 +257,8 @@ void VirtualMachine::mark_stream_ends(IntrusiveInstructionList& ordered) const n
   }
 }
 
-// A batch of `count` instructions, done at once when there are none, else owned by itself until
-// its last instruction settles (Note [Batch lifetime]). Its guarded members are set without the
+// A batch of `count` instructions, done at once when there are none, else owned by itself until its
+// last instruction is counted done (Note [Batch lifetime]). Its guarded members are set without the
 // lock, which the analysis cannot tell is safe: no other thread can see the batch yet.
 std::shared_ptr<Batch> VirtualMachine::new_batch(size_t count, bool detached)
     OCLVM_NO_THREAD_SAFETY_ANALYSIS {
@@ -370,7 +370,7 @@ VirtualMachine::Placement VirtualMachine::enqueue_batch(Batch& batch,
                                                         bool caller_runs, bool admitted)
     OCLVM_NO_THREAD_SAFETY_ANALYSIS {
   const size_t count = items.size();
-  OCLVM_DCHECK(admitted || !batch.shared);  // settle() would count what was never admitted
+  OCLVM_DCHECK(admitted || !batch.shared);  // count_done() would count what was never admitted
   // The worker whose execution right this call holds, once it holds one.
   DeviceWorker* inline_worker = nullptr;
   IntrusiveInstructionList ordered;  // the list in dispatch order, with StreamSignals added
@@ -405,14 +405,14 @@ VirtualMachine::Placement VirtualMachine::enqueue_batch(Batch& batch,
       in_flight_.fetch_sub(count);
       wake_producers();
       if (batch.shared) {
-        // No instruction was handed out, so nobody will settle the batch: drop the VM's
+        // No instruction was handed out, so nobody will count the batch done: drop the VM's
         // reference, or the batch owns itself and leaks (LeakSanitizer, `make asan`, on
         // VmOwnershipTest.ABlobBelongsToTheFirstVmThatUsesIt).
         {
           MutexLock batch_lock(batch.mutex);
           batch.self.reset();  // the submitting call still holds its own reference
         }
-        batch_settled();  // it never will be
+        live_batch_done();  // it never will be
       }
       throw error;
     }
@@ -480,11 +480,11 @@ VirtualMachine::Placement VirtualMachine::enqueue_batch(Batch& batch,
   }
   // Note [Caller runs]: nothing of a lower sequence is pending on this worker, and we hold its
   // execution right, so dispatching here keeps order and confinement.
-  // The batch is settled once at the end: nobody else waits for its instructions one by one.
+  // The batch is counted done once at the end: nobody else waits for its instructions one by one.
   inline_worker->assert_execution_right();
-  const size_t dispatched = inline_worker->dispatch_all(ordered, /*settle=*/false);
+  const size_t dispatched = inline_worker->dispatch_all(ordered, /*count_now=*/false);
   if (batch.shared) {
-    settle(batch, dispatched, /*notify=*/false);  // the submitting call has not returned yet
+    count_done(batch, dispatched, /*notify=*/false);  // the submitting call has not returned yet
   } else {
     // run()'s own batch: its caller reads the outcome on this thread, nothing else to mark.
     batch.remaining.store(0, std::memory_order_relaxed);
@@ -560,13 +560,13 @@ void VirtualMachine::run_in_section(DeviceWorker& held, InstructionList&& list) 
   // Dispatched here and now, as a list run() dispatches on its caller's thread (Note [Lists
   // dispatched at once are not admitted]): never pending, so never counted in flight, and no
   // other thread sees the batch, so nobody is woken and its error is read without the lock.
-  held.dispatch_all(ordered, /*settle=*/false);
+  held.dispatch_all(ordered, /*count_now=*/false);
   batch.remaining.store(0, std::memory_order_relaxed);
   if (std::exception_ptr error = batch.error_of_unseen_batch()) std::rethrow_exception(error);
 }
 
 void VirtualMachine::on_dispatched(Instruction& instruction, const std::exception_ptr& error,
-                                   double seconds, bool settle_now) {
+                                   double seconds, bool count_now) {
   if (trace_) {
     const std::string message = error ? [&] {
       try {
@@ -583,10 +583,10 @@ void VirtualMachine::on_dispatched(Instruction& instruction, const std::exceptio
     MutexLock lock(batch.mutex);
     if (!batch.first_error) batch.first_error = error;
   }
-  if (settle_now) settle(batch, 1);
+  if (count_now) count_done(batch, 1);
 }
 
-void VirtualMachine::settle(Batch& batch, size_t dispatched, bool notify) {
+void VirtualMachine::count_done(Batch& batch, size_t dispatched, bool notify) {
   // The last one marks the batch done; the batch must not be touched after the unlock (Note
   // [Batch lifetime]).
   bool was_live = false;  // made by new_batch (a section's own list is not)
@@ -608,7 +608,7 @@ void VirtualMachine::settle(Batch& batch, size_t dispatched, bool notify) {
     }
   }
   in_flight_.fetch_sub(dispatched);
-  if (was_live) batch_settled();
+  if (was_live) live_batch_done();
   wake_producers();
 }
 
@@ -708,7 +708,7 @@ void VirtualMachine::run_after_shutdown(IntrusiveInstructionList& items) {
                     std::make_exception_ptr(
                         Error(std::string("Expected a running VM, but it has been shut down (") +
                               instruction.name() + " on " + instruction.stream().name() + ")")),
-                    0.0, /*settle_now=*/true);
+                    0.0, /*count_now=*/true);
       delete &instruction;
     }
   }

@@ -72,17 +72,17 @@ struct VmOptions {
 // One submission: what a Ticket waits for. The instructions themselves are owned by the VM from
 // submission on and deleted by the thread that dispatches them, right after dispatch.
 //
-// Note [Batch lifetime]: the Batch lives as long as its Ticket. The thread that settles the last
-// instruction sets `done` and notifies under `mutex`, and Ticket::wait returns only after seeing
-// `done` under `mutex`, so the settling thread has let go of the batch before the ticket can free
-// it. (A lock-free "remaining == 0" exit would let a ticket free the batch while the settler is
+// Note [Batch lifetime]: the Batch lives as long as its Ticket. The thread that counts the last
+// instruction done sets `done` and notifies under `mutex`, and Ticket::wait returns only after
+// seeing `done` under `mutex`, so that thread has let go of the batch before the ticket can free
+// it. (A lock-free "remaining == 0" exit would let a ticket free the batch while that thread is
 // still about to notify it.)
 //
 // The VM co-owns every batch of submit() and submit_detached() it has instructions of (`self`,
-// dropped by the last settler), so a Ticket that is dropped before wait() — or a detached
-// submission with no ticket at all — never leaves workers writing into freed memory. run() keeps
-// its batch on its own stack instead: it returns only after seeing `done` under `mutex`, the same
-// rule a ticket's wait follows, so no heap batch and no co-ownership are needed.
+// dropped by the thread that counts the last instruction done), so a Ticket that is dropped before
+// wait() — or a detached submission with no ticket at all — never leaves workers writing into freed
+// memory. run() keeps its batch on its own stack instead: it returns only after seeing `done` under
+// `mutex`, the same rule a ticket's wait follows, so no heap batch and no co-ownership are needed.
 //
 // Its state is private to the VM, its workers and Ticket: every field is the submission
 // protocol's, and the lock annotations say which need `mutex`.
@@ -188,15 +188,15 @@ class VirtualMachine {
   // done), no thread submitting, no host section open. The tests call it after their runs;
   // shutdown() checks every worker's part after the drain.
   //
-  // A finished ticket does not mean a quiet VM: the worker that settled the last instruction
+  // A finished ticket does not mean a quiet VM: the worker that counted the last instruction done
   // still gives back its execution right and its in-flight count after waking the waiter, and
   // an instruction it deleted may have sent a detached release. So the check first waits, up to
   // `grace`, for the VM to fall quiet (nothing in flight, no live batch, every worker with
   // nothing pending and its right free), then checks; a VM that never falls quiet fails it. The
   // rules:
-  //   - instructions in flight (admitted, not yet settled) == 0, and no batch is alive (a batch
-  //     is alive from its submission until its last instruction settles), so every batch that
-  //     was submitted has settled each of its instructions exactly once;
+  //   - instructions in flight (admitted, not yet counted done) == 0, and no batch is alive (a
+  //     batch is alive from its submission until its last instruction is counted done), so every
+  //     batch that was submitted has had each of its instructions counted done exactly once;
   //   - every worker: nothing pending, nobody holding its execution right, and nothing
   //     dispatched beyond the last sequence number it gave out;
   //   - streams: each stream is published in the table at its own id, on its device's worker,
@@ -260,19 +260,19 @@ class VirtualMachine {
   // error in first_error, and is never marked done.
   Placement enqueue_batch(Batch& batch, IntrusiveInstructionList& items, bool caller_runs,
                           bool admitted);
-  // Called by the dispatching thread after each dispatch. With settle_now == false the caller
-  // settles the batch itself later (dispatch: after deleting the instruction; caller runs: once
+  // Called by the dispatching thread after each dispatch. With count_now == false the caller
+  // counts the batch done itself later (dispatch: after deleting the instruction; caller runs: once
   // for the whole list).
   void on_dispatched(Instruction& instruction, const std::exception_ptr& error, double seconds,
-                     bool settle_now);
+                     bool count_now);
   // Counts `dispatched` instructions of `batch` as done; the last marks the batch done and wakes
   // its waiters. `notify` false: nobody can be waiting yet (the caller-runs path, before the
   // submitting call returns), so the condition variable is left alone.
-  void settle(Batch& batch, size_t dispatched, bool notify = true);
+  void count_done(Batch& batch, size_t dispatched, bool notify = true);
   void run_after_shutdown(IntrusiveInstructionList& list);
   void wait_drained();       // until shutdown() has joined every worker
   std::shared_ptr<Batch> new_batch(size_t count, bool detached);
-  void batch_settled() { live_batches_.fetch_sub(1); }  // a live batch's last instruction
+  void live_batch_done() { live_batches_.fetch_sub(1); }  // a live batch's last instruction
   bool quiet() const;  // check_invariants' wait: nothing in flight, every worker idle
   void admit(size_t count);  // backpressure: blocks while the bound would be passed
   void wake_producers();     // after in_flight_ went down
@@ -307,8 +307,8 @@ class VirtualMachine {
   // Backpressure: in_flight_ is atomic so that dispatch costs no lock; producers that must wait
   // register in flight_waiters_ and sleep on flight_cv_.
   std::atomic<size_t> in_flight_{0};
-  // Batches of submit() and submit_detached() with instructions, not yet all settled (run()'s
-  // batch lives on its caller's stack, which returns only once it settled).
+  // Batches of submit() and submit_detached() with instructions, not yet all counted done (run()'s
+  // batch lives on its caller's stack, which returns only once it is done).
   std::atomic<size_t> live_batches_{0};
   std::atomic<size_t> flight_waiters_{0};
   Mutex flight_mutex_;

@@ -26,7 +26,7 @@ uint64_t allocated_bytes(VirtualMachine& vm, Device device) {
   return static_cast<uint64_t>(stats.allocated_bytes.aggregate().current);
 }
 
-// Regression: a ticket dropped before wait() freed its batch while the worker still settled into
+// Regression: a ticket dropped before wait() freed its batch while the worker still counted into
 // it; the pool then handed the same memory to the next batch, whose wait returned too early.
 TEST(LifetimeTest, DroppedTicketDoesNotDisturbTheNextBatch) {
   VirtualMachine vm(DeviceManager::instance(), Options{});

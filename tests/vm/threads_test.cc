@@ -126,7 +126,7 @@ TEST(ThreadsTest, EightProducersTenThousandRandomInstructionsEach) {
     EXPECT_EQ(stats.num_ooms, 0) << device.str();
     EXPECT_GT(stats.allocation.aggregate().allocated, 0) << device.str() << " was never used";
   }
-  vm.check_invariants();  // eight producers' batches, every one settled exactly once
+  vm.check_invariants();  // eight producers' batches, every instruction counted done exactly once
 }
 
 }  // namespace
