@@ -7,7 +7,7 @@ JOBS   ?= $(shell nproc)
 PY     ?= .venv/bin/python
 
 .PHONY: all setup configure build install torch test package stress exit-soak demo bench bench-compile clean
-.PHONY: torch-stress
+.PHONY: torch-stress torch-lane-1 torch-lane-2
 .PHONY: asan tsan sanitize
 .PHONY: fuzz opinfo module-db
 .PHONY: test-torch-2.14
@@ -40,8 +40,9 @@ torch: setup
 TORCH_TEST_TREE = build-torch-test
 TORCH_TEST_PIP  = -C build-dir=$(TORCH_TEST_TREE) -C cmake.define.OCLVM_WERROR=ON \
                   -C cmake.define.OCLVM_TORCH_TESTS=ON
-# Each pass of the torch tests lists its 10 slowest tests, so the log shows where CI's time goes.
-PYTEST_TORCH = $(PY) -m pytest -q --durations=10 tests/torch
+# Each pass of the torch tests lists its 10 slowest tests, so the log shows where CI's time goes;
+# no pytest cache: two passes run at once (torch-lane-1, torch-lane-2).
+PYTEST_TORCH = $(PY) -m pytest -q -p no:cacheprovider --durations=10 tests/torch
 # Torch's exit with three busy daemon threads (tests/torch/test_exit.py), 76 runs in all.
 BUSY_EXIT = tests/torch/test_exit.py::test_exit_with_busy_daemon_threads
 
@@ -53,16 +54,24 @@ test: build setup
 	@echo "installing the oclvm Python package into .venv from $(TORCH_TEST_TREE) (with oclvm_torch_tests)"
 	@$(PY) -m pip install -q --no-deps $(TORCH_TEST_PIP) .
 	cd $(TORCH_TEST_TREE) && ctest --output-on-failure
+	@echo "the torch tests: three pytest passes in two lanes side by side (torch-lane-1, torch-lane-2);"
+	@echo "each lane's output appears when the lane ends"
+	@$(MAKE) --no-print-directory -j 2 --output-sync=target torch-lane-1 torch-lane-2
+
+# Lane 1 of `make test`'s torch tests: everything, OpInfo and module_db included, on the default
+# device.
+torch-lane-1:
 	OCLVM_EXIT_RUNS=4 $(PYTEST_TORCH)
-	@echo "the torch tests again on two pthread devices, in host sections"
-	@echo "(the CPU's own busy-daemon exit, 0.5 min, runs in the first pass only: no device in it)"
+
+# Lane 2: the torch tests again on two pthread devices without the OpInfo and module_db sweeps,
+# first in host sections, then with operands copied (OCLVM_ZERO_COPY=0). The CPU's own busy-daemon
+# exit (0.5 min, no device in it) runs in lane 1 only; with operands copied, the compiled frames
+# run eagerly, so the transformers' compiled steps (1.5 min) are the eager steps
+# test_model_families already trains and are left out, and so are the busy-daemon exits (2.3 min)
+# the passes before run; the exit scripts with live tensors and work in flight stay.
+torch-lane-2:
 	OCLVM_EXIT_RUNS=4 OCLVM_OPINFO=0 OCLVM_DIST_FULL=0 POCL_DEVICES="pthread pthread" $(PYTEST_TORCH) \
 	  --deselect "$(BUSY_EXIT)[cpu_until_exit]"
-	@echo "the torch tests again on two pthread devices, operands copied (OCLVM_ZERO_COPY=0)"
-	@echo "(there compiled frames run eagerly: the transformers' compiled steps, 1.5 min, are"
-	@echo " the eager steps test_model_families already trains, so they are left out; so are the"
-	@echo " 76 busy-daemon exits, 2.3 min, which the two passes before run, and the exit scripts"
-	@echo " with live tensors and work in flight stay)"
 	OCLVM_EXIT_RUNS=4 OCLVM_OPINFO=0 OCLVM_DIST_FULL=0 OCLVM_ZERO_COPY=0 POCL_DEVICES="pthread pthread" $(PYTEST_TORCH) \
 	  --deselect tests/torch/test_compile.py::test_compiled_transformer_step_equals_eager_on_cpu \
 	  --deselect $(BUSY_EXIT)
