@@ -45,6 +45,7 @@ TORCH_TEST_PIP  = -C build-dir=$(TORCH_TEST_TREE) -C cmake.define.OCLVM_WERROR=O
 PYTEST_TORCH = $(PY) -m pytest -q -p no:cacheprovider --durations=10 tests/torch
 # Torch's exit with three busy daemon threads (tests/torch/test_exit.py), 76 runs in all.
 BUSY_EXIT = tests/torch/test_exit.py::test_exit_with_busy_daemon_threads
+PYTEST_EXIT = $(PY) -m pytest -q -p no:cacheprovider --durations=5
 
 test: build setup
 	python3 scripts/check_docs.py --self-test
@@ -59,22 +60,26 @@ test: build setup
 	@$(MAKE) --no-print-directory -j 2 --output-sync=target torch-lane-1 torch-lane-2
 
 # Lane 1 of `make test`'s torch tests: everything, OpInfo and module_db included, on the default
-# device.
+# device; then, to even the lanes, lane 2's exit tests on two pthread devices: the busy-daemon
+# exits in host sections (3.7 min) and the exit scripts with operands copied (2.5 min).
 torch-lane-1:
 	OCLVM_EXIT_RUNS=4 $(PYTEST_TORCH)
+	OCLVM_EXIT_RUNS=4 POCL_DEVICES="pthread pthread" $(PYTEST_EXIT) \
+	  "$(BUSY_EXIT)[device_200_rounds]" "$(BUSY_EXIT)[device_until_exit]"
+	OCLVM_EXIT_RUNS=4 OCLVM_ZERO_COPY=0 POCL_DEVICES="pthread pthread" $(PYTEST_EXIT) \
+	  tests/torch/test_exit.py --deselect $(BUSY_EXIT)
 
 # Lane 2: the torch tests again on two pthread devices without the OpInfo and module_db sweeps,
-# first in host sections, then with operands copied (OCLVM_ZERO_COPY=0). The CPU's own busy-daemon
-# exit (0.5 min, no device in it) runs in lane 1 only; with operands copied, the compiled frames
-# run eagerly, so the transformers' compiled steps (1.5 min) are the eager steps
-# test_model_families already trains and are left out, and so are the busy-daemon exits (2.3 min)
-# the passes before run; the exit scripts with live tensors and work in flight stay.
+# first in host sections, then with operands copied (OCLVM_ZERO_COPY=0); their exit tests run in
+# lane 1. The CPU's own busy-daemon exit (0.5 min, no device in it) runs in lane 1's first pass
+# only; with operands copied, the compiled frames run eagerly, so the transformers' compiled steps
+# (1.5 min) are the eager steps test_model_families already trains and are left out.
 torch-lane-2:
 	OCLVM_EXIT_RUNS=4 OCLVM_OPINFO=0 OCLVM_DIST_FULL=0 POCL_DEVICES="pthread pthread" $(PYTEST_TORCH) \
-	  --deselect "$(BUSY_EXIT)[cpu_until_exit]"
+	  --deselect $(BUSY_EXIT)
 	OCLVM_EXIT_RUNS=4 OCLVM_OPINFO=0 OCLVM_DIST_FULL=0 OCLVM_ZERO_COPY=0 POCL_DEVICES="pthread pthread" $(PYTEST_TORCH) \
 	  --deselect tests/torch/test_compile.py::test_compiled_transformer_step_equals_eager_on_cpu \
-	  --deselect $(BUSY_EXIT)
+	  --ignore tests/torch/test_exit.py
 
 # The torch tests against torch 2.14.1, the current release (the default `make test` uses 2.13.0):
 # its own venv (.venv-torch-2.14: a CUDA build of torch, about 5.5 GB, which the adapter builds
