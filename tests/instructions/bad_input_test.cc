@@ -6,8 +6,9 @@
 // field) are what they were; and, as in every LeakCheckedTest, the backends hold no more segments
 // at the end than at the start and no blob was freed by its destructor fallback.
 //
-// Each test gets its own VirtualMachine (fresh allocators). TearDown asserts nothing is allocated
-// on any device, empties every cache and asserts nothing is reserved.
+// The fixture is VmTest (tests/instructions/vm_fixture.h): each test gets its own VirtualMachine
+// (fresh allocators), and TearDown asserts nothing is allocated on any device, empties every cache
+// and asserts nothing is reserved.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -21,50 +22,23 @@
 #include "oclvm/storage/device_manager.h"
 #include "oclvm/storage/errors.h"
 #include "oclvm/vm/dependence.h"
-#include "tests/storage/test_util.h"
 #include "oclvm/vm/virtual_machine.h"
+#include "tests/instructions/vm_fixture.h"
+#include "tests/storage/test_util.h"
 
 namespace oclvm {
 namespace {
 
-constexpr Device kOpenCL0{DeviceType::kOpenCL, 0};
-constexpr Device kCpu{DeviceType::kCpu, 0};
+using testing::kCpu;
+using testing::kOpenCL0;
 constexpr Device kMissingOpenCL{DeviceType::kOpenCL, 99};
 constexpr Device kMissingCpu{DeviceType::kCpu, 1};  // only parse_device refuses "cpu:1"
 
 using testing::message_of;
+using testing::VmTest;
 
-class BadInputTest : public testing::LeakCheckedTest {
+class BadInputTest : public VmTest {
  protected:
-  void SetUp() override {
-    LeakCheckedTest::SetUp();
-    destructor_releases_ = BlobStorage::destructor_releases();
-    failed_releases_ = TensorStorage::failed_releases();
-    vm_ = std::make_unique<vm::VirtualMachine>(DeviceManager::instance(), Options{});
-  }
-  void TearDown() override {
-    for (Device device : DeviceManager::instance().devices()) {
-      EXPECT_EQ(stats(device).allocated_bytes.aggregate().current, 0) << device.str();
-      InstructionsBuilder builder(*vm_);
-      builder.empty_cache(device);
-      vm_->run(builder.take());
-      EXPECT_EQ(stats(device).reserved_bytes.aggregate().current, 0) << device.str();
-    }
-    vm_.reset();
-    EXPECT_EQ(BlobStorage::destructor_releases(), destructor_releases_);
-    EXPECT_EQ(TensorStorage::failed_releases(), failed_releases_);
-    LeakCheckedTest::TearDown();
-  }
-
-  vm::VirtualMachine& vm() { return *vm_; }
-
-  DeviceStats stats(Device device) {
-    InstructionsBuilder builder(*vm_);
-    DeviceStats out;
-    builder.query_stats(device, &out);
-    vm_->run(builder.take());
-    return out;
-  }
   // Every statistic of every device, as text: equal snapshots mean nothing changed.
   std::string all_stats() {
     std::string text;
@@ -72,18 +46,6 @@ class BadInputTest : public testing::LeakCheckedTest {
       text += device.str() + "\n" + stats(device).to_string();
     }
     return text;
-  }
-
-  std::shared_ptr<BlobObject> allocate(Device device, size_t bytes) {
-    InstructionsBuilder builder(*vm_);
-    auto blob = builder.allocate_blob(builder.stream(device), bytes);
-    vm_->run(builder.take());
-    return blob;
-  }
-  void release(std::shared_ptr<BlobObject> blob) {
-    InstructionsBuilder builder(*vm_);
-    builder.release(std::move(blob));
-    vm_->run(builder.take());
   }
 
   // Expects `bad` to throw InvalidArgument in the "Expected X, but got Y" form and to leave the
@@ -96,10 +58,6 @@ class BadInputTest : public testing::LeakCheckedTest {
     EXPECT_CONTAINS(message, ", but got ");
     return message;
   }
-
-  std::unique_ptr<vm::VirtualMachine> vm_;
-  uint64_t destructor_releases_ = 0;
-  uint64_t failed_releases_ = 0;
 };
 
 // ---------------------------------------------------------------------------------------------

@@ -15,28 +15,17 @@
 #include "oclvm/storage/device_manager.h"
 #include "oclvm/storage/errors.h"
 #include "oclvm/vm/dependence.h"
-#include "tests/storage/test_util.h"
 #include "oclvm/vm/virtual_machine.h"
+#include "tests/instructions/vm_fixture.h"
+#include "tests/storage/test_util.h"
 
 namespace oclvm {
 namespace {
 
-constexpr Device kOpenCL0{DeviceType::kOpenCL, 0};
-constexpr Device kCpu{DeviceType::kCpu, 0};
-
-template <typename F>
-std::string invalid_argument_of(F&& f) {
-  try {
-    f();
-  } catch (const InvalidArgument& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "threw the wrong type: " << e.what();
-    return "";
-  }
-  ADD_FAILURE() << "did not throw";
-  return "";
-}
+using testing::kCpu;
+using testing::kOpenCL0;
+using testing::message_of;
+using testing::VmTest;
 
 std::vector<std::string> names(const vm::InstructionList& list) {
   std::vector<std::string> out;
@@ -44,46 +33,18 @@ std::vector<std::string> names(const vm::InstructionList& list) {
   return out;
 }
 
-class BuilderTest : public testing::LeakCheckedTest {
+class BuilderTest : public VmTest {
  protected:
-  void SetUp() override {
-    LeakCheckedTest::SetUp();
-    vm_ = std::make_unique<vm::VirtualMachine>(DeviceManager::instance(), Options{});
-  }
-  void TearDown() override {
-    for (Device device : DeviceManager::instance().devices()) {
-      EXPECT_EQ(stats(device).allocated_bytes.aggregate().current, 0) << device.str();
-      InstructionsBuilder builder(*vm_);
-      builder.empty_cache(device);
-      vm_->run(builder.take());
-      EXPECT_EQ(stats(device).reserved_bytes.aggregate().current, 0) << device.str();
-    }
-    vm_.reset();
-    LeakCheckedTest::TearDown();
-  }
-
-  vm::VirtualMachine& vm() { return *vm_; }
-
-  DeviceStats stats(Device device) {
-    InstructionsBuilder builder(*vm_);
-    DeviceStats out;
-    builder.query_stats(device, &out);
-    vm_->run(builder.take());
-    return out;
-  }
-
   // Expects `bad` to throw InvalidArgument with "Expected" in its message and to leave the
   // builder's list as it was; returns the message.
   std::string expect_rejected(InstructionsBuilder& builder, const std::function<void()>& bad) {
     const size_t size = builder.size();
-    const std::string message = invalid_argument_of(bad);
+    const std::string message = message_of<InvalidArgument>(bad);
     EXPECT_EQ(builder.size(), size) << message;
     EXPECT_CONTAINS(message, "Expected");
     EXPECT_CONTAINS(message, "but got");
     return message;
   }
-
-  std::unique_ptr<vm::VirtualMachine> vm_;
 };
 
 // ---------------------------------------------------------------------------------------------

@@ -23,28 +23,21 @@
 #include "oclvm/storage/errors.h"
 #include "oclvm/vm/host_section.h"
 #include "oclvm/vm/virtual_machine.h"
+#include "tests/instructions/vm_fixture.h"
 #include "tests/storage/test_util.h"
 
 namespace oclvm {
 namespace {
 
-constexpr Device kOpenCL0{DeviceType::kOpenCL, 0};
-constexpr Device kCpu{DeviceType::kCpu, 0};
+using testing::kCpu;
+using testing::kOpenCL0;
+using testing::pattern_bytes;
+using testing::VmTest;
+
 constexpr size_t kBytes = 1 << 20;
 
-std::vector<uint8_t> pattern_bytes(size_t n, uint8_t seed) {
-  std::vector<uint8_t> bytes(n);
-  for (size_t i = 0; i < n; ++i) bytes[i] = static_cast<uint8_t>(seed + i * 7 + (i >> 9));
-  return bytes;
-}
-
-class HostSectionTest : public testing::LeakCheckedTest,
-                        public ::testing::WithParamInterface<Device> {
+class HostSectionTest : public VmTest, public ::testing::WithParamInterface<Device> {
  protected:
-  void SetUp() override {
-    LeakCheckedTest::SetUp();
-    vm_ = std::make_unique<vm::VirtualMachine>(DeviceManager::instance(), Options{});
-  }
   void TearDown() override {
     if (!vm_->is_shut_down()) {
       InstructionsBuilder builder(*vm_);
@@ -52,29 +45,14 @@ class HostSectionTest : public testing::LeakCheckedTest,
       vm_->run(builder.take());
     }
     vm_->check_invariants();  // every section ended, every list it held back ran
-    vm_.reset();
-    LeakCheckedTest::TearDown();
+    VmTest::TearDown();
   }
 
   Device device() const { return GetParam(); }
 
-  std::shared_ptr<BlobObject> allocate(size_t bytes) {
-    InstructionsBuilder builder(*vm_);
-    auto blob = builder.allocate_blob(builder.stream(device()), bytes);
-    vm_->run(builder.take());
-    return blob;
-  }
-  void release(std::shared_ptr<BlobObject> blob) {
-    InstructionsBuilder builder(*vm_);
-    builder.release(std::move(blob));
-    vm_->run(builder.take());
-  }
+  std::shared_ptr<BlobObject> allocate(size_t bytes) { return VmTest::allocate(device(), bytes); }
   std::vector<uint8_t> read(const std::shared_ptr<BlobObject>& blob, size_t n) {
-    std::vector<uint8_t> out(n, 0);
-    InstructionsBuilder builder(*vm_);
-    builder.copy_device_to_host(blob, 0, out.data(), n);
-    vm_->run(builder.take());
-    return out;
+    return VmTest::read(blob, 0, n);
   }
   // Where the host reaches the blob's byte 0.
   static uint8_t* host_of(const BlobObject& blob) {
@@ -113,8 +91,6 @@ class HostSectionTest : public testing::LeakCheckedTest,
       std::this_thread::yield();
     }
   }
-
-  std::unique_ptr<vm::VirtualMachine> vm_;
 };
 
 INSTANTIATE_TEST_SUITE_P(Devices, HostSectionTest, ::testing::Values(kOpenCL0, kCpu),

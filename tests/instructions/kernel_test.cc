@@ -23,14 +23,16 @@
 #include "oclvm/storage/kernel_cache.h"
 #include "oclvm/vm/host_section.h"
 #include "oclvm/vm/virtual_machine.h"
+#include "tests/instructions/vm_fixture.h"
 #include "tests/storage/test_util.h"
 
 namespace oclvm {
 namespace {
 
-constexpr Device kOpenCL0{DeviceType::kOpenCL, 0};
-constexpr Device kOpenCL1{DeviceType::kOpenCL, 1};
-constexpr Device kCpu{DeviceType::kCpu, 0};
+using testing::kCpu;
+using testing::kOpenCL0;
+using testing::kOpenCL1;
+using testing::VmTest;
 
 // A source no earlier test compiled, so cache counts start from a known point.
 std::string unique_source(const std::string& body) {
@@ -48,47 +50,20 @@ __kernel void axpy(OCLVM_BLOB(float, y), OCLVM_BLOB(const float, x), float a, ui
 
 using testing::message_of;
 
-class KernelTest : public testing::LeakCheckedTest {
+class KernelTest : public VmTest {
  protected:
-  void SetUp() override {
-    LeakCheckedTest::SetUp();
-    vm_ = std::make_unique<vm::VirtualMachine>(DeviceManager::instance(), Options{});
-  }
   void TearDown() override {
-    for (Device device : DeviceManager::instance().devices()) {
-      InstructionsBuilder builder(*vm_);
-      DeviceStats stats;
-      builder.query_stats(device, &stats);
-      builder.empty_cache(device);
-      vm_->run(builder.take());
-      EXPECT_EQ(stats.allocated_bytes.aggregate().current, 0) << device.str();
-    }
-    vm_.reset();
     for (Device device : DeviceManager::instance().devices()) {
       DeviceManager::instance().backend(device).faults().configure(FaultOptions{});
     }
-    LeakCheckedTest::TearDown();
+    VmTest::TearDown();
   }
 
   std::shared_ptr<BlobObject> upload(Device device, const std::vector<float>& values) {
-    InstructionsBuilder builder(*vm_);
-    auto blob = builder.allocate_blob(builder.stream(device), {static_cast<int64_t>(values.size())},
-                                      DType::kF32);
-    builder.copy_host_to_device(values.data(), blob, 0, values.size() * sizeof(float));
-    vm_->run(builder.take());
-    return blob;
+    return upload_values(device, values, DType::kF32);
   }
   std::vector<float> download(const std::shared_ptr<BlobObject>& blob, size_t n) {
-    std::vector<float> out(n);
-    InstructionsBuilder builder(*vm_);
-    builder.copy_device_to_host(blob, 0, out.data(), n * sizeof(float));
-    vm_->run(builder.take());
-    return out;
-  }
-  void release(std::shared_ptr<BlobObject> blob) {
-    InstructionsBuilder builder(*vm_);
-    builder.release(std::move(blob));
-    vm_->run(builder.take());
+    return download_values<float>(blob, n);
   }
   static LaunchRange range1(size_t global, size_t local = 0) {
     LaunchRange range;
@@ -99,8 +74,6 @@ class KernelTest : public testing::LeakCheckedTest {
   MemoryBackend& backend(Device device = kOpenCL0) {
     return DeviceManager::instance().backend(device);
   }
-
-  std::unique_ptr<vm::VirtualMachine> vm_;
 };
 
 TEST_F(KernelTest, AxpyWithOffsetsEqualsTheHost) {

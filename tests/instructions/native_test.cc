@@ -17,13 +17,15 @@
 #include "oclvm/storage/device_manager.h"
 #include "oclvm/storage/errors.h"
 #include "oclvm/vm/virtual_machine.h"
+#include "tests/instructions/vm_fixture.h"
 #include "tests/storage/test_util.h"
 
 namespace oclvm {
 namespace {
 
-constexpr Device kOpenCL0{DeviceType::kOpenCL, 0};
-constexpr Device kCpu{DeviceType::kCpu, 0};
+using testing::kCpu;
+using testing::kOpenCL0;
+using testing::VmTest;
 
 using testing::message_of;
 
@@ -39,43 +41,18 @@ void copy_with_opencl(const NativeCallContext& call) {
   }
 }
 
-class NativeCallTest : public testing::LeakCheckedTest {
+class NativeCallTest : public VmTest {
  protected:
-  void SetUp() override {
-    LeakCheckedTest::SetUp();
-    vm_ = std::make_unique<vm::VirtualMachine>(DeviceManager::instance(), Options{});
-  }
   void TearDown() override {
-    InstructionsBuilder builder(*vm_);
-    DeviceStats stats;
-    builder.query_stats(kOpenCL0, &stats);
-    builder.empty_cache(kOpenCL0);
-    vm_->run(builder.take());
-    EXPECT_EQ(stats.allocated_bytes.aggregate().current, 0);
-    vm_.reset();
     DeviceManager::instance().backend(kOpenCL0).faults().configure(FaultOptions{});
-    LeakCheckedTest::TearDown();
+    VmTest::TearDown();
   }
 
   std::shared_ptr<BlobObject> upload(const std::vector<int32_t>& values) {
-    InstructionsBuilder builder(*vm_);
-    auto blob = builder.allocate_blob(builder.stream(kOpenCL0),
-                                      {static_cast<int64_t>(values.size())}, DType::kI32);
-    builder.copy_host_to_device(values.data(), blob, 0, values.size() * sizeof(int32_t));
-    vm_->run(builder.take());
-    return blob;
+    return upload_values(kOpenCL0, values, DType::kI32);
   }
   std::vector<int32_t> download(const std::shared_ptr<BlobObject>& blob, size_t n) {
-    std::vector<int32_t> out(n);
-    InstructionsBuilder builder(*vm_);
-    builder.copy_device_to_host(blob, 0, out.data(), n * sizeof(int32_t));
-    vm_->run(builder.take());
-    return out;
-  }
-  void release(std::shared_ptr<BlobObject> blob) {
-    InstructionsBuilder builder(*vm_);
-    builder.release(std::move(blob));
-    vm_->run(builder.take());
+    return download_values<int32_t>(blob, n);
   }
   // A native copy of `words` int32 from src[src_word] to dst[dst_word].
   static std::vector<NativeArg> copy_args(const std::shared_ptr<BlobObject>& src, size_t src_word,
@@ -84,8 +61,6 @@ class NativeCallTest : public testing::LeakCheckedTest {
     return {NativeArg{src, src_word * 4, words * 4, KernelAccess::kRead},
             NativeArg{dst, dst_word * 4, words * 4, KernelAccess::kWrite}};
   }
-
-  std::unique_ptr<vm::VirtualMachine> vm_;
 };
 
 TEST_F(NativeCallTest, ABodyEnqueuesInStreamOrderOnTheBlobsRanges) {

@@ -1,5 +1,6 @@
 // tests/instructions/vm_fixture.h — the fixture of the instruction tests (instructions_test.cc,
-// instructions_errors_test.cc): a fresh VirtualMachine per test (fresh allocators, so statistics
+// instructions_errors_test.cc, bad_input_test.cc, builder_test.cc, host_section_test.cc,
+// kernel_test.cc, native_test.cc): a fresh VirtualMachine per test (fresh allocators, so statistics
 // start at zero and can be asserted exactly; Options{} selects the caching allocator: 512-byte
 // quantum, 2 MiB small segments), helpers that each run one synchronous list, and a TearDown that
 // asserts through QueryStats that no bytes are allocated on any device, empties every cache,
@@ -105,6 +106,29 @@ class VmTest : public LeakCheckedTest {
     std::vector<uint8_t> out(n, 0xCD);
     InstructionsBuilder builder(*vm_);
     builder.copy_device_to_host(blob, offset, out.data(), n);
+    vm_->run(builder.take());
+    return out;
+  }
+
+  // A one-dimensional blob of `values` (of type `dtype`) on `device`, allocated and written in one
+  // list.
+  template <typename T>
+  std::shared_ptr<BlobObject> upload_values(Device device, const std::vector<T>& values,
+                                            DType dtype) {
+    InstructionsBuilder builder(*vm_);
+    auto blob = builder.allocate_blob(builder.stream(device),
+                                      {static_cast<int64_t>(values.size())}, dtype);
+    builder.copy_host_to_device(values.data(), blob, 0, values.size() * sizeof(T));
+    vm_->run(builder.take());
+    return blob;
+  }
+
+  // The first `n` elements of `blob`, read as T.
+  template <typename T>
+  std::vector<T> download_values(const std::shared_ptr<BlobObject>& blob, size_t n) {
+    std::vector<T> out(n);
+    InstructionsBuilder builder(*vm_);
+    builder.copy_device_to_host(blob, 0, out.data(), n * sizeof(T));
     vm_->run(builder.take());
     return out;
   }
