@@ -16,12 +16,14 @@
 #include "oclvm/storage/device_manager.h"
 #include "oclvm/vm/host_section.h"
 #include "oclvm/vm/virtual_machine.h"
+#include "tests/instructions/vm_fixture.h"
 #include "tests/storage/test_util.h"
 
 namespace oclvm {
 namespace {
 
-constexpr Device kOpenCL0{DeviceType::kOpenCL, 0};
+using testing::kOpenCL0;
+using testing::VmTest;
 constexpr size_t kWords = 1024;
 
 // Writes `value` to every word after a loop long enough that, on PoCL's pthread driver, the
@@ -43,24 +45,13 @@ void PrintTo(const Mode& mode, std::ostream* out) {
   *out << (mode.release == ReleaseMode::kFinish ? "finish" : "stream") << " with " << mode.allocator;
 }
 
-class ReleaseTest : public testing::LeakCheckedTest, public ::testing::WithParamInterface<Mode> {
+class ReleaseTest : public VmTest, public ::testing::WithParamInterface<Mode> {
  protected:
-  void SetUp() override {
-    LeakCheckedTest::SetUp();
+  Options vm_options() const override {
     Options options;
     options.release = GetParam().release;
     options.allocator = GetParam().allocator;
-    vm_ = std::make_unique<vm::VirtualMachine>(DeviceManager::instance(), options);
-  }
-  void TearDown() override {
-    InstructionsBuilder builder(*vm_);
-    DeviceStats stats;
-    builder.query_stats(kOpenCL0, &stats);
-    builder.empty_cache(kOpenCL0);
-    vm_->run(builder.take());
-    EXPECT_EQ(stats.allocated_bytes.aggregate().current, 0);
-    vm_.reset();
-    LeakCheckedTest::TearDown();
+    return options;
   }
 
   bool stream_ordered() const { return GetParam().release == ReleaseMode::kStreamOrdered; }
@@ -83,11 +74,6 @@ class ReleaseTest : public testing::LeakCheckedTest, public ::testing::WithParam
                     LaunchArg::of(uint32_t{20000})});
     return vm_->submit(builder.take());
   }
-  void release(std::shared_ptr<BlobObject> blob) {
-    InstructionsBuilder builder(*vm_);
-    builder.release(std::move(blob));
-    vm_->run(builder.take());
-  }
   // Fills `blob` with the byte `value` and reads it back.
   std::vector<uint8_t> fill_and_read(const std::shared_ptr<BlobObject>& blob, uint8_t value) {
     InstructionsBuilder builder(*vm_);
@@ -96,17 +82,11 @@ class ReleaseTest : public testing::LeakCheckedTest, public ::testing::WithParam
     return read(blob);
   }
   std::vector<uint8_t> read(const std::shared_ptr<BlobObject>& blob) {
-    std::vector<uint8_t> out(kWords * sizeof(uint32_t));
-    InstructionsBuilder builder(*vm_);
-    builder.copy_device_to_host(blob, 0, out.data(), out.size());
-    vm_->run(builder.take());
-    return out;
+    return VmTest::read(blob, 0, kWords * sizeof(uint32_t));
   }
   static void* address(const std::shared_ptr<BlobObject>& blob) {
     return blob->storage()->allocation().ptr;
   }
-
-  std::unique_ptr<vm::VirtualMachine> vm_;
 };
 
 TEST_P(ReleaseTest, TheNextAllocationOnTheStreamTakesTheBlockAtOnce) {

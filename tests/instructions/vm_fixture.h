@@ -1,11 +1,12 @@
 // tests/instructions/vm_fixture.h — the fixture of the instruction tests (instructions_test.cc,
 // instructions_errors_test.cc, bad_input_test.cc, builder_test.cc, host_section_test.cc,
-// kernel_test.cc, native_test.cc): a fresh VirtualMachine per test (fresh allocators, so statistics
-// start at zero and can be asserted exactly; Options{} selects the caching allocator: 512-byte
-// quantum, 2 MiB small segments), helpers that each run one synchronous list, and a TearDown that
-// asserts through QueryStats that no bytes are allocated on any device, empties every cache,
-// asserts nothing is reserved, and (LeakCheckedTest) that the backends hold no more segments than
-// at the start; no BlobStorage may have been freed by its destructor fallback.
+// kernel_test.cc, native_test.cc, release_test.cc): a fresh VirtualMachine per test (fresh
+// allocators, so statistics start at zero and can be asserted exactly; Options{} selects the
+// caching allocator: 512-byte quantum, 2 MiB small segments; vm_options() picks others), helpers
+// that each run one synchronous list, and a TearDown that asserts through QueryStats that no
+// bytes are allocated on any device, empties every cache, asserts nothing is reserved, and
+// (LeakCheckedTest) that the backends hold no more segments than at the start; no BlobStorage may
+// have been freed by its destructor fallback.
 #pragma once
 
 #include <gtest/gtest.h>
