@@ -60,8 +60,9 @@ test: build setup
 	@$(MAKE) --no-print-directory -j 2 --output-sync=target torch-lane-1 torch-lane-2
 
 # Lane 1 of `make test`'s torch tests: everything, OpInfo and module_db included, on the default
-# device; then, to even the lanes, lane 2's exit tests on two pthread devices: the busy-daemon
-# exits in host sections (3.7 min) and the exit scripts with operands copied (2.5 min).
+# device; then, to even the lanes, the exit tests on two pthread devices that lane 2's passes
+# leave out: the busy-daemon exits in host sections (3.7 min), and the rest of test_exit.py with
+# operands copied (2.5 min).
 torch-lane-1:
 	OCLVM_EXIT_RUNS=4 $(PYTEST_TORCH)
 	OCLVM_EXIT_RUNS=4 POCL_DEVICES="pthread pthread" $(PYTEST_EXIT) \
@@ -70,10 +71,11 @@ torch-lane-1:
 	  tests/torch/test_exit.py --deselect $(BUSY_EXIT)
 
 # Lane 2: the torch tests again on two pthread devices without the OpInfo and module_db sweeps,
-# first in host sections, then with operands copied (OCLVM_ZERO_COPY=0); their exit tests run in
-# lane 1. The CPU's own busy-daemon exit (0.5 min, no device in it) runs in lane 1's first pass
-# only; with operands copied, the compiled frames run eagerly, so the transformers' compiled steps
-# (1.5 min) are the eager steps test_model_families already trains and are left out.
+# first in host sections without the busy-daemon exits, then with operands copied
+# (OCLVM_ZERO_COPY=0) without test_exit.py; lane 1 runs what they leave out. The CPU's own
+# busy-daemon exit (0.5 min, no device in it) runs in lane 1's first pass only; with operands
+# copied, the compiled frames run eagerly, so the transformers' compiled steps (1.5 min) are the
+# eager steps test_model_families already trains and are left out.
 torch-lane-2:
 	OCLVM_EXIT_RUNS=4 OCLVM_OPINFO=0 OCLVM_DIST_FULL=0 POCL_DEVICES="pthread pthread" $(PYTEST_TORCH) \
 	  --deselect $(BUSY_EXIT)

@@ -72,7 +72,8 @@ class VmTest : public LeakCheckedTest {
   virtual Options vm_options() const { return Options{}; }
 
  public:
-  // Helpers, public for the free check functions below. Each is one synchronous vm::Run.
+  // Helpers, public so that free functions of the tests can take the fixture. Each is one
+  // synchronous vm::Run.
   vm::VirtualMachine& vm() { return *vm_; }
 
   DeviceStats stats(Device device) {

@@ -62,7 +62,6 @@ HERE = pathlib.Path(__file__).resolve().parent
 MARK = "@@UNMARKED@@ "
 
 
-
 # --------------------------------------------------------------------------------------------
 # Drivers 1: the OpInfo databases
 
@@ -218,6 +217,8 @@ def run_optim(info, rec, errors):
                 attempt(rec, src, call, errors)
 
 
+# --------------------------------------------------------------------------------------------
+# Drivers 3: hand-written calls for state-carrying operators (unmarked_mutations_calls.py)
 
 
 def hand_items():

@@ -50,8 +50,8 @@ this device runs the CPU's kernels, and neither reason concerns moving the CPU's
 another device. Its tolerance overrides are not used, for the same reason.
 
 Isolation, results and reports are the OpInfo sweep's (opinfo_sweep.py: Note [The fork server],
-`serve`, `sweep`; the statuses and report helpers in sweep_report.py): a module that kills its worker is recorded as "died", one past `timeout` as
-"timeout", and the next item runs in a fresh worker. OCLVM_OPINFO_FAULT="crash:KEY,hang:KEY"
+`serve`, `sweep`; the statuses and report helpers in sweep_report.py): a module that kills its
+worker is recorded as "died", one past `timeout` as "timeout", and the next item runs in a fresh worker. OCLVM_OPINFO_FAULT="crash:KEY,hang:KEY"
 injects a crash or a hang at module KEY.
 
 `EXPECTED_FAILURES` maps (module, dtype name or "*") to the specific reason the comparison cannot

@@ -135,7 +135,7 @@ def pthread_driver_refused(program):
     """True, after saying why, when POCL_DEVICES names PoCL's pthread driver: the fork server's
     import of the corpus finds the devices, and that driver starts its scheduler threads then;
     a forked worker has none of them, and its first command waits forever (Note [The fork
-    server])."""
+    server] in opinfo_sweep.py)."""
     if "pthread" not in os.environ.get("POCL_DEVICES", ""):
         return False
     print(f"{program}: PoCL's pthread driver cannot run under the fork server (its threads do "
@@ -145,8 +145,8 @@ def pthread_driver_refused(program):
 
 
 def add_sweep_arguments(parser, item, sample_bound):
-    """The options a sweep's command shares with this one's: `item` names an item ("(op,
-    dtype)"), `sample_bound` what --max-samples bounds."""
+    """The options both sweep commands (opinfo_sweep.py, module_sweep.py) share: `item` names an
+    item ("(op, dtype)"), `sample_bound` what --max-samples bounds."""
     parser.add_argument("--max-samples", type=int, default=None, help=f"per {sample_bound}")
     parser.add_argument("--out", default=None, help=f"results, one JSON line per {item}")
     parser.add_argument("--table", default=None, help="Markdown table to (re)write")

@@ -4,10 +4,14 @@ fake-quant, _amp_*, _fused_*, embedding, histogram, sort/unique, index ops, Sobo
 OpInfo, module and optimizer databases leave out.
 """
 import contextlib
+import os
 
-import torch
+# Judge torch itself, not whatever device backend an installed package would autoload.
+os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
 
-from unmarked_mutations_core import backward_of
+import torch  # noqa: E402
+
+from unmarked_mutations_core import backward_of  # noqa: E402
 
 # --------------------------------------------------------------------------------------------
 # Drivers 3: hand-written calls for state-carrying operators
