@@ -173,6 +173,10 @@ const DeviceProperties& Runtime::properties(Device device) const {
   return core_->devices->backend(device).properties();
 }
 
+bool Runtime::native_kernels(Device device) const {
+  return core_->devices->native_kernels(device);
+}
+
 std::optional<FoundAddress> Runtime::find(const void* device_address) const {
   // Every segment of every device of the process has its own range of the one AddressSpace;
   // the segment's backend says whose it is. The caller keeps the memory allocated, so the

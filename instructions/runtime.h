@@ -88,6 +88,10 @@ class Runtime {
   // Name, platform, driver version, memory, largest allocation, alignment. Throws
   // InvalidArgument naming the devices that exist when `device` is not one of them.
   const DeviceProperties& properties(Device device) const;
+  // Whether a tensor library's operators compute on `device` with its own kernels
+  // (DeviceManager::native_kernels: OCLVM_KERNELS, else every device but a CPU one). Throws as
+  // properties().
+  bool native_kernels(Device device) const;
   // The device memory of this Runtime holding `device_address`: any byte of a live segment of one
   // of its devices (a blob's BlobStorage::device_address() plus an offset below its size is one).
   // nullopt for any other address: host memory, memory given back to the driver, another

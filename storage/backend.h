@@ -46,6 +46,8 @@ struct DeviceProperties {
                                     // device's memory directly, so a map costs no copy (host: true)
   bool host_addressable = false;    // every segment has a host address (Segment::host): fine-
                                     // grained buffer SVM on a host-unified device (host: true)
+  bool cpu_device = false;          // CL_DEVICE_TYPE includes CL_DEVICE_TYPE_CPU (host: true):
+                                    // a processor the host's own kernels run as fast on
 };
 
 class MemoryBackend;

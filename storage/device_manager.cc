@@ -40,6 +40,20 @@ bool DeviceManager::has(Device device) const {
   return device.index >= 0 && static_cast<size_t>(device.index) < opencl_.size();
 }
 
+bool DeviceManager::native_kernels(Device device) const {
+  const DeviceProperties& properties = backend(device).properties();
+  if (device.type != DeviceType::kOpenCL) return false;
+  switch (options_.kernels) {
+    case KernelPath::kNative:
+      return true;
+    case KernelPath::kHost:
+      return false;
+    case KernelPath::kAuto:
+      break;
+  }
+  return !properties.cpu_device;
+}
+
 MemoryBackend& DeviceManager::backend(Device device) const {
   if (!has(device)) {
     std::string known;

@@ -45,6 +45,10 @@ class DeviceManager {
   // The backend of `device`. Throws InvalidArgument naming the devices that exist when it is
   // unknown or out of range.
   MemoryBackend& backend(Device device) const;
+  // Whether a tensor library's operators compute on `device` with its own kernels rather than the
+  // host's (Options::kernels; on its own, every device but a CPU one). The host device `cpu`
+  // never. Throws as backend() does.
+  bool native_kernels(Device device) const;
 
  private:
   Options options_;

@@ -187,6 +187,17 @@ Options Options::from_environment() {
                             std::string(mode) + "'");
     }
   }
+  if (const char* kernels = std::getenv("OCLVM_KERNELS")) {
+    const std::string_view path(kernels);
+    if (path == "native") {
+      options.kernels = KernelPath::kNative;
+    } else if (path == "host") {
+      options.kernels = KernelPath::kHost;
+    } else if (!path.empty()) {
+      throw InvalidArgument("Expected OCLVM_KERNELS to be 'native' or 'host', but got '" +
+                            std::string(path) + "'");
+    }
+  }
   if (const char* conf = std::getenv("PYTORCH_ALLOC_CONF")) {
     options.alloc_conf = AllocConf::parse(conf, "PYTORCH_ALLOC_CONF");
   }

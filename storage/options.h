@@ -11,6 +11,8 @@
 //                        (default: $XDG_CACHE_HOME/oclvm/kernels, else ~/.cache/oclvm/kernels)
 //   OCLVM_RELEASE        stream | finish: a release gives its block back ordered by a marker on
 //                        its stream, or after finishing the queue        (default: stream)
+//   OCLVM_KERNELS        native | host: where a tensor library's operators compute, on every
+//                        device (default: native on GPUs and accelerators, host on CPU devices)
 //   PYTORCH_ALLOC_CONF   PyTorch's allocator settings; those the caching allocator has (AllocConf)
 //   OCL_ICD_VENDORS, OCL_ICD_FILENAMES  read by the OpenCL ICD loader itself; named (with
 //                        POCL_DEVICES) in the error that says why no device was found.
@@ -53,6 +55,14 @@ enum class ReleaseMode {
   kFinish,         // after finishing the stream's queue: the block is idle when it goes back
 };
 
+// Where an embedder's operators compute (the torch adapter's, design/torch.md): kernels run on the
+// device (kNative), or the host's kernels run on the device's memory (kHost).
+enum class KernelPath {
+  kAuto,    // native on GPUs and accelerators, host on CPU devices (DeviceProperties::cpu_device)
+  kNative,
+  kHost,
+};
+
 struct Options {
   // Substring of the OpenCL platform name; empty picks the first platform that has devices.
   std::string platform;
@@ -69,6 +79,8 @@ struct Options {
   std::string kernel_cache_dir;
   // How a release gives its block back; OCLVM_RELEASE=finish selects kFinish.
   ReleaseMode release = ReleaseMode::kStreamOrdered;
+  // OCLVM_KERNELS: one path for every device, or each device's own (DeviceManager::native_kernels).
+  KernelPath kernels = KernelPath::kAuto;
   // PYTORCH_ALLOC_CONF's settings for the caching allocator.
   AllocConf alloc_conf;
   // The OpenCL loader's and PoCL's own variables that are set, as "NAME='value'" joined by ", "

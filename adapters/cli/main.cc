@@ -335,6 +335,12 @@ int run_devices(const std::vector<std::string_view>& args) {
     line("host addresses:", p.host_addressable
                                 ? "yes (torch operators use it in place, with no command)"
                                 : "no");
+    // OCLVM_KERNELS=native|host chooses for every device; otherwise a CPU device keeps the
+    // host's kernels, which are faster on it.
+    line("device type:", p.cpu_device ? "CPU" : "GPU or accelerator");
+    line("torch kernels:", manager->native_kernels(device)
+                               ? "native (OpenCL kernels on the device)"
+                               : "host (CPU kernels on the device's memory)");
   }
   std::fputs(out.c_str(), stdout);
   return kExitOk;

@@ -203,6 +203,19 @@ uint8_t host_access_of(c10::DeviceIndex index) {
 
 }  // namespace
 
+bool native_kernels(c10::DeviceIndex index) {
+  check_device_index(index);
+  // Asked by every operator that has a native kernel: read once.
+  static const std::vector<bool>* const per_device = [] {
+    auto* each = new std::vector<bool>();  // never destroyed: read by operators until exit
+    for (c10::DeviceIndex d = 0; d < device_count(); ++d) {
+      each->push_back(translate_errors([&] { return runtime().native_kernels(to_oclvm(d)); }));
+    }
+    return each;
+  }();
+  return (*per_device)[static_cast<size_t>(index)];
+}
+
 bool zero_copy(c10::DeviceIndex index) { return (host_access_of(index) & 1) != 0; }
 
 bool host_addressable(c10::DeviceIndex index) { return (host_access_of(index) & 2) != 0; }

@@ -68,6 +68,11 @@ bool zero_copy(c10::DeviceIndex index);
 // (Note [Host sections] in host_view.h), with no map at all.
 bool host_addressable(c10::DeviceIndex index);
 
+// Whether operators on device `index` compute with OpenCL kernels on the device (the native path,
+// native_kernels.h) rather than CPU kernels on its memory (the host path): Runtime::
+// native_kernels, read once per device. Checks the index.
+bool native_kernels(c10::DeviceIndex index);
+
 // Throws the c10 error matching an oclvm one (OutOfMemoryError -> c10::OutOfMemoryError,
 // InvalidArgument -> c10::ValueError, others -> c10::Error) with its message; an out-of-memory
 // message is worded as torch users' libraries expect (out_of_memory_text).

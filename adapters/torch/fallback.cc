@@ -556,6 +556,7 @@ void fallback_to(c10::DispatchKey cpu_key, const c10::OperatorHandle& op,
   OperatorFacts& facts = facts_of(op);
   const c10::FunctionSchema& schema = op.schema();
   const size_t begin = stack->size() - schema.arguments().size();
+  facts.fallback->count(device_of_arguments(*stack, begin));
   if (facts.device_check == DeviceCheck::kExactSame) {
     check_exact_same_device(op, *stack, begin);
   } else if (facts.device_check == DeviceCheck::kTensorIterator) {

@@ -18,9 +18,11 @@
 
 #include "adapters/torch/allocator.h"
 #include "adapters/torch/fallback.h"
+#include "adapters/torch/fallback_counts.h"
 #include "adapters/torch/foreach_loops.h"
 #include "adapters/torch/host_results.h"
 #include "adapters/torch/host_view.h"
+#include "adapters/torch/native_kernels.h"
 
 namespace oclvm::torch_adapter {
 namespace {
@@ -52,6 +54,15 @@ constexpr c10::DeviceType kType = c10::DeviceType::PrivateUse1;
 constexpr c10::DispatchKeySet kCpu{c10::DispatchKey::CPU};
 
 std::atomic<uint64_t> g_calls{0};
+
+// Op's count of CPU-kernel calls (fallback_counts.h), found once.
+template <class Op>
+FallbackCounter& counter_of() {
+  static FallbackCounter& counter = fallback_counter(
+      std::string(Op::name) + (std::string_view(Op::overload_name).empty() ? "" : ".") +
+      Op::overload_name);
+  return counter;
+}
 
 bool is_device_tensor(const at::Tensor& tensor) {
   return tensor.defined() && tensor.device().type() == kType;
@@ -198,6 +209,10 @@ struct HostKernel<Op, Result(Args...)> {
                 "host kernels return new tensors only");
 
   static Result call(Args... args) {
+    if constexpr (NativeKernel<Op>::exists) {
+      std::optional<Result> result = NativeKernel<Op>::call(args...);
+      if (result) return std::move(*result);
+    }
     std::optional<Result> result = try_on_host(args...);
     if (result) return std::move(*result);
     return boxed(args...);
@@ -210,6 +225,7 @@ struct HostKernel<Op, Result(Args...)> {
     (each_tensor(args, [&](const at::Tensor& tensor) { operands.take(tensor); }), ...);
     std::optional<OnHostCall> call = operands.enter();
     if (!call) return std::nullopt;
+    counter_of<Op>().count(call->device.index());
     Result result;
     {
       ResultsOnDevice on_device(*call->section, call->device.index());
@@ -255,6 +271,9 @@ struct HostInPlaceKernel;
 template <class Op, class... Rest>
 struct HostInPlaceKernel<Op, at::Tensor&(at::Tensor&, Rest...)> {
   static at::Tensor& call(at::Tensor& self, Rest... rest) {
+    if constexpr (NativeKernel<Op>::exists) {
+      if (NativeKernel<Op>::call(self, rest...)) return self;
+    }
     if (try_on_host(self, rest...)) return self;
     return call_boxed<Op, &cpu_fallback>(self, rest...);
   }
@@ -268,6 +287,7 @@ struct HostInPlaceKernel<Op, at::Tensor&(at::Tensor&, Rest...)> {
     (each_tensor(rest, [&](const at::Tensor& tensor) { operands.take(tensor); }), ...);
     std::optional<OnHostCall> call = operands.enter();
     if (!call) return false;
+    counter_of<Op>().count(call->device.index());
     at::Tensor& host_self = call->hosts[0];
     size_t next = 1;
     // A braced list evaluates in order, so `next` walks the device tensors as `take` did.
@@ -403,6 +423,7 @@ struct HostListKernel<Op, Result(Args...)> {
       refuse_inference_writes(written);
       if (FusedLoop<Op>::run(args...)) {
         g_calls.fetch_add(1, std::memory_order_relaxed);
+        counter_of<Op>().count(written.empty() ? -1 : written[0].device().index());
       } else if (!try_on_host(args...)) {
         boxed(args...);
       }
@@ -431,6 +452,7 @@ struct HostListKernel<Op, Result(Args...)> {
     (each_tensor(args, [&](const at::Tensor& tensor) { operands.take(tensor); }), ...);
     std::optional<OnHostCall> call = operands.enter();
     if (!call) return not_taken();
+    counter_of<Op>().count(call->device.index());
     size_t next = 0;
     // A braced list evaluates in order, so `next` walks the device tensors as `take` did.
     const std::tuple<OnHost<std::decay_t<Args>>...> on_host_args{

@@ -22,6 +22,11 @@
 //                              (Note [Unboxed host kernels]; tests)
 //   fused_foreach_calls() -> int    calls of those that ran the device's own _foreach_ loops
 //                              (Note [Fused foreach loops]; tests)
+//   native_kernel_calls() -> int    launches of native operators' kernels, since start
+//                              (native_kernels.h; tests)
+//   fallback_counts() -> dict  {operator name: calls} of the calls that ran a CPU kernel since
+//                              start or the last reset (fallback_counts.h)
+//   reset_fallback_counts()    sets them to 0
 //   device_of_address(int) -> int   the PrivateUse1 hooks' getDeviceFromPtr (tests); RuntimeError
 //                              for an address outside opencl memory
 //   device_properties(int) -> dict  name, platform, version, total_memory, max_allocation,
@@ -73,12 +78,14 @@
 #include "adapters/torch/allocator.h"
 #include "adapters/torch/daemon_exit.h"
 #include "adapters/torch/device.h"
+#include "adapters/torch/fallback_counts.h"
 #include "adapters/torch/foreach_loops.h"
 #include "adapters/torch/generator.h"
 #include "adapters/torch/host_kernels.h"
 #include "adapters/torch/host_results.h"
 #include "adapters/torch/host_view.h"
 #include "adapters/torch/memory_history.h"
+#include "adapters/torch/native_kernels.h"
 #include "adapters/torch/trace_recorder.h"
 
 namespace oclvm::torch_adapter {
@@ -286,6 +293,30 @@ PyObject* py_fused_foreach_calls(PyObject*, PyObject*) {
   return PyLong_FromUnsignedLongLong(fused_foreach_calls());
 }
 
+PyObject* py_native_kernel_calls(PyObject*, PyObject*) {
+  return PyLong_FromUnsignedLongLong(native_kernel_calls());
+}
+
+PyObject* py_fallback_counts(PyObject*, PyObject*) {
+  PyObject* dict = PyDict_New();
+  if (dict == nullptr) return nullptr;
+  for (const auto& [name, calls] : fallback_counts()) {
+    PyObject* value = PyLong_FromUnsignedLongLong(calls);
+    const bool ok = value != nullptr && PyDict_SetItemString(dict, name.c_str(), value) == 0;
+    Py_XDECREF(value);
+    if (!ok) {
+      Py_DECREF(dict);
+      return nullptr;
+    }
+  }
+  return dict;
+}
+
+PyObject* py_reset_fallback_counts(PyObject*, PyObject*) {
+  reset_fallback_counts();
+  Py_RETURN_NONE;
+}
+
 PyObject* py_live_blocks(PyObject*, PyObject*) {
   return PyLong_FromSize_t(CLDeviceAllocator::instance().live_blocks());
 }
@@ -331,7 +362,9 @@ PyObject* py_device_properties(PyObject*, PyObject* arg) {
        put(dict, "base_addr_align", static_cast<int64_t>(properties.base_addr_align_bytes)) &&
        put_bool(dict, "host_unified_memory", properties.host_unified_memory) &&
        put_bool(dict, "zero_copy", zero_copy(index)) &&
-       put_bool(dict, "host_sections", host_addressable(index));
+       put_bool(dict, "host_sections", host_addressable(index)) &&
+       put_bool(dict, "cpu_device", properties.cpu_device) &&
+       put_bool(dict, "native_kernels", native_kernels(index));
   if (!ok) {
     Py_DECREF(dict);
     return nullptr;
@@ -432,9 +465,12 @@ PyObject* py_drain_autograd(PyObject*, PyObject*) {
   Py_BEGIN_ALLOW_THREADS
   try {
     for (c10::DeviceIndex d = 0; d < device_count(); ++d) {
-      const at::Tensor leaf = at::ones({1}, at::TensorOptions().device(c10::DeviceType::PrivateUse1, d))
-                                  .requires_grad_(true);
-      torch::autograd::backward({leaf.mul(2).sum()});
+      const at::TensorOptions options =
+          at::TensorOptions().device(c10::DeviceType::PrivateUse1, d);
+      const at::Tensor leaf = at::ones({1}, options).requires_grad_(true);
+      // mul and its backward have native kernels: the drain runs no CPU kernel on either path
+      // (nothing counted in torch.opencl.fallback_counts()).
+      torch::autograd::backward({leaf.mul(2)}, {at::ones({1}, options)});
     }
   } catch (const std::exception& e) {
     failure = e.what();
@@ -581,6 +617,12 @@ PyMethodDef kMethods[] = {
      "Calls that took an unboxed host kernel's fast path, since start."},
     {"fused_foreach_calls", py_fused_foreach_calls, METH_NOARGS,
      "Calls that ran the device's own _foreach_ loops, since start."},
+    {"native_kernel_calls", py_native_kernel_calls, METH_NOARGS,
+     "Launches of native operators' kernels, since start."},
+    {"fallback_counts", py_fallback_counts, METH_NOARGS,
+     "{operator: calls} of the calls that ran a CPU kernel, since start or the last reset."},
+    {"reset_fallback_counts", py_reset_fallback_counts, METH_NOARGS,
+     "Set the fallback counts to 0."},
     {"device_of_address", py_device_of_address, METH_O, "Device index of an opencl address."},
     {"device_properties", py_device_properties, METH_O, "What the driver says of a device."},
     {"manual_seed", py_manual_seed, METH_VARARGS, "Seed a device's default generator."},

@@ -157,6 +157,7 @@ bool takes_direct_path(const c10::FunctionSchema& schema) {
 OperatorFacts learn(const c10::OperatorHandle& op) {
   const c10::FunctionSchema& schema = op.schema();
   OperatorFacts facts;
+  facts.fallback = &fallback_counter(c10::toString(op.operator_name()));
   facts.direct = takes_direct_path(schema);
   const std::vector<c10::Argument>& arguments = schema.arguments();
   for (size_t i = 0; i < arguments.size(); ++i) {

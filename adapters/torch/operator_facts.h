@@ -12,6 +12,8 @@
 #include <optional>
 #include <vector>
 
+#include "adapters/torch/fallback_counts.h"
+
 namespace oclvm::torch_adapter {
 
 // Note [Device checks as on CUDA]
@@ -70,6 +72,7 @@ struct OperatorFacts {
   bool functional = false;
   DeviceCheck device_check = DeviceCheck::kNone;  // Note [Device checks as on CUDA]
   Widen widen = Widen::kNone;                     // Note [Dtypes the CPU kernels lack]
+  FallbackCounter* fallback = nullptr;            // the operator's count (fallback_counts.h)
 };
 
 // The facts of `op`, learnt on this thread's first call of it.

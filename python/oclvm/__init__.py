@@ -197,6 +197,9 @@ class DeviceProperties:
                           # (host-unified memory and OCLVM_ZERO_COPY != "0"; decided once)
     host_sections: bool   # ... and, better, in place with no map and no command: the device's
                           # memory has host addresses (fine-grained SVM); OCLVM_ZERO_COPY not "map"
+    cpu_device: bool      # the device is a processor (CL_DEVICE_TYPE_CPU: every PoCL device)
+    native_kernels: bool  # operators run OpenCL kernels on the device, not CPU kernels on its
+                          # memory: a GPU's default, a CPU device's with OCLVM_KERNELS=native
 
     def __repr__(self) -> str:
         mib = 1 << 20
@@ -206,7 +209,8 @@ class DeviceProperties:
                 f"max_allocation={self.max_allocation // mib}MB, "
                 f"base_addr_align={self.base_addr_align}, "
                 f"host_unified_memory={self.host_unified_memory}, zero_copy={self.zero_copy}, "
-                f"host_sections={self.host_sections})")
+                f"host_sections={self.host_sections}, cpu_device={self.cpu_device}, "
+                f"native_kernels={self.native_kernels})")
 
 
 def _opencl_version(version: str) -> tuple:
@@ -359,6 +363,20 @@ from .streams import (  # noqa: E402,F401
 
 def get_amp_supported_dtype():
     return [torch.float16, torch.bfloat16]
+
+
+def fallback_counts() -> dict:
+    """{operator name: calls} of the operator calls on opencl tensors that ran a CPU kernel (the
+    fallback) rather than a native OpenCL kernel, since the process started or the last
+    reset_fallback_counts(). On a device that takes the native path
+    (get_device_properties(i).native_kernels) these are the operators still missing a native
+    kernel; on the host path, every computing operator."""
+    return _C.fallback_counts()
+
+
+def reset_fallback_counts() -> None:
+    """Sets every count of fallback_counts() to 0."""
+    _C.reset_fallback_counts()
 
 
 # ---------------------------------------------------------------------------------------------

@@ -27,6 +27,7 @@ DeviceProperties host_properties() {
   p.base_addr_align_bytes = 128;  // the same as PoCL, so allocators behave alike on both
   p.host_unified_memory = true;
   p.host_addressable = true;
+  p.cpu_device = true;
   return p;
 }
 

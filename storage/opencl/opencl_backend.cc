@@ -303,6 +303,9 @@ std::unique_ptr<MemoryBackend> make_backend(const cl::Platform& platform, const 
   }
   properties.host_addressable =
       properties.host_unified_memory && (svm & CL_DEVICE_SVM_FINE_GRAIN_BUFFER) != 0;
+  properties.cpu_device = (device_info<CL_DEVICE_TYPE, cl_device_type>(
+                               device, where, "clGetDeviceInfo(CL_DEVICE_TYPE)") &
+                           CL_DEVICE_TYPE_CPU) != 0;
 
   cl_int err = CL_SUCCESS;
   cl::Context context(device, nullptr, nullptr, nullptr, &err);

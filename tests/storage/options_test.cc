@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "oclvm/storage/device_manager.h"
 #include "oclvm/storage/errors.h"
 #include "oclvm/storage/log.h"
 #include "oclvm/storage/options.h"
@@ -114,7 +115,8 @@ class OptionsEnvironmentTest : public ::testing::Test {
  protected:
   static constexpr const char* kVariables[] = {"OCLVM_MEMORY_LIMIT", "OCLVM_ALLOCATOR",
                                                "OCLVM_PLATFORM", "OCLVM_FAULTS",
-                                               "OCLVM_RELEASE", "PYTORCH_ALLOC_CONF"};
+                                               "OCLVM_RELEASE", "OCLVM_KERNELS",
+                                               "PYTORCH_ALLOC_CONF"};
 
   void SetUp() override {
     for (const char* name : kVariables) {
@@ -173,6 +175,43 @@ TEST_F(OptionsEnvironmentTest, ReadsTheReleaseMode) {
   } catch (const InvalidArgument& e) {
     EXPECT_CONTAINS(e.what(), "'stream' or 'finish'");
   }
+}
+
+TEST_F(OptionsEnvironmentTest, ReadsTheKernelPath) {
+  EXPECT_EQ(Options::from_environment().kernels, KernelPath::kAuto);
+  setenv("OCLVM_KERNELS", "native", 1);
+  EXPECT_EQ(Options::from_environment().kernels, KernelPath::kNative);
+  setenv("OCLVM_KERNELS", "host", 1);
+  EXPECT_EQ(Options::from_environment().kernels, KernelPath::kHost);
+  setenv("OCLVM_KERNELS", "gpu", 1);
+  try {
+    Options::from_environment();
+    ADD_FAILURE() << "OCLVM_KERNELS=gpu was accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_CONTAINS(e.what(), "'native' or 'host', but got 'gpu'");
+  }
+}
+
+// Which path each device takes: PoCL's devices are CPU devices, so the host path unless forced.
+TEST_F(OptionsEnvironmentTest, EachDeviceTakesItsKernelPath) {
+  const Device host_device{DeviceType::kCpu, 0};
+  Options options;
+  options.kernels = KernelPath::kAuto;
+  DeviceManager automatic(options);
+  if (automatic.opencl_device_count() == 0) GTEST_SKIP() << automatic.why_no_device();
+  const Device opencl0{DeviceType::kOpenCL, 0};
+  EXPECT_EQ(automatic.native_kernels(opencl0),
+            !automatic.backend(opencl0).properties().cpu_device);
+  EXPECT_FALSE(automatic.native_kernels(host_device));
+  EXPECT_TRUE(automatic.backend(host_device).properties().cpu_device);
+  options.kernels = KernelPath::kNative;
+  DeviceManager native(options);
+  EXPECT_TRUE(native.native_kernels(opencl0));
+  EXPECT_FALSE(native.native_kernels(host_device));  // the host device has no kernels
+  options.kernels = KernelPath::kHost;
+  DeviceManager host(options);
+  EXPECT_FALSE(host.native_kernels(opencl0));
+  EXPECT_THROW(host.native_kernels(Device{DeviceType::kOpenCL, 99}), InvalidArgument);
 }
 
 TEST_F(OptionsEnvironmentTest, ReadsEveryVariable) {

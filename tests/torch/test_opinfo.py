@@ -15,6 +15,9 @@ makes; every failure seen so far shows by sample 8): the sweep took 1 min 58 s o
 of a 2-core machine with a C++ build running beside it (the full sweep: 3 min 50 s - 5 min).
 OCLVM_OPINFO=0 skips it.
 
+The OpInfo entries of the operators with native kernels run again on the native path
+(OCLVM_KERNELS=native), every sample, and must all pass.
+
 Also checked here: the harness itself survives an operator that kills its worker and one that
 hangs (its fault-injection hook, OCLVM_OPINFO_FAULT).
 """
@@ -95,6 +98,22 @@ def test_opinfo_sweep_matches_the_cpu(tmp_path):
                        "--ops OP --dtypes DTYPE")
     if message:
         pytest.fail("\n".join(message), pytrace=False)
+
+
+# The OpInfo entries of the operators that have native kernels (native_kernels.h), swept again on
+# the native path (OCLVM_KERNELS=native), every sample: there the device computes them itself.
+NATIVE_OPERATORS = ["add", "sub", "mul", "div.no_rounding_mode", "true_divide"]
+
+
+def test_native_operators_match_the_cpu(tmp_path):
+    out = tmp_path / "opinfo_native.jsonl"
+    env = dict(os.environ, OCLVM_KERNELS="native")
+    results = run_sweep(out, "--ops", *NATIVE_OPERATORS, env=env)
+    assert {r["op"] for r in results} == set(NATIVE_OPERATORS)
+    bad = [f"  {r['op']} [{r['dtype']}] {r['status']}: {first_line(r)}" for r in results
+           if r["status"] not in (opinfo_sweep.PASS, opinfo_sweep.XFAIL)]
+    if bad:
+        pytest.fail("on the native path:\n" + "\n".join(bad), pytrace=False)
 
 
 def test_harness_survives_a_crash_and_a_hang(tmp_path):

@@ -1,0 +1,371 @@
+// adapters/torch/native_kernels.cc — elementwise arithmetic as OpenCL kernels generated per
+// (operator, dtypes, rank) and launched through the VM (native_kernels.h).
+
+#include "adapters/torch/native_kernels.h"
+
+#include <ATen/ExpandUtils.h>
+#include <ATen/MemoryOverlap.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_strided.h>
+#include <ATen/ops/result_type.h>
+#include <c10/core/ScalarType.h>
+#include <c10/util/Exception.h>
+
+#include <array>
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "adapters/torch/allocator.h"
+#include "adapters/torch/device.h"
+#include "adapters/torch/host_view.h"
+#include "oclvm/instructions/builder.h"
+#include "oclvm/instructions/instructions.h"
+
+namespace oclvm::torch_adapter {
+
+// Note [Native elementwise kernels]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// add, sub, mul and div of two tensors (a Python number arrives as a 0-dim CPU tensor), functional
+// and in place, on a device that takes the native path. The kernel's OpenCL C is generated for
+// the operator, the dtypes of the result, of each operand and of the computation (torch's type
+// promotion: at::result_type; true division of integers computes in the default float dtype),
+// and the rank of the iteration space; it is compiled once per device and kept. The iteration
+// space is the broadcast shape with every operand's strides in elements (0 where it broadcasts),
+// its size-1 dimensions dropped and neighbours that every operand walks as one dimension merged,
+// so a contiguous or a plainly broadcast call is rank 1 or 2. Each work-item finds its element's
+// offset in each operand from its index, so any strides work, and the sizes and strides are
+// kernel arguments: one kernel serves every shape of a rank. A CPU scalar is a kernel argument
+// too, converted to the computation's type first, as the CPU converts a wrapped number.
+//
+// The arithmetic is the CPU kernel's: add and sub multiply `other` by alpha and add in one fused
+// multiply-add for floating types (fma is exact for alpha 1: a single rounding of a + b), and
+// float division is correctly rounded (-cl-fp32-correctly-rounded-divide-sqrt). Integer overflow
+// wraps, as on the CPU.
+//
+// Not taken (the host kernel or the CPU fallback answers, with the CPU's values and errors):
+// dtypes other than float32, float64, int64, int32, int16, int8, uint8 (bool as an operand only),
+// conjugate or negative bits, tensors on another device or of another layout, an alpha the
+// operator refuses for the dtype, an in-place call whose result does not fit self (shape or
+// dtype), an operand that overlaps self in place without being self, more than kMaxRank
+// dimensions after merging, and a float64 kernel the device cannot build.
+
+namespace {
+
+constexpr size_t kMaxRank = 6;
+constexpr size_t kOperands = 3;  // out, self, other
+
+std::atomic<uint64_t> g_launches{0};
+
+// The OpenCL C type holding a dtype's elements; nullptr for a dtype the kernels do not read.
+const char* cl_type(at::ScalarType type) {
+  switch (type) {
+    case at::kFloat: return "float";
+    case at::kDouble: return "double";
+    case at::kLong: return "long";
+    case at::kInt: return "int";
+    case at::kShort: return "short";
+    case at::kChar: return "char";
+    case at::kByte: return "uchar";
+    case at::kBool: return "uchar";  // one byte, 0 or 1
+    default: return nullptr;
+  }
+}
+
+// The dtypes the kernels compute in and write.
+bool computes_in(at::ScalarType type) { return type != at::kBool && cl_type(type) != nullptr; }
+
+// A value as a kernel argument of the computation's type.
+LaunchArg scalar_arg(at::ScalarType compute, const at::Scalar& value) {
+  switch (compute) {
+    case at::kFloat: return LaunchArg::of(static_cast<float>(value.toDouble()));
+    case at::kDouble: return LaunchArg::of(value.toDouble());
+    case at::kLong: return LaunchArg::of(static_cast<int64_t>(value.toLong()));
+    case at::kInt: return LaunchArg::of(static_cast<int32_t>(value.toLong()));
+    case at::kShort: return LaunchArg::of(static_cast<int16_t>(value.toLong()));
+    case at::kChar: return LaunchArg::of(static_cast<int8_t>(value.toLong()));
+    default: return LaunchArg::of(static_cast<uint8_t>(value.toLong()));  // kByte
+  }
+}
+
+// The iteration space of one call (Note [Native elementwise kernels]).
+struct Layout {
+  size_t rank = 0;
+  std::array<int64_t, kMaxRank> sizes{};
+  std::array<std::array<int64_t, kMaxRank>, kOperands> strides{};  // per operand, in elements
+};
+
+// The layout of `out_sizes` over the operands (nullptr: a scalar, no strides); false past
+// kMaxRank dimensions.
+bool make_layout(at::IntArrayRef out_sizes, const std::array<const at::Tensor*, kOperands>& ops,
+                 Layout* layout) {
+  const size_t dims = out_sizes.size();
+  size_t rank = 0;
+  for (size_t d = 0; d < dims; ++d) {
+    const int64_t size = out_sizes[d];
+    if (size == 1) continue;
+    std::array<int64_t, kOperands> stride{};
+    for (size_t k = 0; k < kOperands; ++k) {
+      const at::Tensor* t = ops[k];
+      if (t == nullptr) continue;
+      const int64_t td = static_cast<int64_t>(d) - static_cast<int64_t>(dims - t->dim());
+      stride[k] = td < 0 || t->size(td) == 1 ? 0 : t->stride(td);
+    }
+    bool merges = rank > 0;
+    for (size_t k = 0; merges && k < kOperands; ++k) {
+      merges = layout->strides[k][rank - 1] == stride[k] * size;
+    }
+    if (merges) {
+      layout->sizes[rank - 1] *= size;
+      for (size_t k = 0; k < kOperands; ++k) layout->strides[k][rank - 1] = stride[k];
+      continue;
+    }
+    if (rank == kMaxRank) return false;
+    layout->sizes[rank] = size;
+    for (size_t k = 0; k < kOperands; ++k) layout->strides[k][rank] = stride[k];
+    ++rank;
+  }
+  layout->rank = rank;
+  return true;
+}
+
+// What a generated kernel is made for.
+struct BinaryKernelKey {
+  BinaryOp op;
+  at::ScalarType out, self, other, compute;
+  bool other_is_scalar;
+  size_t rank;
+};
+
+const char* op_name(BinaryOp op) {
+  switch (op) {
+    case BinaryOp::kAdd: return "add";
+    case BinaryOp::kSub: return "sub";
+    case BinaryOp::kMul: return "mul";
+    case BinaryOp::kDiv: return "div";
+  }
+  return "?";
+}
+
+// The computation of x (op) y, alpha scaling y, in type `compute`.
+std::string expression(BinaryOp op, at::ScalarType compute) {
+  const bool floating = at::isFloatingType(compute);
+  switch (op) {
+    case BinaryOp::kAdd: return floating ? "fma(y, alpha, x)" : "x + alpha * y";
+    case BinaryOp::kSub: return floating ? "fma(y, -alpha, x)" : "x - alpha * y";
+    case BinaryOp::kMul: return "x * y";
+    case BinaryOp::kDiv: return "x / y";
+  }
+  return "";
+}
+
+KernelSource binary_source(const BinaryKernelKey& key) {
+  const std::string to = cl_type(key.out), ta = cl_type(key.self), tb = cl_type(key.other),
+                    tc = cl_type(key.compute);
+  std::string name = std::string("oclvm_") + op_name(key.op) + "_" + to + "_" + ta + "_" +
+                     (key.other_is_scalar ? "scalar" : tb) + "_" + tc + "_r" +
+                     std::to_string(key.rank);
+  std::string s;
+  const bool doubles = key.out == at::kDouble || key.self == at::kDouble ||
+                       key.other == at::kDouble || key.compute == at::kDouble;
+  if (doubles) s += "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n";
+  s += "__kernel void " + name + "(OCLVM_BLOB(" + to + ", out), OCLVM_BLOB(" + ta + ", a), ";
+  s += key.other_is_scalar ? tc + " b_value, " : "OCLVM_BLOB(" + tb + ", b), ";
+  s += tc + " alpha, ulong n";
+  for (size_t d = 0; d < key.rank; ++d) {
+    const std::string i = std::to_string(d);
+    s += ", long size" + i + ", long so" + i + ", long sa" + i;
+    if (!key.other_is_scalar) s += ", long sb" + i;
+  }
+  s += ") {\n  const ulong i = get_global_id(0);\n  if (i >= n) return;\n";
+  s += "  long io = 0, ia = 0, ib = 0;\n  ulong rest = i;\n";
+  for (size_t d = key.rank; d-- > 0;) {
+    const std::string i = std::to_string(d);
+    // The outermost dimension takes what is left: no division (none at all at rank 1).
+    s += d == 0 ? "  { const long k = (long)rest;"
+                : "  { const long k = (long)(rest % (ulong)size" + i + "); rest /= (ulong)size" +
+                      i + ";";
+    s += " io += k * so" + i + "; ia += k * sa" + i + ";";
+    if (!key.other_is_scalar) s += " ib += k * sb" + i + ";";
+    s += " }\n";
+  }
+  s += "  const " + tc + " x = (" + tc + ")OCLVM_PTR(" + ta + ", a)[ia];\n";
+  s += key.other_is_scalar ? "  const " + tc + " y = b_value;\n"
+                           : "  const " + tc + " y = (" + tc + ")OCLVM_PTR(" + tb + ", b)[ib];\n";
+  s += "  OCLVM_PTR(" + to + ", out)[io] = (" + to + ")(" + expression(key.op, key.compute) +
+       ");\n}\n";
+  return KernelSource{std::move(s), std::move(name), "-cl-fp32-correctly-rounded-divide-sqrt"};
+}
+
+// The compiled kernels, per device and source name (which spells the whole key); nullptr for a
+// kernel the device could not build (a float64 one on a device without cl_khr_fp64), so that it
+// is tried once.
+class KernelTable {
+ public:
+  std::shared_ptr<const Kernel> get(c10::DeviceIndex device, const BinaryKernelKey& key) {
+    const KernelSource source = binary_source(key);
+    const std::string id = std::to_string(device) + "/" + source.name;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      auto it = kernels_.find(id);
+      if (it != kernels_.end()) return it->second;
+    }
+    std::shared_ptr<const Kernel> kernel;
+    const bool doubles = key.out == at::kDouble || key.self == at::kDouble ||
+                         key.other == at::kDouble || key.compute == at::kDouble;
+    try {
+      kernel = translate_errors(
+          [&] { return runtime().builder().kernel(to_oclvm(device), source); });
+    } catch (const c10::Error&) {
+      if (!doubles) throw;  // our own source failed to build: a bug to be seen
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    return kernels_.emplace(id, std::move(kernel)).first->second;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::unordered_map<std::string, std::shared_ptr<const Kernel>> kernels_;
+};
+
+KernelTable& kernel_table() {
+  static KernelTable* const table = new KernelTable();  // never destroyed: used until exit
+  return *table;
+}
+
+bool is_device(const at::Tensor& t) { return t.device().type() == c10::DeviceType::PrivateUse1; }
+
+// Whether a tensor may be an operand of a native kernel on `device`.
+bool plain_operand(const at::Tensor& t, c10::DeviceIndex device) {
+  return t.defined() && t.layout() == at::kStrided && !t.is_conj() && !t.is_neg() &&
+         cl_type(t.scalar_type()) != nullptr &&
+         ((is_device(t) && t.device().index() == device) || (t.is_cpu() && t.dim() == 0));
+}
+
+// The checks every call shares; the computation's dtype, or nullopt when the call is not taken.
+std::optional<at::ScalarType> compute_type(BinaryOp op, const at::Tensor& self,
+                                           const at::Tensor& other, const at::Scalar& alpha) {
+  if (!self.defined() || !is_device(self)) return std::nullopt;
+  const c10::DeviceIndex device = self.device().index();
+  if (!native_kernels(device) || !plain_operand(self, device) || !plain_operand(other, device)) {
+    return std::nullopt;
+  }
+  at::ScalarType compute = at::result_type(self, other);
+  if (op == BinaryOp::kDiv && at::isIntegralType(compute, /*includeBool=*/true)) {
+    compute = c10::typeMetaToScalarType(c10::get_default_dtype());
+  }
+  if (!computes_in(compute)) return std::nullopt;
+  if ((op == BinaryOp::kAdd || op == BinaryOp::kSub) &&
+      (alpha.isComplex() || alpha.isBoolean() ||
+       (alpha.isFloatingPoint() && at::isIntegralType(compute, /*includeBool=*/true)))) {
+    return std::nullopt;  // the operator's own error, from the CPU
+  }
+  return compute;
+}
+
+// Launches out = self (op) other over `out`'s shape.
+void launch(BinaryOp op, at::ScalarType compute, const at::Tensor& out, const at::Tensor& self,
+            const at::Tensor& other, const at::Scalar& alpha, const Layout& layout,
+            const std::shared_ptr<const Kernel>& kernel) {
+  const bool scalar = !is_device(other);
+  const BlobRef o = element0(out), a = element0(self);
+  BlobRef b;
+  if (!scalar) b = element0(other);
+  std::vector<LaunchArg> args;
+  args.reserve(8 + 4 * layout.rank);
+  args.push_back(LaunchArg::of_blob(o.blob, o.offset, KernelAccess::kWrite));
+  args.push_back(LaunchArg::of_blob(a.blob, a.offset, KernelAccess::kRead));
+  if (scalar) {
+    args.push_back(scalar_arg(compute, other.item()));
+  } else {
+    args.push_back(LaunchArg::of_blob(b.blob, b.offset, KernelAccess::kRead));
+  }
+  const bool scales = op == BinaryOp::kAdd || op == BinaryOp::kSub;
+  args.push_back(scalar_arg(compute, scales ? alpha : at::Scalar(1)));
+  const uint64_t n = static_cast<uint64_t>(out.numel());
+  args.push_back(LaunchArg::of(n));
+  for (size_t d = 0; d < layout.rank; ++d) {
+    args.push_back(LaunchArg::of(static_cast<int64_t>(layout.sizes[d])));
+    for (size_t k = 0; k < (scalar ? 2u : 3u); ++k) {
+      args.push_back(LaunchArg::of(static_cast<int64_t>(layout.strides[k][d])));
+    }
+  }
+  LaunchRange range;
+  range.global[0] = static_cast<size_t>(n);
+  translate_errors([&] {
+    InstructionsBuilder builder = runtime().builder();
+    builder.launch(stream_of(out), kernel, range, args);
+    runtime().run(builder.take());
+  });
+  g_launches.fetch_add(1, std::memory_order_relaxed);
+}
+
+// The kernel for the call, or nullptr when the layout or the device refuses it.
+std::shared_ptr<const Kernel> kernel_for(BinaryOp op, at::ScalarType compute,
+                                         const at::Tensor& out, const at::Tensor& self,
+                                         const at::Tensor& other, Layout* layout) {
+  const bool scalar = !is_device(other);
+  if (!make_layout(out.sizes(), {&out, &self, scalar ? nullptr : &other}, layout)) return nullptr;
+  const BinaryKernelKey key{op,     out.scalar_type(), self.scalar_type(), other.scalar_type(),
+                            compute, scalar,           layout->rank};
+  return kernel_table().get(out.device().index(), key);
+}
+
+// The strides torch gives a new result of `sizes`: those of an operand of that shape whose
+// elements are dense (a channels-last input keeps its layout), else contiguous ones.
+at::Tensor new_result(at::IntArrayRef sizes, at::ScalarType dtype, const at::Tensor& self,
+                      const at::Tensor& other) {
+  const at::TensorOptions options = self.options().dtype(dtype);
+  for (const at::Tensor* t : {&self, &other}) {
+    if (is_device(*t) && t->sizes().equals(sizes) && t->is_non_overlapping_and_dense()) {
+      return at::empty_strided(sizes, t->strides(), options);
+    }
+  }
+  return at::empty(sizes, options);
+}
+
+}  // namespace
+
+std::optional<at::Tensor> native_binary(BinaryOp op, const at::Tensor& self,
+                                        const at::Tensor& other, const at::Scalar& alpha) {
+  const std::optional<at::ScalarType> compute = compute_type(op, self, other, alpha);
+  if (!compute) return std::nullopt;
+  const std::vector<int64_t> sizes = at::infer_size(self.sizes(), other.sizes());
+  at::Tensor out = new_result(sizes, *compute, self, other);
+  if (out.numel() == 0) return out;
+  Layout layout;
+  const std::shared_ptr<const Kernel> kernel = kernel_for(op, *compute, out, self, other, &layout);
+  if (kernel == nullptr) return std::nullopt;
+  launch(op, *compute, out, self, other, alpha, layout, kernel);
+  return out;
+}
+
+bool native_binary_(BinaryOp op, const at::Tensor& self, const at::Tensor& other,
+                    const at::Scalar& alpha) {
+  const std::optional<at::ScalarType> compute = compute_type(op, self, other, alpha);
+  if (!compute || !computes_in(self.scalar_type()) ||
+      !c10::canCast(*compute, self.scalar_type()) ||
+      at::has_internal_overlap(self) != at::MemOverlap::No) {
+    return false;  // the CPU's error
+  }
+  if (!other.is_cpu() && other.is_alias_of(self) &&
+      !(other.storage_offset() == self.storage_offset() && other.sizes().equals(self.sizes()) &&
+        other.strides().equals(self.strides()))) {
+    return false;  // a partial overlap: the CPU's error, or its order of reads and writes
+  }
+  const std::vector<int64_t> sizes = at::infer_size(self.sizes(), other.sizes());
+  if (!self.sizes().equals(sizes)) return false;  // the CPU's error: self cannot broadcast
+  if (self.numel() == 0) return true;
+  Layout layout;
+  const std::shared_ptr<const Kernel> kernel = kernel_for(op, *compute, self, self, other, &layout);
+  if (kernel == nullptr) return false;
+  launch(op, *compute, self, self, other, alpha, layout, kernel);
+  return true;
+}
+
+uint64_t native_kernel_calls() { return g_launches.load(std::memory_order_relaxed); }
+
+}  // namespace oclvm::torch_adapter

@@ -1,0 +1,83 @@
+// adapters/torch/native_kernels.h — operators computed by OpenCL kernels on the device (the
+// native path), on devices that take it (native_kernels() in device.h).
+//
+// Each function here runs an operator as LaunchKernel instructions through the adapter's Runtime,
+// on the current stream of the operands' device, or answers that it does not take the call
+// (nullopt / false) having done nothing, and the caller goes on to the host kernel or the CPU
+// fallback: the values and errors of those calls stay the CPU's. Note [Native elementwise
+// kernels] in native_kernels.cc says which calls are taken.
+//
+// Thread-safety: any thread, as every operator; the compiled kernels are shared under a mutex and
+// the VM orders the device work.
+#pragma once
+
+#include <ATen/Operators.h>
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <optional>
+
+namespace oclvm::torch_adapter {
+
+enum class BinaryOp : uint8_t { kAdd, kSub, kMul, kDiv };
+
+// self (op) other, `alpha` scaling other for kAdd and kSub (1 for the others), as the functional
+// operator (add.Tensor, ...); nullopt when the native path does not take the call.
+std::optional<at::Tensor> native_binary(BinaryOp op, const at::Tensor& self,
+                                        const at::Tensor& other, const at::Scalar& alpha);
+// The in-place form (add_.Tensor, ...): writes self; false when the native path does not take it.
+bool native_binary_(BinaryOp op, const at::Tensor& self, const at::Tensor& other,
+                    const at::Scalar& alpha);
+
+// How many launches the native operators issued in this process (tests read it).
+uint64_t native_kernel_calls();
+
+// The native kernel of a torch operator, for the unboxed kernels' templates (host_kernels.cc):
+// `exists` says whether there is one; call() returns the result, nullopt (or false for an
+// in-place operator) when the native path does not take the call.
+template <class Op>
+struct NativeKernel {
+  static constexpr bool exists = false;
+};
+
+template <BinaryOp kOp>
+struct NativeBinaryKernel {
+  static constexpr bool exists = true;
+  static std::optional<at::Tensor> call(const at::Tensor& self, const at::Tensor& other,
+                                        const at::Scalar& alpha) {
+    return native_binary(kOp, self, other, alpha);
+  }
+  static std::optional<at::Tensor> call(const at::Tensor& self, const at::Tensor& other) {
+    return native_binary(kOp, self, other, 1);
+  }
+};
+
+template <BinaryOp kOp>
+struct NativeBinaryInPlaceKernel {
+  static constexpr bool exists = true;
+  static bool call(const at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) {
+    return native_binary_(kOp, self, other, alpha);
+  }
+  static bool call(const at::Tensor& self, const at::Tensor& other) {
+    return native_binary_(kOp, self, other, 1);
+  }
+};
+
+template <>
+struct NativeKernel<at::_ops::add_Tensor> : NativeBinaryKernel<BinaryOp::kAdd> {};
+template <>
+struct NativeKernel<at::_ops::sub_Tensor> : NativeBinaryKernel<BinaryOp::kSub> {};
+template <>
+struct NativeKernel<at::_ops::mul_Tensor> : NativeBinaryKernel<BinaryOp::kMul> {};
+template <>
+struct NativeKernel<at::_ops::div_Tensor> : NativeBinaryKernel<BinaryOp::kDiv> {};
+template <>
+struct NativeKernel<at::_ops::add__Tensor> : NativeBinaryInPlaceKernel<BinaryOp::kAdd> {};
+template <>
+struct NativeKernel<at::_ops::sub__Tensor> : NativeBinaryInPlaceKernel<BinaryOp::kSub> {};
+template <>
+struct NativeKernel<at::_ops::mul__Tensor> : NativeBinaryInPlaceKernel<BinaryOp::kMul> {};
+template <>
+struct NativeKernel<at::_ops::div__Tensor> : NativeBinaryInPlaceKernel<BinaryOp::kDiv> {};
+
+}  // namespace oclvm::torch_adapter

@@ -1,0 +1,227 @@
+"""The native path (adapters/torch/native_kernels.h): operators computed by OpenCL kernels on the
+device, against the CPU; which path a device takes; the fallback counts.
+
+PoCL's devices are CPU devices and take the host path by default, so the native tests run in a
+subprocess with OCLVM_KERNELS=native (test_native_path_in_a_subprocess runs this file's
+`native` tests there); run directly with OCLVM_KERNELS=native, they run in this process.
+"""
+import os
+import subprocess
+import sys
+import warnings
+
+import pytest
+import torch
+
+import oclvm
+
+NATIVE = os.environ.get("OCLVM_KERNELS") == "native"
+native_only = pytest.mark.skipif(not NATIVE, reason="runs with OCLVM_KERNELS=native")
+
+DTYPES = [torch.float32, torch.float64, torch.int64, torch.int32, torch.int16, torch.int8,
+          torch.uint8]
+
+
+def make(shape, dtype, generator):
+    if dtype.is_floating_point:
+        return torch.randn(shape, generator=generator, dtype=dtype)
+    low = 0 if dtype == torch.uint8 else -20
+    return torch.randint(low, 20, shape, generator=generator, dtype=dtype)
+
+
+def launches():
+    return oclvm._C.native_kernel_calls()
+
+
+def test_each_device_says_which_path_it_takes():
+    for index in range(torch.opencl.device_count()):
+        properties = torch.opencl.get_device_properties(index)
+        assert properties.cpu_device  # every PoCL device is a CPU device
+        assert properties.native_kernels == NATIVE
+        assert f"native_kernels={NATIVE}" in repr(properties)
+
+
+def test_fallback_counts_name_the_operators_that_ran_a_cpu_kernel():
+    x = torch.arange(6.0, device="opencl")
+    torch.opencl.reset_fallback_counts()
+    assert torch.opencl.fallback_counts() == {}
+    for _ in range(3):
+        x.exp()
+    x.sin()
+    counts = torch.opencl.fallback_counts()
+    assert counts == {"aten::exp": 3, "aten::sin": 1}
+    torch.opencl.reset_fallback_counts()
+    assert torch.opencl.fallback_counts() == {}
+
+
+def test_storage_operators_are_not_counted():
+    torch.opencl.reset_fallback_counts()
+    x = torch.ones(5, device="opencl")
+    x.fill_(2.0)
+    y = x.clone().cpu()
+    x.view(5, 1).t()
+    assert y.sum().item() == 10.0
+    assert torch.opencl.fallback_counts() == {}
+
+
+@pytest.mark.parametrize("op", ["add", "sub", "mul", "div"])
+def test_arithmetic_on_the_host_path_counts_as_fallback(op):
+    if NATIVE:
+        pytest.skip("the native path computes it")
+    a = torch.randn(4, device="opencl")
+    torch.opencl.reset_fallback_counts()
+    getattr(torch, op)(a, a)
+    getattr(a.clone(), op + "_")(a)
+    counts = torch.opencl.fallback_counts()
+    assert counts == {f"aten::{op}.Tensor": 1, f"aten::{op}_.Tensor": 1}
+
+
+def test_native_path_in_a_subprocess():
+    if NATIVE:
+        pytest.skip("already on the native path")
+    env = dict(os.environ, OCLVM_KERNELS="native")
+    completed = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__],
+        env=env, capture_output=True, text=True, timeout=600)
+    assert completed.returncode == 0, completed.stdout[-4000:] + completed.stderr[-2000:]
+    assert " passed" in completed.stdout, completed.stdout[-2000:]
+
+
+# --- the native path --------------------------------------------------------------------------
+
+BINARY = {
+    "add": lambda x, y: x + y,
+    "add_alpha": lambda x, y: torch.add(x, y, alpha=3),
+    "sub": lambda x, y: x - y,
+    "sub_alpha": lambda x, y: torch.sub(x, y, alpha=2),
+    "mul": lambda x, y: x * y,
+    "div": lambda x, y: x / y,
+}
+
+
+def expect_same(device_result, cpu_result):
+    assert device_result.device.type == "opencl"
+    assert device_result.dtype == cpu_result.dtype
+    assert device_result.shape == cpu_result.shape
+    torch.testing.assert_close(device_result.cpu(), cpu_result, equal_nan=True, rtol=0, atol=0)
+
+
+@native_only
+@pytest.mark.parametrize("name", sorted(BINARY))
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_binary_operators_equal_the_cpu(name, dtype):
+    f = BINARY[name]
+    g = torch.Generator().manual_seed(1)
+    a, b = make((5, 7), dtype, g), make((5, 7), dtype, g)
+    if dtype == torch.uint8 and name.startswith("sub"):
+        b = b // 4  # wraps like the CPU's either way; keeps the values readable
+    before = launches()
+    expect_same(f(a.to("opencl"), b.to("opencl")), f(a, b))
+    assert launches() == before + 1
+    # broadcast, a transposed and a sliced operand, a Python number
+    row = make((7,), dtype, g)
+    expect_same(f(a.to("opencl"), row.to("opencl")), f(a, row))
+    t = make((7, 5), dtype, g)
+    expect_same(f(a.to("opencl"), t.to("opencl").t()), f(a, t.t()))
+    wide = make((5, 14), dtype, g)
+    expect_same(f(wide.to("opencl")[:, ::2], a.to("opencl")), f(wide[:, ::2], a))
+    expect_same(f(a.to("opencl"), 3), f(a, 3))
+    expect_same(f(a.to("opencl"), 2.5), f(a, 2.5))
+
+
+@native_only
+def test_type_promotion_follows_torch():
+    g = torch.Generator().manual_seed(2)
+    pairs = [(torch.int32, torch.float32), (torch.int64, torch.float64), (torch.uint8, torch.int8),
+             (torch.bool, torch.int16), (torch.float32, torch.float64), (torch.int16, torch.int64)]
+    for left, right in pairs:
+        a = make((3, 4), left, g) if left != torch.bool else torch.rand(3, 4, generator=g) > 0.5
+        b = make((3, 4), right, g)
+        for name, f in BINARY.items():
+            if left == torch.bool and name.startswith("sub"):
+                continue  # refused for bool, by both
+            expect_same(f(a.to("opencl"), b.to("opencl")), f(a, b))
+    # a 0-dim operand does not promote within its category; a CPU one is a kernel argument
+    a = make((4,), torch.float32, g)
+    for scalar in (torch.tensor(2.0, dtype=torch.float64), torch.tensor(3)):
+        expect_same(a.to("opencl") * scalar, a * scalar)
+        expect_same(a.to("opencl") * scalar.to("opencl"), a * scalar)
+
+
+@native_only
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64], ids=str)
+def test_in_place_forms_write_self(dtype):
+    g = torch.Generator().manual_seed(3)
+    a, b = make((6, 4), dtype, g), make((4,), dtype, g)
+    for name in ("add_", "sub_", "mul_"):
+        x, y = a.clone(), a.to("opencl")
+        before = launches()
+        returned = getattr(y, name)(b.to("opencl"))
+        getattr(x, name)(b)
+        assert returned is y and launches() == before + 1
+        expect_same(y, x)
+    x, y = a.clone(), a.to("opencl")
+    x.add_(b, alpha=2)
+    y.add_(b.to("opencl"), alpha=2)
+    expect_same(y, x)
+    # self written through a strided view
+    x, y = a.clone(), a.to("opencl")
+    x[:, 1::2].mul_(3)
+    y[:, 1::2].mul_(3)
+    expect_same(y, x)
+
+
+@native_only
+def test_calls_the_native_path_leaves_give_the_cpus_errors():
+    a = torch.ones(4, 3, dtype=torch.int64, device="opencl")
+    with pytest.raises(RuntimeError, match="result type Float can't be cast"):
+        a.div_(2)
+    with pytest.raises(RuntimeError, match="doesn't match the broadcast shape"):
+        torch.ones(3, device="opencl").add_(torch.ones(4, 3, device="opencl"))
+    with pytest.raises(RuntimeError, match="alpha must not be a floating point"):
+        torch.add(a, a, alpha=0.5)
+    with pytest.raises(RuntimeError, match="more than one element of the written-to tensor"):
+        torch.ones(1, device="opencl").expand(4).add_(1)
+    assert torch.equal(a.cpu(), torch.ones(4, 3, dtype=torch.int64))
+
+
+@native_only
+def test_empty_and_high_rank_tensors():
+    empty = torch.ones(0, 3, device="opencl")
+    assert (empty + 1).shape == (0, 3)
+    g = torch.Generator().manual_seed(4)
+    # eight dimensions that cannot merge: more than the kernels' six, so the host computes it
+    a = make((2,) * 8, torch.float32, g)
+    b = a.permute(7, 6, 5, 4, 3, 2, 1, 0)
+    expect_same(a.to("opencl") + b.to("opencl"), a + b)
+
+
+@native_only
+def test_an_operator_without_a_native_kernel_warns_once_and_is_counted():
+    x = torch.randn(8, device="opencl")
+    torch.opencl.reset_fallback_counts()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        x.cosh()
+        x.cosh()
+    names = [str(w.message) for w in caught if "aten::cosh" in str(w.message)]
+    assert len(names) == 1 and "no native OpenCL kernel" in names[0]
+    assert torch.opencl.fallback_counts() == {"aten::cosh": 2}
+    # the arithmetic the native path computes is not counted
+    x + x
+    x.mul_(2)
+    assert torch.opencl.fallback_counts() == {"aten::cosh": 2}
+
+
+@native_only
+def test_a_second_device_computes_its_own_tensors():
+    if torch.opencl.device_count() < 2:
+        pytest.skip("one device (POCL_DEVICES='basic basic' gives two)")
+    g = torch.Generator().manual_seed(5)
+    a, b = make((3, 4), torch.float32, g), make((4,), torch.float32, g)
+    before = launches()
+    result = a.to("opencl:1") * b.to("opencl:1")
+    assert result.device == torch.device("opencl:1") and launches() == before + 1
+    expect_same(result, a * b)
+    with pytest.raises(RuntimeError, match="device"):
+        a.to("opencl:0") + b.to("opencl:1")
