@@ -62,9 +62,11 @@ test: build setup
 # Lane 1 of `make test`'s torch tests: everything, OpInfo and module_db included, on the default
 # device; then, to even the lanes, the exit tests on two pthread devices that lane 2's passes
 # leave out: the busy-daemon exits in host sections (3.7 min), and the rest of test_exit.py with
-# operands copied (2.5 min).
+# operands copied (2.5 min); and the model families on the native path (OCLVM_KERNELS=native:
+# the operators with OpenCL kernels compute on the device; 2.2 min).
 torch-lane-1:
 	OCLVM_EXIT_RUNS=4 $(PYTEST_TORCH)
+	OCLVM_KERNELS=native $(PYTEST_EXIT) tests/torch/test_model_families.py
 	OCLVM_EXIT_RUNS=4 POCL_DEVICES="pthread pthread" $(PYTEST_EXIT) \
 	  "$(BUSY_EXIT)[device_200_rounds]" "$(BUSY_EXIT)[device_until_exit]"
 	OCLVM_EXIT_RUNS=4 OCLVM_ZERO_COPY=0 POCL_DEVICES="pthread pthread" $(PYTEST_EXIT) \

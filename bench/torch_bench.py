@@ -45,12 +45,21 @@
     rounds' ratios compiled-opencl / eager-opencl and compiled-opencl / compiled-cpu (goal:
     <= 1.1x), and how many fused kernels one step runs on device memory. `make bench-compile`.
 
+(h) With --paths (and nothing else): the native path (OCLVM_KERNELS=native: operators with an
+    OpenCL kernel compute on the device) against the host path (CPU kernels on the device's
+    memory), each in a process of its own: `x + y` and `x.mul_(s)` on 1,024 and 1 Mi float32
+    elements (microseconds per call over a loop), and the MLP and GPT-2 steps of (d) (median
+    step). Reported: each on both paths and native / host; and for one GPT-2 step on the native
+    path, the share of operator calls that ran a native kernel (native launches against the calls
+    torch.opencl.fallback_counts() counts) and the operators that fell back most.
+
 Run: `make bench`, or `PYTHONPATH=build-torch/python .venv/bin/python bench/torch_bench.py`.
 Options: --iters N (allocation loop length, default 100000), --repeats N (default 5),
 --mib N (copy size, default 64), --steps N (timed training steps, default 20), --history,
---parts, --compile.
+--parts, --compile, --paths.
 """
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -58,7 +67,7 @@ import time
 import numpy as np
 import torch
 
-import oclvm  # noqa: F401  (registers the `opencl` device)
+import oclvm  # registers the `opencl` device
 
 
 def alloc_loop_seconds(device: str, iters: int) -> float:
@@ -273,12 +282,19 @@ def main() -> int:
                         help="only section (g): the GPT-2 step under torch.compile (minutes)")
     parser.add_argument("--parts", action="store_true",
                         help="also split the MLP step into its parts (section f)")
+    parser.add_argument("--paths", action="store_true",
+                        help="only section (h): the native path against the host path")
+    parser.add_argument("--path-child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if not torch.opencl.is_available():
         print("no opencl device found", file=sys.stderr)
         return 1
     if args.compile:
         return print_compiled_steps(args)
+    if args.path_child:
+        return measure_path(args)
+    if args.paths:
+        return print_paths(args)
 
     # (a) allocation round trip
     for device in ("cpu", "opencl"):
@@ -495,6 +511,75 @@ def print_compiled_steps(args) -> int:
     print(f"    compiled opencl / compiled cpu:  {cpu_ratio:.2f}x   (goal <= 1.1x: "
           f"{'ok' if cpu_ratio <= 1.1 else 'MISSED'})")
     print(f"    fused C++ kernels run on device memory per step: {kernels_per_step}")
+    return 0
+
+
+def measure_path(args) -> int:
+    """Section (h), in the child process of one path: prints one JSON object of timings (seconds)
+    and the GPT-2 step's native launches and fallback counts."""
+    import json
+    out = {}
+    for n in (1024, 1 << 20):
+        x, y = torch.randn(n, device="opencl"), torch.randn(n, device="opencl")
+        reps = 2000 if n == 1024 else 100
+        for label, fn in ((f"x + y, {n} floats", lambda: x + y),
+                          (f"x.mul_(s), {n} floats", lambda: x.mul_(1.0))):
+            fn()
+            x.cpu()  # compiled and finished before the loop
+            start = time.perf_counter()
+            for _ in range(reps):
+                fn()
+            x.cpu()
+            out[label] = (time.perf_counter() - start) / reps
+    out["MLP step"] = step_seconds(mlp_step, "opencl", args.steps)
+    try:
+        step = warm_step(gpt2_step, "opencl")
+    except ImportError:
+        step = None
+    if step is not None:
+        out["GPT-2 step"] = median_step_seconds(step, args.steps)
+        launches = oclvm._C.native_kernel_calls()
+        torch.opencl.reset_fallback_counts()
+        step()
+        out["gpt2_native_launches"] = oclvm._C.native_kernel_calls() - launches
+        out["gpt2_fallbacks"] = torch.opencl.fallback_counts()
+    print(json.dumps(out))
+    return 0
+
+
+def print_paths(args) -> int:
+    """Section (h): both paths, each measured by a child process of its own (the path is chosen
+    once per process)."""
+    import json
+    import subprocess
+    results = {}
+    for path in ("host", "native"):
+        completed = subprocess.run(
+            [sys.executable, __file__, "--path-child", path, "--steps", str(args.steps)],
+            env=dict(os.environ, OCLVM_KERNELS=path), capture_output=True, text=True)
+        if completed.returncode != 0:
+            print(completed.stderr[-3000:], file=sys.stderr)
+            return 1
+        results[path] = json.loads(completed.stdout.strip().splitlines()[-1])
+    host, native = results["host"], results["native"]
+    print(f"oclvm torch bench, kernel paths (torch {torch.__version__}, "
+          f"{torch.opencl.get_device_name(0)})")
+    print()
+    print("(h) native path / host path, the same work")
+    for key, seconds in host.items():
+        if not isinstance(seconds, float):
+            continue
+        unit, scale = ("ms", 1e3) if "step" in key else ("us", 1e6)
+        print(f"    {key:<26} host {seconds * scale:>9.1f} {unit}   native "
+              f"{native[key] * scale:>9.1f} {unit}   native / host {native[key] / seconds:.2f}x")
+    if "gpt2_fallbacks" in native:
+        launched = native["gpt2_native_launches"]
+        fell_back = sum(native["gpt2_fallbacks"].values())
+        share = launched / max(1, launched + fell_back)
+        print(f"    GPT-2 step on the native path: {launched} native launches, {fell_back} calls "
+              f"ran a CPU kernel: {share:.1%} native (bar >= 95%)")
+        top = sorted(native["gpt2_fallbacks"].items(), key=lambda kv: -kv[1])[:12]
+        print("    most frequent fallbacks: " + ", ".join(f"{k} {v}" for k, v in top))
     return 0
 
 

@@ -4,7 +4,8 @@
 // kernels] and Note [Foreach operators without boxing] in host_kernels.cc).
 //
 // Promise: the same values, errors and statistics as the boxed fallback (fallback.h), which every
-// call that the fast path cannot take goes to. Thread-safety: as the fallback (any thread; the VM
+// call that the fast path cannot take goes to. An operator with a native kernel (native_kernels.h)
+// tries that first, on a device that takes the native path. Thread-safety: as the fallback (any thread; the VM
 // orders the device work).
 #pragma once
 
