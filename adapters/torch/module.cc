@@ -338,8 +338,10 @@ PyObject* py_device_properties(PyObject*, PyObject* arg) {
   c10::DeviceIndex index = 0;
   if (!parse_index(arg, &index)) return nullptr;
   const DeviceProperties* found = nullptr;
+  bool native = false;
   PyObject* none = guarded([&] {
     found = &device_properties(index);
+    native = native_kernels(index);
     Py_RETURN_NONE;
   });
   if (none == nullptr) return nullptr;
@@ -364,7 +366,7 @@ PyObject* py_device_properties(PyObject*, PyObject* arg) {
        put_bool(dict, "zero_copy", zero_copy(index)) &&
        put_bool(dict, "host_sections", host_addressable(index)) &&
        put_bool(dict, "cpu_device", properties.cpu_device) &&
-       put_bool(dict, "native_kernels", native_kernels(index));
+       put_bool(dict, "native_kernels", native);
   if (!ok) {
     Py_DECREF(dict);
     return nullptr;
@@ -468,8 +470,8 @@ PyObject* py_drain_autograd(PyObject*, PyObject*) {
       const at::TensorOptions options =
           at::TensorOptions().device(c10::DeviceType::PrivateUse1, d);
       const at::Tensor leaf = at::ones({1}, options).requires_grad_(true);
-      // mul and its backward have native kernels: the drain runs no CPU kernel on either path
-      // (nothing counted in torch.opencl.fallback_counts()).
+      // mul and its backward have native kernels: on the native path the drain runs no CPU
+      // kernel (no fallback warning at exit).
       torch::autograd::backward({leaf.mul(2)}, {at::ones({1}, options)});
     }
   } catch (const std::exception& e) {

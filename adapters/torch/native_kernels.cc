@@ -4,19 +4,21 @@
 #include "adapters/torch/native_kernels.h"
 
 #include <ATen/ExpandUtils.h>
-#include <ATen/MemoryOverlap.h>
+#include <ATen/Dispatch.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_strided.h>
 #include <ATen/ops/result_type.h>
 #include <c10/core/ScalarType.h>
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "adapters/torch/allocator.h"
@@ -41,17 +43,19 @@ namespace oclvm::torch_adapter {
 // kernel arguments: one kernel serves every shape of a rank. A CPU scalar is a kernel argument
 // too, converted to the computation's type first, as the CPU converts a wrapped number.
 //
-// The arithmetic is the CPU kernel's: add and sub multiply `other` by alpha and add in one fused
-// multiply-add for floating types (fma is exact for alpha 1: a single rounding of a + b), and
-// float division is correctly rounded (-cl-fp32-correctly-rounded-divide-sqrt). Integer overflow
+// The arithmetic is the CPU kernel's: add and sub multiply `other` by alpha (sub's negated) and
+// add in one fused multiply-add for floating types (fma is exact for alpha 1: a single rounding
+// of a + b); alpha is converted with the CPU's overflow check; float division is correctly
+// rounded (-cl-fp32-correctly-rounded-divide-sqrt, on a driver that honours it). Integer overflow
 // wraps, as on the CPU.
 //
 // Not taken (the host kernel or the CPU fallback answers, with the CPU's values and errors):
 // dtypes other than float32, float64, int64, int32, int16, int8, uint8 (bool as an operand only),
-// conjugate or negative bits, tensors on another device or of another layout, an alpha the
-// operator refuses for the dtype, an in-place call whose result does not fit self (shape or
-// dtype), an operand that overlaps self in place without being self, more than kMaxRank
-// dimensions after merging, and a float64 kernel the device cannot build.
+// conjugate or negative bits, tensors on another device or of another layout, sub with a bool
+// operand, an alpha the operator refuses for the dtype, an in-place call whose result does not
+// fit self (shape or dtype) or whose self has elements that share memory, an operand that shares
+// self's storage without being self, more than kMaxRank dimensions after merging, and a kernel
+// the device cannot build (warned of once).
 
 namespace {
 
@@ -78,17 +82,24 @@ const char* cl_type(at::ScalarType type) {
 // The dtypes the kernels compute in and write.
 bool computes_in(at::ScalarType type) { return type != at::kBool && cl_type(type) != nullptr; }
 
-// A value as a kernel argument of the computation's type.
-LaunchArg scalar_arg(at::ScalarType compute, const at::Scalar& value) {
-  switch (compute) {
-    case at::kFloat: return LaunchArg::of(static_cast<float>(value.toDouble()));
-    case at::kDouble: return LaunchArg::of(value.toDouble());
-    case at::kLong: return LaunchArg::of(static_cast<int64_t>(value.toLong()));
-    case at::kInt: return LaunchArg::of(static_cast<int32_t>(value.toLong()));
-    case at::kShort: return LaunchArg::of(static_cast<int16_t>(value.toLong()));
-    case at::kChar: return LaunchArg::of(static_cast<int8_t>(value.toLong()));
-    default: return LaunchArg::of(static_cast<uint8_t>(value.toLong()));  // kByte
-  }
+// A value as a kernel argument of the computation's type. `checked`: converted as the CPU converts
+// alpha (Scalar::to: c10::Error, the CPU's, when it does not fit); otherwise as it converts a
+// CPU scalar operand (a plain cast, an integer straight to the float type).
+LaunchArg scalar_arg(at::ScalarType compute, const at::Scalar& value, bool checked) {
+  LaunchArg arg;
+  AT_DISPATCH_SWITCH(compute, "oclvm native scalar",
+      AT_DISPATCH_CASE_ALL_TYPES([&] {
+        scalar_t v{};
+        if (checked) {
+          v = value.to<scalar_t>();
+        } else if (value.isIntegral(/*includeBool=*/true)) {
+          v = static_cast<scalar_t>(value.toLong());
+        } else {
+          v = static_cast<scalar_t>(value.toDouble());
+        }
+        arg = LaunchArg::of(v);
+      }));
+  return arg;
 }
 
 // The iteration space of one call (Note [Native elementwise kernels]).
@@ -150,14 +161,26 @@ const char* op_name(BinaryOp op) {
   return "?";
 }
 
-// The computation of x (op) y, alpha scaling y, in type `compute`.
+// The computation of x (op) y in type `compute`, alpha scaling y for add and sub (sub's alpha
+// arrives negated, as the CPU's sub is add with -alpha). int and long multiply and add as their
+// unsigned types, whose overflow wraps by definition (signed overflow is undefined in OpenCL C as
+// in C); narrower types compute in int, where it cannot overflow.
 std::string expression(BinaryOp op, at::ScalarType compute) {
   const bool floating = at::isFloatingType(compute);
+  const bool wide = compute == at::kInt || compute == at::kLong;
+  const std::string t = cl_type(compute);
+  const std::string u = wide ? "u" + t : "";
+  auto as_u = [&](const char* v) { return wide ? "(" + u + ")" + v : std::string(v); };
+  auto back = [&](const std::string& e) { return wide ? "(" + t + ")(" + e + ")" : e; };
   switch (op) {
-    case BinaryOp::kAdd: return floating ? "fma(y, alpha, x)" : "x + alpha * y";
-    case BinaryOp::kSub: return floating ? "fma(y, -alpha, x)" : "x - alpha * y";
-    case BinaryOp::kMul: return "x * y";
-    case BinaryOp::kDiv: return "x / y";
+    case BinaryOp::kAdd:
+    case BinaryOp::kSub:
+      if (floating) return "fma(y, alpha, x)";
+      return back(as_u("x") + " + " + as_u("alpha") + " * " + as_u("y"));
+    case BinaryOp::kMul:
+      return floating ? "x * y" : back(as_u("x") + " * " + as_u("y"));
+    case BinaryOp::kDiv:
+      return "x / y";
   }
   return "";
 }
@@ -197,12 +220,15 @@ KernelSource binary_source(const BinaryKernelKey& key) {
                            : "  const " + tc + " y = (" + tc + ")OCLVM_PTR(" + tb + ", b)[ib];\n";
   s += "  OCLVM_PTR(" + to + ", out)[io] = (" + to + ")(" + expression(key.op, key.compute) +
        ");\n}\n";
-  return KernelSource{std::move(s), std::move(name), "-cl-fp32-correctly-rounded-divide-sqrt"};
+  // The CPU's float division is correctly rounded; OpenCL's default allows 2.5 ulp.
+  const bool float_division = key.op == BinaryOp::kDiv && key.compute == at::kFloat;
+  return KernelSource{std::move(s), std::move(name),
+                      float_division ? "-cl-fp32-correctly-rounded-divide-sqrt" : ""};
 }
 
 // The compiled kernels, per device and source name (which spells the whole key); nullptr for a
-// kernel the device could not build (a float64 one on a device without cl_khr_fp64), so that it
-// is tried once.
+// kernel the device could not build (float64 without cl_khr_fp64, a build option the driver
+// refuses), tried once and warned of once: its calls take the host kernel.
 class KernelTable {
  public:
   std::shared_ptr<const Kernel> get(c10::DeviceIndex device, const BinaryKernelKey& key) {
@@ -214,13 +240,13 @@ class KernelTable {
       if (it != kernels_.end()) return it->second;
     }
     std::shared_ptr<const Kernel> kernel;
-    const bool doubles = key.out == at::kDouble || key.self == at::kDouble ||
-                         key.other == at::kDouble || key.compute == at::kDouble;
     try {
       kernel = translate_errors(
           [&] { return runtime().builder().kernel(to_oclvm(device), source); });
-    } catch (const c10::Error&) {
-      if (!doubles) throw;  // our own source failed to build: a bug to be seen
+    } catch (const c10::Error& e) {
+      const std::string what = e.what_without_backtrace();
+      TORCH_WARN("oclvm: opencl:", static_cast<int>(device), " could not build the native kernel ",
+                 source.name, "; its calls run a CPU kernel: ", what.substr(0, what.find('\n')));
     }
     std::lock_guard<std::mutex> lock(mutex_);
     return kernels_.emplace(id, std::move(kernel)).first->second;
@@ -228,7 +254,7 @@ class KernelTable {
 
  private:
   std::mutex mutex_;
-  std::unordered_map<std::string, std::shared_ptr<const Kernel>> kernels_;
+  std::unordered_map<std::string, std::shared_ptr<const Kernel>> kernels_;  // guarded by mutex_
 };
 
 KernelTable& kernel_table() {
@@ -258,6 +284,10 @@ std::optional<at::ScalarType> compute_type(BinaryOp op, const at::Tensor& self,
     compute = c10::typeMetaToScalarType(c10::get_default_dtype());
   }
   if (!computes_in(compute)) return std::nullopt;
+  if (op == BinaryOp::kSub &&
+      (self.scalar_type() == at::kBool || other.scalar_type() == at::kBool)) {
+    return std::nullopt;  // the CPU refuses subtraction with a bool tensor
+  }
   if ((op == BinaryOp::kAdd || op == BinaryOp::kSub) &&
       (alpha.isComplex() || alpha.isBoolean() ||
        (alpha.isFloatingPoint() && at::isIntegralType(compute, /*includeBool=*/true)))) {
@@ -279,12 +309,12 @@ void launch(BinaryOp op, at::ScalarType compute, const at::Tensor& out, const at
   args.push_back(LaunchArg::of_blob(o.blob, o.offset, KernelAccess::kWrite));
   args.push_back(LaunchArg::of_blob(a.blob, a.offset, KernelAccess::kRead));
   if (scalar) {
-    args.push_back(scalar_arg(compute, other.item()));
+    args.push_back(scalar_arg(compute, other.item(), /*checked=*/false));
   } else {
     args.push_back(LaunchArg::of_blob(b.blob, b.offset, KernelAccess::kRead));
   }
-  const bool scales = op == BinaryOp::kAdd || op == BinaryOp::kSub;
-  args.push_back(scalar_arg(compute, scales ? alpha : at::Scalar(1)));
+  const at::Scalar scale = op == BinaryOp::kAdd ? alpha : op == BinaryOp::kSub ? -alpha : 1;
+  args.push_back(scalar_arg(compute, scale, /*checked=*/true));
   const uint64_t n = static_cast<uint64_t>(out.numel());
   args.push_back(LaunchArg::of(n));
   for (size_t d = 0; d < layout.rank; ++d) {
@@ -312,6 +342,23 @@ std::shared_ptr<const Kernel> kernel_for(BinaryOp op, at::ScalarType compute,
   const BinaryKernelKey key{op,     out.scalar_type(), self.scalar_type(), other.scalar_type(),
                             compute, scalar,           layout->rank};
   return kernel_table().get(out.device().index(), key);
+}
+
+// Whether no two elements of `t` share memory: its dimensions of more than one element, in
+// increasing stride, each step past every offset the smaller ones reach. A sufficient test that
+// any strided view without overlap passes (at::has_internal_overlap gives up on non-dense ones).
+bool elements_are_distinct(const at::Tensor& t) {
+  std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, size)
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    if (t.size(d) > 1) dims.emplace_back(t.stride(d), t.size(d));
+  }
+  std::sort(dims.begin(), dims.end());
+  int64_t reach = 0;  // the farthest offset the dimensions so far reach
+  for (const auto& [stride, size] : dims) {
+    if (stride <= reach) return false;
+    reach += stride * (size - 1);
+  }
+  return true;
 }
 
 // The strides torch gives a new result of `sizes`: those of an operand of that shape whose
@@ -347,14 +394,13 @@ bool native_binary_(BinaryOp op, const at::Tensor& self, const at::Tensor& other
                     const at::Scalar& alpha) {
   const std::optional<at::ScalarType> compute = compute_type(op, self, other, alpha);
   if (!compute || !computes_in(self.scalar_type()) ||
-      !c10::canCast(*compute, self.scalar_type()) ||
-      at::has_internal_overlap(self) != at::MemOverlap::No) {
-    return false;  // the CPU's error
+      !c10::canCast(*compute, self.scalar_type()) || !elements_are_distinct(self)) {
+    return false;  // the CPU's error, or a layout it proves distinct where this does not
   }
   if (!other.is_cpu() && other.is_alias_of(self) &&
       !(other.storage_offset() == self.storage_offset() && other.sizes().equals(self.sizes()) &&
-        other.strides().equals(self.strides()))) {
-    return false;  // a partial overlap: the CPU's error, or its order of reads and writes
+        other.strides().equals(self.strides()) && other.itemsize() == self.itemsize())) {
+    return false;  // any other overlap: the CPU's error, or its order of reads and writes
   }
   const std::vector<int64_t> sizes = at::infer_size(self.sizes(), other.sizes());
   if (!self.sizes().equals(sizes)) return false;  // the CPU's error: self cannot broadcast

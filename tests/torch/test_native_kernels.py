@@ -36,8 +36,11 @@ def launches():
 def test_each_device_says_which_path_it_takes():
     for index in range(torch.opencl.device_count()):
         properties = torch.opencl.get_device_properties(index)
-        assert properties.cpu_device  # every PoCL device is a CPU device
-        assert properties.native_kernels == NATIVE
+        if "Portable Computing Language" in properties.platform:
+            assert properties.cpu_device  # every PoCL device here is a CPU device
+        forced = os.environ.get("OCLVM_KERNELS")
+        expected = forced == "native" if forced else not properties.cpu_device
+        assert properties.native_kernels == expected
         assert f"native_kernels={NATIVE}" in repr(properties)
 
 
@@ -83,10 +86,12 @@ def test_native_path_in_a_subprocess():
         pytest.skip("native kernels never stage operands: the run with host sections covers them")
     env = dict(os.environ, OCLVM_KERNELS="native")
     completed = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__],
+        [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", __file__],
         env=env, capture_output=True, text=True, timeout=600)
     assert completed.returncode == 0, completed.stdout[-4000:] + completed.stderr[-2000:]
+    # every native test ran (-rs lists each skip with its reason)
     assert " passed" in completed.stdout, completed.stdout[-2000:]
+    assert "runs with OCLVM_KERNELS=native" not in completed.stdout, completed.stdout[-2000:]
 
 
 # --- the native path --------------------------------------------------------------------------
@@ -120,15 +125,24 @@ def test_binary_operators_equal_the_cpu(name, dtype):
     before = launches()
     expect_same(f(a.to("opencl"), b.to("opencl")), f(a, b))
     assert launches() == before + 1
-    # broadcast, a transposed and a sliced operand, a Python number
-    row = make((7,), dtype, g)
-    expect_same(f(a.to("opencl"), row.to("opencl")), f(a, row))
-    t = make((7, 5), dtype, g)
-    expect_same(f(a.to("opencl"), t.to("opencl").t()), f(a, t.t()))
-    wide = make((5, 14), dtype, g)
-    expect_same(f(wide.to("opencl")[:, ::2], a.to("opencl")), f(wide[:, ::2], a))
-    expect_same(f(a.to("opencl"), 3), f(a, 3))
-    expect_same(f(a.to("opencl"), 2.5), f(a, 2.5))
+    # broadcast, a transposed and a sliced operand, a Python number, a rank-4 permutation: each
+    # one launch
+    row, t, wide = make((7,), dtype, g), make((7, 5), dtype, g), make((5, 14), dtype, g)
+    cube = make((2, 3, 4, 5), dtype, g)
+    cases = [(a, row), (a, t.t()), (wide[:, ::2], a), (a, 3), (a, 2.5),
+             (cube, cube.permute(0, 2, 1, 3).contiguous().permute(0, 2, 1, 3)),
+             (cube.permute(3, 1, 0, 2), cube.permute(3, 1, 0, 2).contiguous())]
+    for x, y in cases:
+        on_device = [v.to("opencl") if isinstance(v, torch.Tensor) else v for v in (x, y)]
+        if isinstance(x, torch.Tensor):  # keep the layouts the cases made
+            on_device[0] = torch.empty_strided(x.shape, x.stride(), dtype=dtype,
+                                               device="opencl").copy_(x)
+        if isinstance(y, torch.Tensor):
+            on_device[1] = torch.empty_strided(y.shape, y.stride(), dtype=dtype,
+                                               device="opencl").copy_(y)
+        before = launches()
+        expect_same(f(*on_device), f(x, y))
+        assert launches() == before + 1, (x.shape, x.stride())
 
 
 @native_only
@@ -141,7 +155,7 @@ def test_type_promotion_follows_torch():
         b = make((3, 4), right, g)
         for name, f in BINARY.items():
             if left == torch.bool and name.startswith("sub"):
-                continue  # refused for bool, by both
+                continue  # refused with a bool tensor (test_..._give_the_cpus_errors)
             expect_same(f(a.to("opencl"), b.to("opencl")), f(a, b))
     # a 0-dim operand does not promote within its category; a CPU one is a kernel argument
     a = make((4,), torch.float32, g)
@@ -184,7 +198,47 @@ def test_calls_the_native_path_leaves_give_the_cpus_errors():
         torch.add(a, a, alpha=0.5)
     with pytest.raises(RuntimeError, match="more than one element of the written-to tensor"):
         torch.ones(1, device="opencl").expand(4).add_(1)
+    mask = torch.ones(4, dtype=torch.bool, device="opencl")
+    for call in (lambda: mask - 1, lambda: torch.ones(4, device="opencl") - mask,
+                 lambda: torch.ones(4, device="opencl").sub_(mask)):
+        with pytest.raises(RuntimeError, match="with a bool tensor is not supported"):
+            call()
+    small = torch.ones(4, dtype=torch.int8, device="opencl")
+    with pytest.raises(RuntimeError, match="without overflow"):
+        torch.add(small, small, alpha=1000)
+    with pytest.raises(RuntimeError, match="without overflow"):
+        torch.sub(small, small, alpha=-128)  # sub is add with -alpha: 128 does not fit
+    x = torch.arange(6.0, device="opencl")
+    with pytest.raises(RuntimeError, match="refer to a single memory location"):
+        x[1:].add_(x[:-1])
     assert torch.equal(a.cpu(), torch.ones(4, 3, dtype=torch.int64))
+    assert torch.equal(x.cpu(), torch.arange(6.0))
+
+
+@native_only
+def test_in_place_on_itself_and_through_views_computes_on_the_device():
+    x = torch.arange(12.0).reshape(3, 4)
+    y = x.to("opencl")
+    before = launches()
+    y.add_(y)
+    y[:, 1::2].mul_(3)   # a non-dense view of self
+    y.t().sub_(1)        # a transposed one
+    x.add_(x)
+    x[:, 1::2].mul_(3)
+    x.t().sub_(1)
+    assert launches() == before + 3
+    expect_same(y, x)
+
+
+@native_only
+def test_integer_overflow_wraps_as_on_the_cpu():
+    for dtype in (torch.int32, torch.int64, torch.int8):
+        info = torch.iinfo(dtype)
+        a = torch.tensor([info.max, info.min, info.max // 2 + 7], dtype=dtype)
+        b = torch.tensor([1, -1, 3], dtype=dtype)
+        for f in (lambda p, q: p + q, lambda p, q: p - q, lambda p, q: p * q,
+                  lambda p, q: torch.add(p, q, alpha=5)):
+            expect_same(f(a.to("opencl"), b.to("opencl")), f(a, b))
 
 
 @native_only
@@ -195,7 +249,9 @@ def test_empty_and_high_rank_tensors():
     # eight dimensions that cannot merge: more than the kernels' six, so the host computes it
     a = make((2,) * 8, torch.float32, g)
     b = a.permute(7, 6, 5, 4, 3, 2, 1, 0)
+    before = launches()
     expect_same(a.to("opencl") + b.to("opencl"), a + b)
+    assert launches() == before
 
 
 @native_only
