@@ -38,8 +38,11 @@ torch: setup
 # warnings as errors and the adapter's GoogleTest suite: one compile of the core and the adapter
 # gives both the installed module the Python tests import and oclvm_torch_tests.
 TORCH_TEST_TREE = build-torch-test
+# Built as users build it (RelWithDebInfo: -O2, link-time optimisation), without the debug
+# information no test reads: the install from scratch takes 5 min 37 s instead of 8 min 44 s.
 TORCH_TEST_PIP  = -C build-dir=$(TORCH_TEST_TREE) -C cmake.define.OCLVM_WERROR=ON \
-                  -C cmake.define.OCLVM_TORCH_TESTS=ON
+                  -C cmake.define.OCLVM_TORCH_TESTS=ON \
+                  -C "cmake.define.CMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -DNDEBUG"
 # Each pass of the torch tests lists its 10 slowest tests, so the log shows where CI's time goes;
 # no pytest cache: two passes run at once (torch-lane-1, torch-lane-2).
 PYTEST_TORCH = $(PY) -m pytest -q -p no:cacheprovider --durations=10 tests/torch
@@ -59,29 +62,33 @@ test: build setup
 	@echo "each lane's output appears when the lane ends"
 	@$(MAKE) --no-print-directory -j 2 --output-sync=target torch-lane-1 torch-lane-2
 
+# Each exit script runs 4 times on the default device and twice in the other configurations
+# (OCLVM_EXIT_RUNS; the busy-daemon exits keep their own count).
 # Lane 1 of `make test`'s torch tests: everything, OpInfo and module_db included, on the default
 # device; then, to even the lanes, the exit tests on two pthread devices that lane 2's passes
-# leave out: the busy-daemon exits in host sections (3.7 min), and the rest of test_exit.py with
-# operands copied (2.5 min); and the model families on the native path (OCLVM_KERNELS=native:
-# the operators with OpenCL kernels compute on the device; 2.2 min).
+# leave out: the busy-daemon exits in host sections (2.6 min), and the rest of test_exit.py with
+# operands copied (2.4 min at 4 runs); and on the native path (OCLVM_KERNELS=native: the operators with
+# OpenCL kernels compute on the device), the model families (2.2 min) and the native kernels'
+# tests on two basic devices (0.3 min; PoCL's pthread devices build each kernel slowly: 2 min).
 torch-lane-1:
 	OCLVM_EXIT_RUNS=4 $(PYTEST_TORCH)
 	OCLVM_KERNELS=native $(PYTEST_EXIT) tests/torch/test_model_families.py
+	OCLVM_KERNELS=native POCL_DEVICES="basic basic" $(PYTEST_EXIT) tests/torch/test_native_kernels.py
 	OCLVM_EXIT_RUNS=4 POCL_DEVICES="pthread pthread" $(PYTEST_EXIT) \
 	  "$(BUSY_EXIT)[device_200_rounds]" "$(BUSY_EXIT)[device_until_exit]"
-	OCLVM_EXIT_RUNS=4 OCLVM_ZERO_COPY=0 POCL_DEVICES="pthread pthread" $(PYTEST_EXIT) \
+	OCLVM_EXIT_RUNS=2 OCLVM_ZERO_COPY=0 POCL_DEVICES="pthread pthread" $(PYTEST_EXIT) \
 	  tests/torch/test_exit.py --deselect $(BUSY_EXIT)
 
 # Lane 2: the torch tests again on two pthread devices without the OpInfo and module_db sweeps,
-# first in host sections without the busy-daemon exits, then with operands copied
-# (OCLVM_ZERO_COPY=0) without test_exit.py; lane 1 runs what they leave out. The CPU's own
-# busy-daemon exit (0.5 min, no device in it) runs in lane 1's first pass only; with operands
-# copied, the compiled frames run eagerly, so the transformers' compiled steps (1.5 min) are the
-# eager steps test_model_families already trains and are left out.
+# first in host sections without the busy-daemon exits and the native kernels' subprocess, then
+# with operands copied (OCLVM_ZERO_COPY=0) without test_exit.py; lane 1 runs what they leave
+# out. The CPU's own busy-daemon exit (0.5 min, no device in it) runs in lane 1's first pass
+# only; with operands copied, the compiled frames run eagerly, so the transformers' compiled steps
+# (1.5 min) are the eager steps test_model_families already trains and are left out.
 torch-lane-2:
-	OCLVM_EXIT_RUNS=4 OCLVM_OPINFO=0 OCLVM_DIST_FULL=0 POCL_DEVICES="pthread pthread" $(PYTEST_TORCH) \
-	  --deselect $(BUSY_EXIT)
-	OCLVM_EXIT_RUNS=4 OCLVM_OPINFO=0 OCLVM_DIST_FULL=0 OCLVM_ZERO_COPY=0 POCL_DEVICES="pthread pthread" $(PYTEST_TORCH) \
+	OCLVM_EXIT_RUNS=2 OCLVM_OPINFO=0 OCLVM_DIST_FULL=0 POCL_DEVICES="pthread pthread" $(PYTEST_TORCH) \
+	  --deselect $(BUSY_EXIT) --deselect tests/torch/test_native_kernels.py::test_native_path_in_a_subprocess
+	OCLVM_EXIT_RUNS=2 OCLVM_OPINFO=0 OCLVM_DIST_FULL=0 OCLVM_ZERO_COPY=0 POCL_DEVICES="pthread pthread" $(PYTEST_TORCH) \
 	  --deselect tests/torch/test_compile.py::test_compiled_transformer_step_equals_eager_on_cpu \
 	  --ignore tests/torch/test_exit.py
 

@@ -556,12 +556,13 @@ void fallback_to(c10::DispatchKey cpu_key, const c10::OperatorHandle& op,
   OperatorFacts& facts = facts_of(op);
   const c10::FunctionSchema& schema = op.schema();
   const size_t begin = stack->size() - schema.arguments().size();
-  facts.fallback->count(device_of_arguments(*stack, begin));
   if (facts.device_check == DeviceCheck::kExactSame) {
     check_exact_same_device(op, *stack, begin);
   } else if (facts.device_check == DeviceCheck::kTensorIterator) {
     check_one_device(op, *stack);
   }
+  // Counted once the call is sure to run a CPU kernel: one refused for its devices runs none.
+  facts.fallback->count(device_of_arguments(*stack, begin));
   if (facts.widen == Widen::kComplexNanSum) {
     if (run_complex_nansum(op, begin, stack)) return;
   } else if (facts.widen != Widen::kNone) {

@@ -5,6 +5,7 @@
 
 #include <ATen/ExpandUtils.h>
 #include <ATen/Dispatch.h>
+#include <ATen/ops/add.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_strided.h>
 #include <ATen/ops/result_type.h>
@@ -14,6 +15,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -226,19 +228,20 @@ KernelSource binary_source(const BinaryKernelKey& key) {
                       float_division ? "-cl-fp32-correctly-rounded-divide-sqrt" : ""};
 }
 
-// The compiled kernels, per device and source name (which spells the whole key); nullptr for a
-// kernel the device could not build (float64 without cl_khr_fp64, a build option the driver
-// refuses), tried once and warned of once: its calls take the host kernel.
+// The compiled kernels, per device and key; nullptr for a kernel the device could not build
+// (float64 without cl_khr_fp64, a build option the driver refuses), tried once and warned of once:
+// its calls take the host kernel. A call that finds its kernel builds no source: the lookup is one
+// packed 64-bit key.
 class KernelTable {
  public:
   std::shared_ptr<const Kernel> get(c10::DeviceIndex device, const BinaryKernelKey& key) {
-    const KernelSource source = binary_source(key);
-    const std::string id = std::to_string(device) + "/" + source.name;
+    const uint64_t id = packed(device, key);
     {
       std::lock_guard<std::mutex> lock(mutex_);
       auto it = kernels_.find(id);
       if (it != kernels_.end()) return it->second;
     }
+    const KernelSource source = binary_source(key);
     std::shared_ptr<const Kernel> kernel;
     try {
       kernel = translate_errors(
@@ -253,8 +256,19 @@ class KernelTable {
   }
 
  private:
+  // Device index, op, the four scalar types (each below 256), the scalar flag and the rank
+  // (below 128), one field each.
+  static uint64_t packed(c10::DeviceIndex device, const BinaryKernelKey& key) {
+    static_assert(kMaxRank < 0x80);
+    const auto type = [](at::ScalarType t) { return static_cast<uint64_t>(t) & 0xff; };
+    return (static_cast<uint64_t>(static_cast<uint8_t>(device)) << 48) |
+           (static_cast<uint64_t>(key.op) << 40) | (type(key.out) << 32) |
+           (type(key.self) << 24) | (type(key.other) << 16) | (type(key.compute) << 8) |
+           (static_cast<uint64_t>(key.other_is_scalar) << 7) | (key.rank & 0x7f);
+  }
+
   std::mutex mutex_;
-  std::unordered_map<std::string, std::shared_ptr<const Kernel>> kernels_;  // guarded by mutex_
+  std::unordered_map<uint64_t, std::shared_ptr<const Kernel>> kernels_;  // guarded by mutex_
 };
 
 KernelTable& kernel_table() {
@@ -361,17 +375,25 @@ bool elements_are_distinct(const at::Tensor& t) {
   return true;
 }
 
-// The strides torch gives a new result of `sizes`: those of an operand of that shape whose
-// elements are dense (a channels-last input keeps its layout), else contiguous ones.
+// A new result of `sizes` with the strides the CPU's TensorIterator gives it: self's when self
+// has the result's shape and dense elements (a channels-last input keeps its layout); contiguous
+// ones when every operand is contiguous; otherwise the order TensorIterator derives from all the
+// operands' strides (a transposed or sliced view, a broadcast operand), which the same operator on
+// meta tensors of the operands' sizes and strides computes without touching data.
 at::Tensor new_result(at::IntArrayRef sizes, at::ScalarType dtype, const at::Tensor& self,
                       const at::Tensor& other) {
   const at::TensorOptions options = self.options().dtype(dtype);
-  for (const at::Tensor* t : {&self, &other}) {
-    if (is_device(*t) && t->sizes().equals(sizes) && t->is_non_overlapping_and_dense()) {
-      return at::empty_strided(sizes, t->strides(), options);
-    }
+  if (self.sizes().equals(sizes) && self.is_non_overlapping_and_dense()) {
+    return at::empty_strided(sizes, self.strides(), options);
   }
-  return at::empty(sizes, options);
+  if (self.is_contiguous() && (!is_device(other) || other.is_contiguous())) {
+    return at::empty(sizes, options);
+  }
+  const auto meta = [](const at::Tensor& t) {
+    return at::empty_strided(t.sizes(), t.strides(), at::dtype(at::kFloat).device(at::kMeta));
+  };
+  const at::Tensor layout = at::add(meta(self), meta(other));
+  return at::empty_strided(sizes, layout.strides(), options);
 }
 
 }  // namespace

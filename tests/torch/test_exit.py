@@ -1,8 +1,8 @@
 """Process exit with live `opencl` tensors: no crash, no hang, nothing on stderr.
 
-Each main script runs OCLVM_EXIT_RUNS times (default 20; `make test` uses 4, `make exit-soak`
-100), each variant a quarter as often, in a fresh interpreter (PoCL devices, no mocks). The
-interpreter tears
+Each main script runs OCLVM_EXIT_RUNS times (default 20; `make test` uses 4 on the default
+device and 2 in its other configurations, `make exit-soak` 100), each variant a quarter as often
+(at least once), in a fresh interpreter (PoCL devices, no mocks). The interpreter tears
 down with device tensors still referenced from module globals, reference cycles, autograd graphs,
 other threads and a pending exception; the adapter's allocator and the VM must outlive (or cleanly
 survive) every one of them. Checked: the exit code, an empty stderr (apart from the traceback of

@@ -57,6 +57,16 @@ def test_fallback_counts_name_the_operators_that_ran_a_cpu_kernel():
     assert torch.opencl.fallback_counts() == {}
 
 
+def test_a_call_refused_for_its_devices_is_not_counted():
+    x = torch.arange(6.0, device="opencl")
+    torch.opencl.reset_fallback_counts()
+    with pytest.raises(RuntimeError, match="same device"):
+        torch.atan2(x, torch.ones(6))
+    assert torch.opencl.fallback_counts() == {}
+    torch.atan2(x, x)
+    assert torch.opencl.fallback_counts() == {"aten::atan2": 1}
+
+
 def test_storage_operators_are_not_counted():
     torch.opencl.reset_fallback_counts()
     x = torch.ones(5, device="opencl")
@@ -228,6 +238,31 @@ def test_in_place_on_itself_and_through_views_computes_on_the_device():
     x.t().sub_(1)
     assert launches() == before + 3
     expect_same(y, x)
+
+
+@native_only
+def test_results_have_the_cpus_strides():
+    g = torch.Generator().manual_seed(5)
+    base = torch.randn(6, 8, generator=g)
+    image = torch.randn(2, 3, 4, 5, generator=g).to(memory_format=torch.channels_last)
+    bias = torch.randn(3, 1, 1, generator=g)
+    cases = {  # name: (self, other) from tensors on one device
+        "transposed": lambda t: (t["base"].t(), t["base"].t()),
+        "transposed slice": lambda t: (t["base"].t()[:, ::2], t["base"].t()[:, 1::2]),
+        "slice and contiguous": lambda t: (t["base"][:, ::2], t["base"][:, :4]),
+        "channels last": lambda t: (t["image"], t["image"]),
+        "bias first": lambda t: (t["bias"], t["image"]),
+        "channels-last slice": lambda t: (t["image"][:, :, ::2], 2.5),
+    }
+    cpu = {"base": base, "image": image, "bias": bias}
+    device = {name: t.to("opencl") for name, t in cpu.items()}
+    for name, operands in cases.items():
+        before = launches()
+        result = torch.mul(*operands(device))
+        assert launches() == before + 1, name
+        expected = torch.mul(*operands(cpu))
+        assert result.stride() == expected.stride(), name
+        expect_same(result, expected)
 
 
 @native_only
