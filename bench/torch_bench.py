@@ -51,7 +51,10 @@
     elements (microseconds per call over a loop), and the MLP and GPT-2 steps of (d) (median
     step). Reported: each on both paths and native / host; and for one GPT-2 step on the native
     path, the share of operator calls that ran a native kernel (native launches against the calls
-    torch.opencl.fallback_counts() counts) and the operators that fell back most.
+    torch.opencl.fallback_counts() counts), the operators that fell back most, and its host round
+    trips (`_local_scalar_dense` calls on device tensors and device-to-host copies the step's
+    operators make, as a dispatch mode sees them) against the `_local_scalar_dense` calls of the
+    same step on the CPU.
 
 Run: `make bench`, or `PYTHONPATH=build-torch/python .venv/bin/python bench/torch_bench.py`.
 Options: --iters N (allocation loop length, default 100000), --repeats N (default 5),
@@ -514,6 +517,43 @@ def print_compiled_steps(args) -> int:
     return 0
 
 
+def round_trips(make_step, device: str) -> dict:
+    """The host round trips of one step of `make_step(device)` after a warm-up step: the
+    `_local_scalar_dense` calls (`.item()`, `bool(tensor)`) on tensors of `device` and the copies
+    from an opencl tensor into host memory among the operators the step dispatches (a dispatch
+    mode sees each operator torch calls, not the ones an operator calls inside). An `.item()` of a
+    CPU tensor on an opencl step (AdamW's step counts live on the CPU) is no round trip."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_leaves
+    aten = torch.ops.aten
+    copies = {aten._to_copy.default, aten.copy_.default, aten._copy_from.default,
+              aten._copy_from_and_resize.default}
+
+    class Count(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.scalars = self.copies = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            result = func(*args, **(kwargs or {}))
+            if func is aten._local_scalar_dense.default:
+                self.scalars += args[0].device.type == device
+            elif func in copies:
+                tensors = [t for t in tree_leaves((args, kwargs, result))
+                           if isinstance(t, torch.Tensor)]
+                if (any(t.device.type == "opencl" for t in tensors)
+                        and any(t.device.type == "cpu" and t.dim() > 0 for t in tensors)):
+                    self.copies += 1
+            return result
+
+    step = make_step(device)
+    step()
+    count = Count()
+    with count:
+        step()
+    return {"scalars": count.scalars, "copies": count.copies}
+
+
 def measure_path(args) -> int:
     """Section (h), in the child process of one path: prints one JSON object of timings (seconds)
     and the GPT-2 step's native launches and fallback counts."""
@@ -543,6 +583,8 @@ def measure_path(args) -> int:
         step()
         out["gpt2_native_launches"] = oclvm._C.native_kernel_calls() - launches
         out["gpt2_fallbacks"] = torch.opencl.fallback_counts()
+        out["gpt2_round_trips"] = round_trips(gpt2_step, "opencl")
+        out["gpt2_cpu_round_trips"] = round_trips(gpt2_step, "cpu")
     print(json.dumps(out))
     return 0
 
@@ -580,6 +622,10 @@ def print_paths(args) -> int:
               f"ran a CPU kernel: {share:.1%} native (bar >= 95%)")
         top = sorted(native["gpt2_fallbacks"].items(), key=lambda kv: -kv[1])[:12]
         print("    most frequent fallbacks: " + ", ".join(f"{k} {v}" for k, v in top))
+        trips, cpu = native["gpt2_round_trips"], native["gpt2_cpu_round_trips"]
+        print(f"    its host round trips: {trips['scalars']} _local_scalar_dense calls on device "
+              f"tensors and {trips['copies']} device-to-host copies; the CPU's step makes "
+              f"{cpu['scalars']} _local_scalar_dense calls (bar: no more than the CPU's)")
     return 0
 
 
