@@ -67,9 +67,10 @@ test: build setup
 # Lane 1 of `make test`'s torch tests: everything, OpInfo and module_db included, on the default
 # device; then, to even the lanes, the exit tests on two pthread devices that lane 2's passes
 # leave out: the busy-daemon exits in host sections (2.6 min), and the rest of test_exit.py with
-# operands copied (2.4 min at 4 runs); and on the native path (OCLVM_KERNELS=native: the operators with
-# OpenCL kernels compute on the device), the model families (2.2 min) and the native kernels'
-# tests on two basic devices (0.3 min; PoCL's pthread devices build each kernel slowly: 2 min).
+# operands copied (2.4 min when it ran each script 4 times); and on the native path
+# (OCLVM_KERNELS=native: the operators with OpenCL kernels compute on the device), the model
+# families (2.2 min) and the native kernels' tests on two basic devices (0.3 min; PoCL's pthread
+# devices build each kernel slowly: 2 min).
 torch-lane-1:
 	OCLVM_EXIT_RUNS=4 $(PYTEST_TORCH)
 	OCLVM_KERNELS=native $(PYTEST_EXIT) tests/torch/test_model_families.py
@@ -87,7 +88,8 @@ torch-lane-1:
 # (1.5 min) are the eager steps test_model_families already trains and are left out.
 torch-lane-2:
 	OCLVM_EXIT_RUNS=2 OCLVM_OPINFO=0 OCLVM_DIST_FULL=0 POCL_DEVICES="pthread pthread" $(PYTEST_TORCH) \
-	  --deselect $(BUSY_EXIT) --deselect tests/torch/test_native_kernels.py::test_native_path_in_a_subprocess
+	  --deselect $(BUSY_EXIT) \
+	  --deselect tests/torch/test_native_kernels.py::test_native_path_in_a_subprocess
 	OCLVM_EXIT_RUNS=2 OCLVM_OPINFO=0 OCLVM_DIST_FULL=0 OCLVM_ZERO_COPY=0 POCL_DEVICES="pthread pthread" $(PYTEST_TORCH) \
 	  --deselect tests/torch/test_compile.py::test_compiled_transformer_step_equals_eager_on_cpu \
 	  --ignore tests/torch/test_exit.py

@@ -524,10 +524,12 @@ def round_trips(make_step, device: str) -> dict:
     mode sees each operator torch calls, not the ones an operator calls inside). An `.item()` of a
     CPU tensor on an opencl step (AdamW's step counts live on the CPU) is no round trip."""
     from torch.utils._python_dispatch import TorchDispatchMode
-    from torch.utils._pytree import tree_leaves
     aten = torch.ops.aten
-    copies = {aten._to_copy.default, aten.copy_.default, aten._copy_from.default,
-              aten._copy_from_and_resize.default}
+    # (source, destination) of each copy operator's call
+    copies = {aten._to_copy.default: lambda args, result: (args[0], result),
+              aten.copy_.default: lambda args, result: (args[1], args[0]),
+              aten._copy_from.default: lambda args, result: (args[0], args[1]),
+              aten._copy_from_and_resize.default: lambda args, result: (args[0], args[1])}
 
     class Count(TorchDispatchMode):
         def __init__(self):
@@ -539,11 +541,9 @@ def round_trips(make_step, device: str) -> dict:
             if func is aten._local_scalar_dense.default:
                 self.scalars += args[0].device.type == device
             elif func in copies:
-                tensors = [t for t in tree_leaves((args, kwargs, result))
-                           if isinstance(t, torch.Tensor)]
-                if (any(t.device.type == "opencl" for t in tensors)
-                        and any(t.device.type == "cpu" and t.dim() > 0 for t in tensors)):
-                    self.copies += 1
+                source, destination = copies[func](args, result)
+                self.copies += (source.device.type == "opencl"
+                                and destination.device.type == "cpu")
             return result
 
     step = make_step(device)
@@ -556,7 +556,8 @@ def round_trips(make_step, device: str) -> dict:
 
 def measure_path(args) -> int:
     """Section (h), in the child process of one path: prints one JSON object of timings (seconds)
-    and the GPT-2 step's native launches and fallback counts."""
+    and the GPT-2 step's native launches and fallback counts; on the native path also the step's
+    host round trips and those of the same step on the CPU."""
     import json
     out = {}
     for n in (1024, 1 << 20):
@@ -583,8 +584,9 @@ def measure_path(args) -> int:
         step()
         out["gpt2_native_launches"] = oclvm._C.native_kernel_calls() - launches
         out["gpt2_fallbacks"] = torch.opencl.fallback_counts()
-        out["gpt2_round_trips"] = round_trips(gpt2_step, "opencl")
-        out["gpt2_cpu_round_trips"] = round_trips(gpt2_step, "cpu")
+        if args.path_child == "native":
+            out["gpt2_round_trips"] = round_trips(gpt2_step, "opencl")
+            out["gpt2_cpu_round_trips"] = round_trips(gpt2_step, "cpu")
     print(json.dumps(out))
     return 0
 

@@ -375,11 +375,13 @@ bool elements_are_distinct(const at::Tensor& t) {
   return true;
 }
 
-// A new result of `sizes` with the strides the CPU's TensorIterator gives it: self's when self
-// has the result's shape and dense elements (a channels-last input keeps its layout); contiguous
-// ones when every operand is contiguous; otherwise the order TensorIterator derives from all the
-// operands' strides (a transposed or sliced view, a broadcast operand), which the same operator on
-// meta tensors of the operands' sizes and strides computes without touching data.
+// A new result of `sizes` with its dimensions in the order the CPU's TensorIterator gives them:
+// self's strides when self has the result's shape and dense elements (a channels-last input keeps
+// its layout); contiguous ones when every operand is contiguous; otherwise the order TensorIterator
+// derives from all the operands' strides (a transposed or sliced view, a broadcast operand), which
+// the same operator on meta tensors of the operands' sizes and strides computes without touching
+// data. A size-1 dimension's stride may differ from the CPU's: the first two cases give it self's
+// or the contiguous stride, where TensorIterator may pick another for a dimension of one element.
 at::Tensor new_result(at::IntArrayRef sizes, at::ScalarType dtype, const at::Tensor& self,
                       const at::Tensor& other) {
   const at::TensorOptions options = self.options().dtype(dtype);
