@@ -353,8 +353,11 @@ std::shared_ptr<const Kernel> kernel_for(BinaryOp op, at::ScalarType compute,
                                          const at::Tensor& other, Layout* layout) {
   const bool scalar = !is_device(other);
   if (!make_layout(out.sizes(), {&out, &self, scalar ? nullptr : &other}, layout)) return nullptr;
-  const BinaryKernelKey key{op,     out.scalar_type(), self.scalar_type(), other.scalar_type(),
-                            compute, scalar,           layout->rank};
+  // A scalar arrives converted to `compute`: its own dtype (a Python float is a double) must not
+  // make a float kernel ask for cl_khr_fp64, which a device without doubles cannot build.
+  const BinaryKernelKey key{op,      out.scalar_type(), self.scalar_type(),
+                            scalar ? compute : other.scalar_type(),
+                            compute, scalar,            layout->rank};
   return kernel_table().get(out.device().index(), key);
 }
 
@@ -375,21 +378,38 @@ bool elements_are_distinct(const at::Tensor& t) {
   return true;
 }
 
-// A new result of `sizes` with its dimensions in the order the CPU's TensorIterator gives them:
-// self's strides when self has the result's shape and dense elements (a channels-last input keeps
-// its layout); contiguous ones when every operand is contiguous; otherwise the order TensorIterator
-// derives from all the operands' strides (a transposed or sliced view, a broadcast operand), which
-// the same operator on meta tensors of the operands' sizes and strides computes without touching
-// data. A size-1 dimension's stride may differ from the CPU's: the first two cases give it self's
-// or the contiguous stride, where TensorIterator may pick another for a dimension of one element.
+// A new result of `sizes` with the strides the CPU's TensorIterator gives it: its fast set-up's
+// when both operands have the result's shape and one layout; self's when self has the result's
+// shape and dense elements (a channels-last input keeps its layout); contiguous ones when every
+// operand is contiguous; otherwise, or when a dimension has one element (where its choice depends
+// on how it breaks ties), those the same operator computes on meta tensors of the operands' sizes
+// and strides, without touching data.
 at::Tensor new_result(at::IntArrayRef sizes, at::ScalarType dtype, const at::Tensor& self,
                       const at::Tensor& other) {
   const at::TensorOptions options = self.options().dtype(dtype);
-  if (self.sizes().equals(sizes) && self.is_non_overlapping_and_dense()) {
-    return at::empty_strided(sizes, self.strides(), options);
+  // TensorIterator's fast set-up: both operands of the result's shape, both contiguous, both
+  // channels-last, or both dense with the same strides (an (N,C,1,1) tensor is both of the first
+  // two: contiguous wins).
+  if (is_device(other) && self.sizes().equals(sizes) && other.sizes().equals(sizes)) {
+    if (self.is_contiguous() && other.is_contiguous()) return at::empty(sizes, options);
+    if (self.is_contiguous(at::MemoryFormat::ChannelsLast) &&
+        other.is_contiguous(at::MemoryFormat::ChannelsLast)) {
+      return at::empty(sizes, options.memory_format(at::MemoryFormat::ChannelsLast));
+    }
+    if (self.is_non_overlapping_and_dense() && other.is_non_overlapping_and_dense() &&
+        self.strides().equals(other.strides())) {
+      return at::empty_strided(sizes, self.strides(), options);
+    }
   }
-  if (self.is_contiguous() && (!is_device(other) || other.is_contiguous())) {
-    return at::empty(sizes, options);
+  // Without dimensions of one element (or none), the orders below are TensorIterator's; with
+  // them, its order depends on how it breaks ties, which the meta call settles.
+  if (std::all_of(sizes.begin(), sizes.end(), [](int64_t size) { return size > 1; })) {
+    if (self.sizes().equals(sizes) && self.is_non_overlapping_and_dense()) {
+      return at::empty_strided(sizes, self.strides(), options);
+    }
+    if (self.is_contiguous() && (!is_device(other) || other.is_contiguous())) {
+      return at::empty(sizes, options);
+    }
   }
   const auto meta = [](const at::Tensor& t) {
     return at::empty_strided(t.sizes(), t.strides(), at::dtype(at::kFloat).device(at::kMeta));

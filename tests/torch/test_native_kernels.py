@@ -246,6 +246,7 @@ def test_results_have_the_cpus_strides():
     base = torch.randn(6, 8, generator=g)
     image = torch.randn(2, 3, 4, 5, generator=g).to(memory_format=torch.channels_last)
     bias = torch.randn(3, 1, 1, generator=g)
+    pooled = torch.randn(2, 3, 1, 1, generator=g).to(memory_format=torch.channels_last)
     cases = {  # name: (self, other) from tensors on one device
         "transposed": lambda t: (t["base"].t(), t["base"].t()),
         "transposed slice": lambda t: (t["base"].t()[:, ::2], t["base"].t()[:, 1::2]),
@@ -253,8 +254,11 @@ def test_results_have_the_cpus_strides():
         "channels last": lambda t: (t["image"], t["image"]),
         "bias first": lambda t: (t["bias"], t["image"]),
         "channels-last slice": lambda t: (t["image"][:, :, ::2], 2.5),
+        "one-element dimensions": lambda t: (t["pooled"], t["pooled"]),
+        "one-element dimensions and a number": lambda t: (t["pooled"], 2.5),
+        "one-element dimensions broadcast": lambda t: (t["pooled"], t["bias"][:1]),
     }
-    cpu = {"base": base, "image": image, "bias": bias}
+    cpu = {"base": base, "image": image, "bias": bias, "pooled": pooled}
     device = {name: t.to("opencl") for name, t in cpu.items()}
     for name, operands in cases.items():
         before = launches()
