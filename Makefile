@@ -69,12 +69,14 @@ test: build setup
 # leave out: the busy-daemon exits in host sections (2.6 min), and the rest of test_exit.py with
 # operands copied (2.4 min when it ran each script 4 times); and on the native path
 # (OCLVM_KERNELS=native: the operators with OpenCL kernels compute on the device), the model
-# families (2.2 min) and the native kernels' tests on two basic devices (0.3 min; PoCL's pthread
-# devices build each kernel slowly: 2 min).
+# families (2.2 min), the native kernels' tests on two basic devices (0.3 min; PoCL's pthread
+# devices build each kernel slowly: 2 min), and module_db and the peer tests (2.4 min).
 torch-lane-1:
 	OCLVM_EXIT_RUNS=4 $(PYTEST_TORCH)
 	OCLVM_KERNELS=native $(PYTEST_EXIT) tests/torch/test_model_families.py
 	OCLVM_KERNELS=native POCL_DEVICES="basic basic" $(PYTEST_EXIT) tests/torch/test_native_kernels.py
+	OCLVM_KERNELS=native $(PYTEST_EXIT) tests/torch/test_module_db.py tests/torch/test_cuda_parity.py \
+	  tests/torch/test_openreg_*.py
 	OCLVM_EXIT_RUNS=4 POCL_DEVICES="pthread pthread" $(PYTEST_EXIT) \
 	  "$(BUSY_EXIT)[device_200_rounds]" "$(BUSY_EXIT)[device_until_exit]"
 	OCLVM_EXIT_RUNS=2 OCLVM_ZERO_COPY=0 POCL_DEVICES="pthread pthread" $(PYTEST_EXIT) \
