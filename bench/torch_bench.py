@@ -47,11 +47,13 @@
 
 (h) With --paths (and nothing else): the native path (OCLVM_KERNELS=native: operators with an
     OpenCL kernel compute on the device) against the host path (CPU kernels on the device's
-    memory), each in a process of its own: `x + y` and `x.mul_(s)` on 1,024 and 1 Mi float32
-    elements (microseconds per call over a loop), and the MLP and GPT-2 steps of (d) (median
+    memory), each in a process of its own: `x + y`, `x.mul_(s)` and a square matrix's transpose
+    made contiguous (a strided copy) on 1,024 and 1 Mi float32 elements (microseconds per call
+    over a loop), and the MLP and GPT-2 steps of (d) (median
     step). Reported: each on both paths and native / host; and for one GPT-2 step on the native
     path, the share of operator calls that ran a native kernel (native launches against the calls
-    torch.opencl.fallback_counts() counts), the operators that fell back most, and its host round
+    torch.opencl.fallback_counts() counts; strided copies, storage operators that neither side
+    counts, are reported apart), the operators that fell back most, and its host round
     trips (`_local_scalar_dense` calls on device tensors and device-to-host copies the step's
     operators make, as a dispatch mode sees them) against the `_local_scalar_dense` calls of the
     same step on the CPU.
@@ -563,8 +565,11 @@ def measure_path(args) -> int:
     for n in (1024, 1 << 20):
         x, y = torch.randn(n, device="opencl"), torch.randn(n, device="opencl")
         reps = 2000 if n == 1024 else 100
+        side = int(n ** 0.5)
+        square = x.view(side, side)
         for label, fn in ((f"x + y, {n} floats", lambda: x + y),
-                          (f"x.mul_(s), {n} floats", lambda: x.mul_(1.0))):
+                          (f"x.mul_(s), {n} floats", lambda: x.mul_(1.0)),
+                          (f"transpose copy, {n} floats", lambda: square.t().contiguous())):
             fn()
             x.cpu()  # compiled and finished before the loop
             start = time.perf_counter()
@@ -579,10 +584,11 @@ def measure_path(args) -> int:
         step = None
     if step is not None:
         out["GPT-2 step"] = median_step_seconds(step, args.steps)
-        launches = oclvm._C.native_kernel_calls()
+        launches, copies = oclvm._C.native_kernel_calls(), oclvm._C.native_copy_calls()
         torch.opencl.reset_fallback_counts()
         step()
         out["gpt2_native_launches"] = oclvm._C.native_kernel_calls() - launches
+        out["gpt2_native_copies"] = oclvm._C.native_copy_calls() - copies
         out["gpt2_fallbacks"] = torch.opencl.fallback_counts()
         if args.path_child == "native":
             out["gpt2_round_trips"] = round_trips(gpt2_step, "opencl")
@@ -614,14 +620,15 @@ def print_paths(args) -> int:
         if not isinstance(seconds, float):
             continue
         unit, scale = ("ms", 1e3) if "step" in key else ("us", 1e6)
-        print(f"    {key:<26} host {seconds * scale:>9.1f} {unit}   native "
+        print(f"    {key:<31} host {seconds * scale:>9.1f} {unit}   native "
               f"{native[key] * scale:>9.1f} {unit}   native / host {native[key] / seconds:.2f}x")
     if "gpt2_fallbacks" in native:
         launched = native["gpt2_native_launches"]
         fell_back = sum(native["gpt2_fallbacks"].values())
         share = launched / max(1, launched + fell_back)
         print(f"    GPT-2 step on the native path: {launched} native launches, {fell_back} calls "
-              f"ran a CPU kernel: {share:.1%} native (bar >= 95%)")
+              f"ran a CPU kernel: {share:.1%} native (bar >= 95%); and "
+              f"{native['gpt2_native_copies']} strided copies on the device")
         top = sorted(native["gpt2_fallbacks"].items(), key=lambda kv: -kv[1])[:12]
         print("    most frequent fallbacks: " + ", ".join(f"{k} {v}" for k, v in top))
         trips, cpu = native["gpt2_round_trips"], native["gpt2_cpu_round_trips"]

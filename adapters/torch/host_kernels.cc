@@ -4,6 +4,7 @@
 
 #include <ATen/Operators.h>
 #include <ATen/core/boxing/KernelFunction.h>
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/core/DispatchKeySet.h>
 #include <c10/core/InferenceMode.h>
 
@@ -23,6 +24,7 @@
 #include "adapters/torch/host_results.h"
 #include "adapters/torch/host_view.h"
 #include "adapters/torch/native_kernels.h"
+#include "adapters/torch/operator_facts.h"
 
 namespace oclvm::torch_adapter {
 namespace {
@@ -164,10 +166,19 @@ struct OnHostCall {
 // HostListKernel, and not a template: it is the same code for every operator.
 class DeviceOperands {
  public:
+  // `cpu_scalars`: whether the operator takes a zero-dimensional CPU tensor beside device tensors
+  // (TensorIterator's operators do; those that check every tensor's device refuse it, in the
+  // boxed fallback: Note [Device checks as on CUDA] in operator_facts.h).
+  explicit DeviceOperands(bool cpu_scalars = true) : cpu_scalars_(cpu_scalars) {}
+
   // Takes `tensor`. Tensors other than device tensors of one device and CPU scalars (0-dim)
   // make the call go the boxed way: its answer, an error or a result, stays the same.
   void take(const at::Tensor& tensor) {
-    if (!tensor.defined() || (tensor.is_cpu() && tensor.dim() == 0)) return;
+    if (!tensor.defined()) return;
+    if (tensor.is_cpu() && tensor.dim() == 0) {
+      if (!cpu_scalars_) unusual_ = true;
+      return;
+    }
     if (!is_device_tensor(tensor) || tensor.layout() != at::kStrided ||
         !span_is_compact(tensor)) {
       unusual_ = true;
@@ -195,6 +206,7 @@ class DeviceOperands {
 
  private:
   BorrowedTensors devices_;
+  const bool cpu_scalars_;
   bool unusual_ = false;
 };
 
@@ -221,7 +233,7 @@ struct HostKernel<Op, Result(Args...)> {
  private:
   // The fast path; nullopt when it does not apply (then nothing has happened).
   static std::optional<Result> try_on_host(Args... args) {
-    DeviceOperands operands;
+    DeviceOperands operands(/*cpu_scalars=*/!exact_same_device);
     (each_tensor(args, [&](const at::Tensor& tensor) { operands.take(tensor); }), ...);
     std::optional<OnHostCall> call = operands.enter();
     if (!call) return std::nullopt;
@@ -252,6 +264,7 @@ struct HostKernel<Op, Result(Args...)> {
  public:
   // Set once by add(), at registration, before any call.
   static inline bool routed_to_one_device = false;
+  static inline bool exact_same_device = false;  // DeviceCheck::kExactSame: no CPU scalars
 };
 
 // Note [In-place operators without boxing]
@@ -485,6 +498,10 @@ template <class Op>
 void add(torch::Library& m, const std::unordered_set<std::string>& routed) {
   const std::string name = aten_impl_name(Op::name, Op::overload_name);
   HostKernel<Op>::routed_to_one_device = routed.count(name) != 0;
+  HostKernel<Op>::exact_same_device =
+      device_check_of(c10::Dispatcher::singleton()
+                          .findSchemaOrThrow(Op::name, Op::overload_name)
+                          .schema()) == DeviceCheck::kExactSame;
   m.impl(name.c_str(), TORCH_FN((HostKernel<Op>::call)));
 }
 
@@ -508,6 +525,8 @@ std::unordered_set<std::string> register_host_kernels(torch::Library& m) {
   add<at::_ops::sub_Tensor>(m, routed);
   add<at::_ops::mul_Tensor>(m, routed);
   add<at::_ops::div_Tensor>(m, routed);
+  add<at::_ops::pow_Tensor_Scalar>(m, routed);
+  add<at::_ops::native_dropout_backward>(m, routed);
   add<at::_ops::mm>(m, routed);
   add<at::_ops::addmm>(m, routed);
   add<at::_ops::bmm>(m, routed);

@@ -24,6 +24,7 @@
 //                              (Note [Fused foreach loops]; tests)
 //   native_kernel_calls() -> int    launches of native operators' kernels, since start
 //                              (native_kernels.h; tests)
+//   native_copy_calls() -> int      launches of the native strided copy, since start (ditto)
 //   fallback_counts() -> dict  {operator name: calls} of the calls that ran a CPU kernel since
 //                              start or the last reset (fallback_counts.h)
 //   reset_fallback_counts()    sets them to 0
@@ -295,6 +296,10 @@ PyObject* py_fused_foreach_calls(PyObject*, PyObject*) {
 
 PyObject* py_native_kernel_calls(PyObject*, PyObject*) {
   return PyLong_FromUnsignedLongLong(native_kernel_calls());
+}
+
+PyObject* py_native_copy_calls(PyObject*, PyObject*) {
+  return PyLong_FromUnsignedLongLong(native_copy_calls());
 }
 
 PyObject* py_fallback_counts(PyObject*, PyObject*) {
@@ -621,6 +626,8 @@ PyMethodDef kMethods[] = {
      "Calls that ran the device's own _foreach_ loops, since start."},
     {"native_kernel_calls", py_native_kernel_calls, METH_NOARGS,
      "Launches of native operators' kernels, since start."},
+    {"native_copy_calls", py_native_copy_calls, METH_NOARGS,
+     "Launches of the native strided copy, since start."},
     {"fallback_counts", py_fallback_counts, METH_NOARGS,
      "{operator: calls} of the calls that ran a CPU kernel, since start or the last reset."},
     {"reset_fallback_counts", py_reset_fallback_counts, METH_NOARGS,

@@ -1,13 +1,16 @@
 // adapters/torch/native_kernels.cc — elementwise arithmetic as OpenCL kernels generated per
-// (operator, dtypes, rank) and launched through the VM (native_kernels.h).
+// (operator, dtypes, rank) and launched through the VM, and the operators made of its products
+// (native_kernels.h).
 
 #include "adapters/torch/native_kernels.h"
 
 #include <ATen/ExpandUtils.h>
 #include <ATen/Dispatch.h>
+#include <ATen/ScalarOps.h>
 #include <ATen/ops/add.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_strided.h>
+#include <ATen/ops/mul.h>
 #include <ATen/ops/result_type.h>
 #include <c10/core/ScalarType.h>
 #include <c10/util/Exception.h>
@@ -34,7 +37,8 @@ namespace oclvm::torch_adapter {
 // Note [Native elementwise kernels]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // add, sub, mul and div of two tensors (a Python number arrives as a 0-dim CPU tensor), functional
-// and in place, on a device that takes the native path. The kernel's OpenCL C is generated for
+// and in place, on a device that takes the native path (and the operators built from their
+// products below: native_dropout_grad, native_pow). The kernel's OpenCL C is generated for
 // the operator, the dtypes of the result, of each operand and of the computation (torch's type
 // promotion: at::result_type; true division of integers computes in the default float dtype),
 // and the rank of the iteration space; it is compiled once per device and kept. The iteration
@@ -58,13 +62,18 @@ namespace oclvm::torch_adapter {
 // fit self (shape or dtype) or whose self has elements that share memory, an operand that shares
 // self's storage without being self, more than kMaxRank dimensions after merging, and a kernel
 // the device cannot build (warned of once).
+//
+// The same generated kernels copy (BinaryOp::kCopy, native_copy: out = self, the scalar operand
+// unused): the elements are read and written as the integer type of their size, so the bits move
+// unchanged whatever the dtype.
 
 namespace {
 
 constexpr size_t kMaxRank = 6;
 constexpr size_t kOperands = 3;  // out, self, other
 
-std::atomic<uint64_t> g_launches{0};
+std::atomic<uint64_t> g_launches{0};  // of operators (native_kernel_calls)
+std::atomic<uint64_t> g_copies{0};    // of native_copy (native_copy_calls)
 
 // The OpenCL C type holding a dtype's elements; nullptr for a dtype the kernels do not read.
 const char* cl_type(at::ScalarType type) {
@@ -159,6 +168,7 @@ const char* op_name(BinaryOp op) {
     case BinaryOp::kSub: return "sub";
     case BinaryOp::kMul: return "mul";
     case BinaryOp::kDiv: return "div";
+    case BinaryOp::kCopy: return "copy";
   }
   return "?";
 }
@@ -183,6 +193,8 @@ std::string expression(BinaryOp op, at::ScalarType compute) {
       return floating ? "x * y" : back(as_u("x") + " * " + as_u("y"));
     case BinaryOp::kDiv:
       return "x / y";
+    case BinaryOp::kCopy:
+      return "x";
   }
   return "";
 }
@@ -344,7 +356,7 @@ void launch(BinaryOp op, at::ScalarType compute, const at::Tensor& out, const at
     builder.launch(stream_of(out), kernel, range, args);
     runtime().run(builder.take());
   });
-  g_launches.fetch_add(1, std::memory_order_relaxed);
+  (op == BinaryOp::kCopy ? g_copies : g_launches).fetch_add(1, std::memory_order_relaxed);
 }
 
 // The kernel for the call, or nullptr when the layout or the device refuses it.
@@ -456,6 +468,68 @@ bool native_binary_(BinaryOp op, const at::Tensor& self, const at::Tensor& other
   return true;
 }
 
+std::optional<at::Tensor> native_dropout_grad(const at::Tensor& grad, const at::Tensor& mask,
+                                              double scale) {
+  // A CPU mask is the operator's device error (it checks every tensor: Note [Device checks as on
+  // CUDA] in operator_facts.h), even a zero-dimensional one that mul would take as a scalar.
+  if (!mask.defined() || !is_device(mask)) return std::nullopt;
+  std::optional<at::Tensor> masked = native_binary(BinaryOp::kMul, grad, mask, 1);
+  if (!masked) return std::nullopt;
+  const at::Tensor factor = at::native::wrapped_scalar_tensor(scale);  // as `tensor * scale`
+  if (std::optional<at::Tensor> out = native_binary(BinaryOp::kMul, *masked, factor, 1)) {
+    return out;
+  }
+  return at::mul(*masked, factor);  // the dtype the native path lacks: mul's own kernel
+}
+
+std::optional<at::Tensor> native_pow(const at::Tensor& self, const at::Scalar& exponent) {
+  // The CPU kernel's products for float and double (self * self, then times self); every other
+  // exponent or dtype is std::pow or another kernel, whose values a product would not match.
+  if (!self.defined() || (self.scalar_type() != at::kFloat && self.scalar_type() != at::kDouble) ||
+      exponent.isComplex() || exponent.isBoolean()) {
+    return std::nullopt;
+  }
+  const double value = exponent.toDouble();
+  if (value != 2.0 && value != 3.0) return std::nullopt;
+  std::optional<at::Tensor> out = native_binary(BinaryOp::kMul, self, self, 1);
+  if (!out || value == 2.0) return out;
+  // In place, so the result keeps the layout of self * self: the unary operator's.
+  if (!native_binary_(BinaryOp::kMul, *out, self, 1)) out->mul_(self);
+  return out;
+}
+
+bool native_copy(const at::Tensor& src, const at::Tensor& dst) {
+  if (!is_device(src) || !is_device(dst) || src.device() != dst.device() ||
+      !native_kernels(dst.device().index()) || src.scalar_type() != dst.scalar_type() ||
+      src.layout() != at::kStrided || dst.layout() != at::kStrided ||
+      src.is_conj() != dst.is_conj() || src.is_neg() != dst.is_neg() ||
+      !elements_are_distinct(dst)) {
+    return false;
+  }
+  // The bits move as an integer type of the element's size: no conversion can touch them.
+  at::ScalarType bits;
+  switch (dst.itemsize()) {
+    case 1: bits = at::kByte; break;
+    case 2: bits = at::kShort; break;
+    case 4: bits = at::kInt; break;
+    case 8: bits = at::kLong; break;
+    default: return false;  // complex128: the host copies it
+  }
+  if (dst.numel() == 0) return true;
+  Layout layout;
+  if (!make_layout(dst.sizes(), {&dst, &src, nullptr}, &layout)) return false;
+  const BinaryKernelKey key{BinaryOp::kCopy, bits, bits, bits, bits, /*other_is_scalar=*/true,
+                            layout.rank};
+  const std::shared_ptr<const Kernel> kernel = kernel_table().get(dst.device().index(), key);
+  if (kernel == nullptr) return false;
+  // The unused scalar operand and alpha of the kernel's signature: zero of the bits' type.
+  const at::Tensor unused = at::native::wrapped_scalar_tensor(0);
+  launch(BinaryOp::kCopy, bits, dst, src, unused, 0, layout, kernel);
+  return true;
+}
+
 uint64_t native_kernel_calls() { return g_launches.load(std::memory_order_relaxed); }
+
+uint64_t native_copy_calls() { return g_copies.load(std::memory_order_relaxed); }
 
 }  // namespace oclvm::torch_adapter

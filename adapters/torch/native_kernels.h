@@ -19,7 +19,8 @@
 
 namespace oclvm::torch_adapter {
 
-enum class BinaryOp : uint8_t { kAdd, kSub, kMul, kDiv };
+// kCopy: out = self, the element's bits moved unchanged (native_copy; `other` is unused).
+enum class BinaryOp : uint8_t { kAdd, kSub, kMul, kDiv, kCopy };
 
 // self (op) other, `alpha` scaling other for kAdd and kSub (1 for the others), as the functional
 // operator (add.Tensor, ...); nullopt when the native path does not take the call.
@@ -29,8 +30,25 @@ std::optional<at::Tensor> native_binary(BinaryOp op, const at::Tensor& self,
 bool native_binary_(BinaryOp op, const at::Tensor& self, const at::Tensor& other,
                     const at::Scalar& alpha);
 
-// How many launches the native operators issued in this process (tests read it).
+// native_dropout_backward: grad * mask * scale, the CPU kernel's two products, each a launch;
+// nullopt when the native path does not take the first.
+std::optional<at::Tensor> native_dropout_grad(const at::Tensor& grad, const at::Tensor& mask,
+                                              double scale);
+// pow.Tensor_Scalar for a float32 or float64 self and an exponent of 2 or 3: the CPU kernel's
+// products (self * self, then * self), each a launch; nullopt for any other call.
+std::optional<at::Tensor> native_pow(const at::Tensor& self, const at::Scalar& exponent);
+
+// dst := src for device tensors of one native-path device with the same dtype and the same
+// conjugate and negative bits, src broadcast to dst's shape, any strides: one launch moving each
+// element's bits (any dtype of 1, 2, 4 or 8 bytes). False, having done nothing, for any other
+// copy, and for a dst whose elements share memory.
+bool native_copy(const at::Tensor& src, const at::Tensor& dst);
+
+// How many launches the native operators issued in this process, copies aside (tests and the
+// bench read it: the share of operator calls computed on the device).
 uint64_t native_kernel_calls();
+// How many copies native_copy launched in this process.
+uint64_t native_copy_calls();
 
 // The native kernel of a torch operator, for the unboxed kernels' templates (host_kernels.cc):
 // `exists` says whether there is one; call() returns the result, nullopt (or false for an
@@ -79,5 +97,21 @@ template <>
 struct NativeKernel<at::_ops::mul__Tensor> : NativeBinaryInPlaceKernel<BinaryOp::kMul> {};
 template <>
 struct NativeKernel<at::_ops::div__Tensor> : NativeBinaryInPlaceKernel<BinaryOp::kDiv> {};
+
+template <>
+struct NativeKernel<at::_ops::native_dropout_backward> {
+  static constexpr bool exists = true;
+  static std::optional<at::Tensor> call(const at::Tensor& grad, const at::Tensor& mask,
+                                        double scale) {
+    return native_dropout_grad(grad, mask, scale);
+  }
+};
+template <>
+struct NativeKernel<at::_ops::pow_Tensor_Scalar> {
+  static constexpr bool exists = true;
+  static std::optional<at::Tensor> call(const at::Tensor& self, const at::Scalar& exponent) {
+    return native_pow(self, exponent);
+  }
+};
 
 }  // namespace oclvm::torch_adapter

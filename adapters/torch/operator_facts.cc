@@ -77,6 +77,8 @@ Widen widen_of(const c10::FunctionSchema& schema) {
   return Widen::kNone;
 }
 
+}  // namespace
+
 DeviceCheck device_check_of(const c10::FunctionSchema& schema) {
   const std::string name = aten_name(schema);
   if (name.empty()) return DeviceCheck::kNone;
@@ -87,6 +89,8 @@ DeviceCheck device_check_of(const c10::FunctionSchema& schema) {
   if (listed(kTensorIteratorDevice)) return DeviceCheck::kTensorIterator;
   return DeviceCheck::kNone;
 }
+
+namespace {
 
 // Note [Mutations the schema does not mark]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~

@@ -31,7 +31,9 @@ namespace oclvm::torch_adapter {
 //     takes as a scalar (check_one_device).
 // Operators in neither list (copies and conversions, indexing with CPU indices) take tensors of
 // several devices on purpose and are not checked; composite operators never reach the fallback,
-// and their parts are checked as they run.
+// and their parts are checked as they run. The unboxed kernels (host_kernels.cc), which run the
+// CPU kernel without the fallback, send a kExactSame operator's call with a zero-dimensional CPU
+// tensor to the fallback, which refuses it (`F.nll_loss(device_input, torch.tensor(1))`).
 enum class DeviceCheck : uint8_t { kNone, kExactSame, kTensorIterator };
 
 // Note [Dtypes the CPU kernels lack]
@@ -74,6 +76,10 @@ struct OperatorFacts {
   Widen widen = Widen::kNone;                     // Note [Dtypes the CPU kernels lack]
   FallbackCounter* fallback = nullptr;            // the operator's count (fallback_counts.h)
 };
+
+// The device check torch's CUDA kernel of the operator with `schema` makes (kNone for operators
+// outside aten and those that check nothing).
+DeviceCheck device_check_of(const c10::FunctionSchema& schema);
 
 // The facts of `op`, learnt on this thread's first call of it.
 OperatorFacts& facts_of(const c10::OperatorHandle& op);

@@ -13,7 +13,9 @@
 // device]); operators with both a CPU and a composite kernel are routed to it too (Note
 // [Composite kernels the CPU does not use]).
 //
-// On a device whose memory has host addresses, copies, fills and item() run ATen's CPU kernels on
+// On a native-path device a copy between two of its tensors with one dtype and strides (or a
+// broadcast) is one kernel (Note [Strided copies on the native path]); otherwise:
+// on a device whose memory has host addresses, copies, fills and item() run ATen's CPU kernels on
 // the device's bytes in a host section (Note [Storage operators in a host section]). Elsewhere
 // data moves as whole byte ranges through the VM (InstructionsBuilder copy_host_to_device /
 // copy_device_to_host / copy / fill, each list run synchronously; large copies through a mapping,
@@ -65,6 +67,7 @@
 #include "adapters/torch/allocator.h"
 #include "adapters/torch/fallback.h"
 #include "adapters/torch/host_view.h"
+#include "adapters/torch/native_kernels.h"
 #include "adapters/torch/registration.h"
 #include "adapters/torch/streams.h"
 #include "oclvm/storage/hot_thread_local.h"
@@ -263,6 +266,19 @@ const at::Tensor& resize_(const at::Tensor& self, c10::SymIntArrayRef sym_size,
 
 at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
   if (self.numel() == 0) return dst;
+  // Bytes move unconverted only between tensors that read them alike (Note [Conjugate and
+  // negative bits in copies] in host_view.cc).
+  const bool same_layout = self.scalar_type() == dst.scalar_type() && self.is_contiguous() &&
+                           dst.is_contiguous() && self.sizes().equals(dst.sizes()) &&
+                           same_bits(self, dst);
+  // Note [Strided copies on the native path]
+  // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+  // Between two tensors of one native-path device (a transpose made contiguous, a slice of cat's
+  // result written, a broadcast), a copy of one dtype is a kernel on the device (native_copy),
+  // ahead of the host section: the device's queue orders it with the kernels around it, and no
+  // byte crosses to the host. A contiguous one stays one VM copy; a dtype conversion or other
+  // conjugate bits take the host, as below.
+  if (!same_layout && !self.is_cpu() && !dst.is_cpu() && native_copy(self, dst)) return dst;
   // Note [Storage operators in a host section]
   if (dst.is_cpu()) {
     if (on_host({self}, [&](auto& host) { dst.copy_(host[0]); })) return dst;
@@ -271,11 +287,6 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
   } else if (on_host({self, dst}, [&](auto& host) { host[1].copy_(host[0]); })) {
     return dst;
   }
-  // Bytes move unconverted only between tensors that read them alike (Note [Conjugate and
-  // negative bits in copies] in host_view.cc).
-  const bool same_layout = self.scalar_type() == dst.scalar_type() && self.is_contiguous() &&
-                           dst.is_contiguous() && self.sizes().equals(dst.sizes()) &&
-                           same_bits(self, dst);
   if (dst.is_cpu()) {  // device -> host
     if (same_layout) {
       device_to_host(self, dst.data_ptr(), dst.nbytes());

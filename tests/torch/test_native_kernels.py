@@ -33,6 +33,10 @@ def launches():
     return oclvm._C.native_kernel_calls()
 
 
+def copies():
+    return oclvm._C.native_copy_calls()
+
+
 def test_each_device_says_which_path_it_takes():
     for index in range(torch.opencl.device_count()):
         properties = torch.opencl.get_device_properties(index)
@@ -58,13 +62,19 @@ def test_fallback_counts_name_the_operators_that_ran_a_cpu_kernel():
 
 
 def test_a_call_refused_for_its_devices_is_not_counted():
+    # dot and where reach the boxed fallback, whose device checks refuse them (dot's: every tensor
+    # on one device; where's, TensorIterator's: a CPU tensor only as a zero-dimensional scalar)
     x = torch.arange(6.0, device="opencl")
+    big = x > 2
     torch.opencl.reset_fallback_counts()
     with pytest.raises(RuntimeError, match="same device"):
-        torch.atan2(x, torch.ones(6))
+        torch.dot(x, torch.ones(6))
+    with pytest.raises(RuntimeError, match="same device"):
+        torch.where(big, x, torch.ones(6))
     assert torch.opencl.fallback_counts() == {}
-    torch.atan2(x, x)
-    assert torch.opencl.fallback_counts() == {"aten::atan2": 1}
+    torch.dot(x, x)
+    torch.where(big, x, torch.tensor(1.0))
+    assert torch.opencl.fallback_counts() == {"aten::dot": 1, "aten::where.self": 1}
 
 
 def test_storage_operators_are_not_counted():
@@ -291,6 +301,144 @@ def test_empty_and_high_rank_tensors():
     before = launches()
     expect_same(a.to("opencl") + b.to("opencl"), a + b)
     assert launches() == before
+
+
+def on_device_as(t, device="opencl"):
+    """`t` on the device with its own strides (a view keeps its layout)."""
+    return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=device).copy_(t)
+
+
+@native_only
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_dropout_backward_is_two_products_as_on_the_cpu(dtype):
+    g = torch.Generator().manual_seed(6)
+    grad = make((6, 9), dtype, g) * 1e3
+    mask = torch.rand((6, 9), generator=g) > 0.3
+    torch.opencl.reset_fallback_counts()
+    for x, m in [(grad, mask), (grad.t(), mask.t()), (grad[:, ::2], mask[:, ::2])]:
+        for scale in [1 / 0.9, 1.1111111, 4.0]:
+            before = launches()
+            got = torch.ops.aten.native_dropout_backward(on_device_as(x), on_device_as(m), scale)
+            assert launches() == before + 2
+            expected = torch.ops.aten.native_dropout_backward(x, m, scale)
+            expect_same(got, expected)
+            assert got.stride() == expected.stride()
+    # a float mask, as a user may pass; a CPU mask is refused as every tensor on two devices is
+    expect_same(torch.ops.aten.native_dropout_backward(grad.to("opencl"), mask.to(dtype).to(
+        "opencl"), 2.0), torch.ops.aten.native_dropout_backward(grad, mask.to(dtype), 2.0))
+    with pytest.raises(RuntimeError, match="same device"):
+        torch.ops.aten.native_dropout_backward(grad.to("opencl"), mask, 2.0)
+    with pytest.raises(RuntimeError, match="same device"):
+        torch.ops.aten.native_dropout_backward(grad.to("opencl"), torch.tensor(True), 2.0)
+    assert torch.opencl.fallback_counts() == {}
+    # through autograd, as nn.Dropout's backward reaches it
+    x = make((4, 5), dtype, g).to("opencl").requires_grad_()
+    y = torch.nn.functional.dropout(x, p=0.4, training=True)
+    y.backward(torch.ones_like(y))
+    kept = (y != 0).cpu()
+    expected = torch.ops.aten.native_dropout_backward(torch.ones((4, 5), dtype=dtype), kept,
+                                                      1 / (1 - 0.4))
+    expect_same(x.grad, expected)
+
+
+@native_only
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_squares_and_cubes_are_products_as_on_the_cpu(dtype):
+    g = torch.Generator().manual_seed(7)
+    x = make((5, 8), dtype, g) * 7
+    torch.opencl.reset_fallback_counts()
+    views = [lambda t: t, lambda t: t.t(), lambda t: t[:, ::3],
+             lambda t: t.unsqueeze(0).expand(3, 5, 8)]
+    for view in views:
+        for exponent, calls in [(2, 1), (2.0, 1), (3, 2), (3.0, 2)]:
+            before = launches()
+            got = torch.pow(view(x.to("opencl")), exponent)
+            assert launches() == before + calls
+            expected = torch.pow(view(x), exponent)
+            expect_same(got, expected)
+            assert got.stride() == expected.stride()
+    assert torch.opencl.fallback_counts() == {}
+    # other exponents and dtypes are the CPU kernel's (std::pow, sqrt, integer powers)
+    for base, exponent in [(x, 0.5), (x, 4), (x, -1), (x.to(torch.int64), 2), (x, True)]:
+        before = launches()
+        expect_same(torch.pow(base.to("opencl"), exponent), torch.pow(base, exponent))
+        assert launches() == before
+    with pytest.raises(RuntimeError, match="negative integer powers"):
+        torch.pow(x.to(torch.int64).to("opencl"), -2)
+
+
+def sample(shape, dtype, generator):
+    if dtype == torch.bool:
+        return torch.rand(shape, generator=generator) > 0.5
+    if dtype.is_complex:
+        return torch.randn(shape, generator=generator, dtype=dtype)
+    if dtype.is_floating_point:
+        return torch.randn(shape, generator=generator).to(dtype)
+    return make(shape, dtype, generator)
+
+
+@native_only
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64,
+                                   torch.int64, torch.uint8, torch.bool, torch.complex64],
+                         ids=str)
+def test_strided_copies_between_device_tensors_are_one_launch(dtype):
+    g = torch.Generator().manual_seed(8)
+    x, row = sample((6, 10), dtype, g), sample((10,), dtype, g)
+    cube = sample((2, 3, 4, 5), dtype, g)
+    xd, rowd, cubed = x.to("opencl"), row.to("opencl"), cube.to("opencl")
+    torch.opencl.reset_fallback_counts()
+    cases = [  # (device result, CPU result), each made by one strided copy on the device
+        (lambda: xd.t().contiguous(), lambda: x.t().contiguous()),
+        (lambda: xd[:, ::3].contiguous(), lambda: x[:, ::3].contiguous()),
+        (lambda: cubed.permute(3, 1, 0, 2).contiguous(),
+         lambda: cube.permute(3, 1, 0, 2).contiguous()),
+        (lambda: cubed.contiguous(memory_format=torch.channels_last),
+         lambda: cube.contiguous(memory_format=torch.channels_last)),
+        (lambda: torch.empty(4, 6, 10, dtype=dtype, device="opencl").copy_(rowd),
+         lambda: torch.empty(4, 6, 10, dtype=dtype).copy_(row)),
+    ]
+    for on_device, on_cpu in cases:
+        before = copies()
+        got, expected = on_device(), on_cpu()
+        assert copies() == before + 1
+        assert got.stride() == expected.stride()
+        assert torch.equal(got.cpu(), expected)
+    # into a strided destination: the gaps keep their bytes
+    dst = torch.zeros(10, 12, dtype=dtype, device="opencl")
+    dst_cpu = torch.zeros(10, 12, dtype=dtype)
+    before = copies()
+    dst[:, ::2].copy_(xd.t())
+    dst_cpu[:, ::2].copy_(x.t())
+    assert copies() == before + 1 and torch.equal(dst.cpu(), dst_cpu)
+    assert torch.opencl.fallback_counts() == {}
+
+
+@native_only
+def test_strided_copies_move_bits_and_leave_conversions_to_the_host():
+    special = torch.tensor([[0.0, -0.0, float("nan")], [float("inf"), -1.5, 1e-45]])
+    special.view(torch.int32)[0, 2] = 0x7FC00123  # a NaN with a payload
+    got = special.to("opencl").t().contiguous().cpu()
+    assert torch.equal(got.view(torch.int32), special.t().contiguous().view(torch.int32))
+    g = torch.Generator().manual_seed(9)
+    x = torch.randn((5, 6), generator=g)
+    z = torch.randn((5, 6), generator=g, dtype=torch.complex128)
+    c = torch.randn((5, 6), generator=g, dtype=torch.complex64)
+    # a conversion, complex128, a conjugate view materialised: no kernel, the CPU's values
+    for on_device, expected in [
+            (lambda: torch.empty(6, 5, dtype=torch.float64, device="opencl").copy_(
+                x.to("opencl").t()),
+             torch.empty(6, 5, dtype=torch.float64).copy_(x.t())),
+            (lambda: z.to("opencl").t().contiguous(), z.t().contiguous()),
+            (lambda: torch.empty(6, 5, dtype=torch.complex64, device="opencl").copy_(
+                c.to("opencl").conj().t()), c.conj().t().resolve_conj())]:
+        before = copies()
+        got = on_device()
+        assert copies() == before
+        assert torch.equal(got.cpu(), expected)
+    if torch.opencl.device_count() > 1:  # between devices: through the host
+        before = copies()
+        got = torch.empty(6, 5, device="opencl:1").copy_(x.to("opencl:0").t())
+        assert copies() == before and torch.equal(got.cpu(), x.t())
 
 
 @native_only

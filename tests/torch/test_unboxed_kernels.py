@@ -90,6 +90,21 @@ def test_unboxed_kernels_leave_what_they_cannot_take_to_the_fallback():
     assert _unboxed_calls() - before <= 1  # only the shape error got as far as the CPU kernel
 
 
+def test_operators_that_check_every_device_refuse_a_cpu_scalar():
+    """nll_loss checks every tensor's device (CUDA's kernel refuses a 0-dim CPU target); the
+    unboxed kernels take 0-dim CPU tensors only for TensorIterator's operators, which do."""
+    log_probs = torch.randn(3).log_softmax(0)
+    on_device = log_probs.to(DEVICE)
+    for call in (lambda: torch.nn.functional.nll_loss(on_device, torch.tensor(1)),
+                 lambda: torch.ops.aten.native_dropout_backward(on_device, torch.tensor(True),
+                                                                2.0)):
+        with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
+            call()
+    got = torch.nn.functional.nll_loss(on_device, torch.tensor(1).to(DEVICE))
+    assert torch.equal(got.cpu(), torch.nn.functional.nll_loss(log_probs, torch.tensor(1)))
+    assert torch.equal((on_device * torch.tensor(2.0)).cpu(), log_probs * 2)  # a TensorIterator op
+
+
 @needs_host_sections
 def test_unboxed_kernels_with_optional_tensors_and_several_results_equal_the_cpu():
     """nll_loss (an optional weight, two results) and native_layer_norm (optional weight and
