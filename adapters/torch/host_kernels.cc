@@ -527,6 +527,7 @@ std::unordered_set<std::string> register_host_kernels(torch::Library& m) {
   add<at::_ops::div_Tensor>(m, routed);
   add<at::_ops::pow_Tensor_Scalar>(m, routed);
   add<at::_ops::native_dropout_backward>(m, routed);
+  add<at::_ops::cat>(m, routed);  // its native kernel only: the host path has no list operands
   add<at::_ops::mm>(m, routed);
   add<at::_ops::addmm>(m, routed);
   add<at::_ops::bmm>(m, routed);

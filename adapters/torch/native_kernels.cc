@@ -1,6 +1,6 @@
 // adapters/torch/native_kernels.cc — elementwise arithmetic as OpenCL kernels generated per
-// (operator, dtypes, rank) and launched through the VM, and the operators made of its products
-// (native_kernels.h).
+// (operator, dtypes, rank) and launched through the VM, the strided copy made of the same
+// kernels, and the operators built from them (native_kernels.h).
 
 #include "adapters/torch/native_kernels.h"
 
@@ -65,7 +65,7 @@ namespace oclvm::torch_adapter {
 //
 // The same generated kernels copy (BinaryOp::kCopy, native_copy: out = self, the scalar operand
 // unused): the elements are read and written as the integer type of their size, so the bits move
-// unchanged whatever the dtype.
+// unchanged whatever the dtype. cat is one such copy per input, into its slice of the result.
 
 namespace {
 
@@ -325,7 +325,8 @@ std::optional<at::ScalarType> compute_type(BinaryOp op, const at::Tensor& self,
 // Launches out = self (op) other over `out`'s shape.
 void launch(BinaryOp op, at::ScalarType compute, const at::Tensor& out, const at::Tensor& self,
             const at::Tensor& other, const at::Scalar& alpha, const Layout& layout,
-            const std::shared_ptr<const Kernel>& kernel) {
+            const std::shared_ptr<const Kernel>& kernel,
+            std::atomic<uint64_t>& launches = g_launches) {
   const bool scalar = !is_device(other);
   const BlobRef o = element0(out), a = element0(self);
   BlobRef b;
@@ -356,7 +357,7 @@ void launch(BinaryOp op, at::ScalarType compute, const at::Tensor& out, const at
     builder.launch(stream_of(out), kernel, range, args);
     runtime().run(builder.take());
   });
-  (op == BinaryOp::kCopy ? g_copies : g_launches).fetch_add(1, std::memory_order_relaxed);
+  launches.fetch_add(1, std::memory_order_relaxed);
 }
 
 // The kernel for the call, or nullptr when the layout or the device refuses it.
@@ -430,6 +431,38 @@ at::Tensor new_result(at::IntArrayRef sizes, at::ScalarType dtype, const at::Ten
   return at::empty_strided(sizes, layout.strides(), options);
 }
 
+// dst := src as native_copy says, its launch counted in `launches`.
+bool copy_on_device(const at::Tensor& src, const at::Tensor& dst,
+                    std::atomic<uint64_t>& launches) {
+  if (!is_device(src) || !is_device(dst) || src.device() != dst.device() ||
+      !native_kernels(dst.device().index()) || src.scalar_type() != dst.scalar_type() ||
+      src.layout() != at::kStrided || dst.layout() != at::kStrided ||
+      src.is_conj() != dst.is_conj() || src.is_neg() != dst.is_neg() ||
+      !elements_are_distinct(dst) || src.is_alias_of(dst)) {
+    return false;  // sharing memory: the CPU's copy refuses an overlap (or orders its writes)
+  }
+  // The bits move as an integer type of the element's size: no conversion can touch them.
+  at::ScalarType bits;
+  switch (dst.itemsize()) {
+    case 1: bits = at::kByte; break;
+    case 2: bits = at::kShort; break;
+    case 4: bits = at::kInt; break;
+    case 8: bits = at::kLong; break;
+    default: return false;  // complex128: the host copies it
+  }
+  if (dst.numel() == 0) return true;
+  Layout layout;
+  if (!make_layout(dst.sizes(), {&dst, &src, nullptr}, &layout)) return false;
+  const BinaryKernelKey key{BinaryOp::kCopy, bits, bits, bits, bits, /*other_is_scalar=*/true,
+                            layout.rank};
+  const std::shared_ptr<const Kernel> kernel = kernel_table().get(dst.device().index(), key);
+  if (kernel == nullptr) return false;
+  // The unused scalar operand and alpha of the kernel's signature: zero of the bits' type.
+  const at::Tensor unused = at::native::wrapped_scalar_tensor(0);
+  launch(BinaryOp::kCopy, bits, dst, src, unused, 0, layout, kernel, launches);
+  return true;
+}
+
 }  // namespace
 
 std::optional<at::Tensor> native_binary(BinaryOp op, const at::Tensor& self,
@@ -499,33 +532,59 @@ std::optional<at::Tensor> native_pow(const at::Tensor& self, const at::Scalar& e
 }
 
 bool native_copy(const at::Tensor& src, const at::Tensor& dst) {
-  if (!is_device(src) || !is_device(dst) || src.device() != dst.device() ||
-      !native_kernels(dst.device().index()) || src.scalar_type() != dst.scalar_type() ||
-      src.layout() != at::kStrided || dst.layout() != at::kStrided ||
-      src.is_conj() != dst.is_conj() || src.is_neg() != dst.is_neg() ||
-      !elements_are_distinct(dst)) {
-    return false;
+  return copy_on_device(src, dst, g_copies);
+}
+
+std::optional<at::Tensor> native_cat(const at::ITensorListRef& tensors, int64_t dim) {
+  const at::MaterializedITensorListRef inputs = tensors.materialize();
+  // The inputs the CPU's cat checks its shapes against: all but legacy empty tensors (sizes [0]).
+  std::vector<const at::Tensor*> taken;
+  for (const at::Tensor& t : inputs) {
+    // Every tensor on one native-path device (cat checks all their devices), of one dtype (no
+    // promotion), without conjugate or negative bits, not zero-dimensional (the CPU's error).
+    if (!is_device(t) || t.device() != inputs[0].get().device() || t.layout() != at::kStrided ||
+        t.scalar_type() != inputs[0].get().scalar_type() || t.is_conj() || t.is_neg() ||
+        t.dim() == 0) {
+      return std::nullopt;
+    }
+    if (!(t.dim() == 1 && t.size(0) == 0)) taken.push_back(&t);
   }
-  // The bits move as an integer type of the element's size: no conversion can touch them.
-  at::ScalarType bits;
-  switch (dst.itemsize()) {
-    case 1: bits = at::kByte; break;
-    case 2: bits = at::kShort; break;
-    case 4: bits = at::kInt; break;
-    case 8: bits = at::kLong; break;
-    default: return false;  // complex128: the host copies it
+  if (taken.empty() || !native_kernels(taken[0]->device().index())) return std::nullopt;
+  const at::Tensor& first = *taken[0];
+  const int64_t rank = first.dim();
+  if (dim < -rank || dim >= rank) return std::nullopt;  // the CPU's error
+  if (dim < 0) dim += rank;
+  std::vector<int64_t> sizes = first.sizes().vec();
+  sizes[dim] = 0;
+  for (const at::Tensor* t : taken) {
+    if (t->dim() != rank) return std::nullopt;
+    for (int64_t d = 0; d < rank; ++d) {
+      if (d != dim && t->size(d) != first.size(d)) return std::nullopt;  // the CPU's error
+    }
+    sizes[dim] += t->size(dim);
   }
-  if (dst.numel() == 0) return true;
-  Layout layout;
-  if (!make_layout(dst.sizes(), {&dst, &src, nullptr}, &layout)) return false;
-  const BinaryKernelKey key{BinaryOp::kCopy, bits, bits, bits, bits, /*other_is_scalar=*/true,
-                            layout.rank};
-  const std::shared_ptr<const Kernel> kernel = kernel_table().get(dst.device().index(), key);
-  if (kernel == nullptr) return false;
-  // The unused scalar operand and alpha of the kernel's signature: zero of the bits' type.
-  const at::Tensor unused = at::native::wrapped_scalar_tensor(0);
-  launch(BinaryOp::kCopy, bits, dst, src, unused, 0, layout, kernel);
-  return true;
+  // The CPU's layout of the result: the inputs' suggested memory format when they all suggest one
+  // that is not contiguous, else contiguous.
+  std::optional<at::MemoryFormat> format;
+  for (const at::Tensor& t : inputs) {
+    const at::MemoryFormat suggested = t.suggest_memory_format();
+    if (suggested == at::MemoryFormat::Contiguous || (format && *format != suggested)) {
+      format = at::MemoryFormat::Contiguous;
+      break;
+    }
+    format = suggested;
+  }
+  at::Tensor out = at::empty(sizes, first.options().memory_format(*format));
+  int64_t offset = 0;
+  for (const at::Tensor* t : taken) {
+    const int64_t size = t->size(dim);
+    if (t->numel() != 0) {
+      at::Tensor slice = out.narrow(dim, offset, size);
+      if (!copy_on_device(*t, slice, g_launches)) slice.copy_(*t);  // past the kernels' rank
+    }
+    offset += size;
+  }
+  return out;
 }
 
 uint64_t native_kernel_calls() { return g_launches.load(std::memory_order_relaxed); }

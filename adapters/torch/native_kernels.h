@@ -22,8 +22,9 @@ namespace oclvm::torch_adapter {
 // kCopy: out = self, the element's bits moved unchanged (native_copy; `other` is unused).
 enum class BinaryOp : uint8_t { kAdd, kSub, kMul, kDiv, kCopy };
 
-// self (op) other, `alpha` scaling other for kAdd and kSub (1 for the others), as the functional
-// operator (add.Tensor, ...); nullopt when the native path does not take the call.
+// self (op) other for an op other than kCopy, `alpha` scaling other for kAdd and kSub (1 for the
+// others), as the functional operator (add.Tensor, ...); nullopt when the native path does not
+// take the call.
 std::optional<at::Tensor> native_binary(BinaryOp op, const at::Tensor& self,
                                         const at::Tensor& other, const at::Scalar& alpha);
 // The in-place form (add_.Tensor, ...): writes self; false when the native path does not take it.
@@ -41,8 +42,13 @@ std::optional<at::Tensor> native_pow(const at::Tensor& self, const at::Scalar& e
 // dst := src for device tensors of one native-path device with the same dtype and the same
 // conjugate and negative bits, src broadcast to dst's shape, any strides: one launch moving each
 // element's bits (any dtype of 1, 2, 4 or 8 bytes). False, having done nothing, for any other
-// copy, and for a dst whose elements share memory.
+// copy, for a dst whose elements share memory, and for src and dst of one storage.
 bool native_copy(const at::Tensor& src, const at::Tensor& dst);
+
+// cat of device tensors of one native-path device and one dtype, without conjugate or negative
+// bits: the CPU's result (its shape and layout), each input written by one strided copy; nullopt
+// for any other call (promotion, mixed devices, the CPU's errors).
+std::optional<at::Tensor> native_cat(const at::ITensorListRef& tensors, int64_t dim);
 
 // How many launches the native operators issued in this process, copies aside (tests and the
 // bench read it: the share of operator calls computed on the device).
@@ -111,6 +117,14 @@ struct NativeKernel<at::_ops::pow_Tensor_Scalar> {
   static constexpr bool exists = true;
   static std::optional<at::Tensor> call(const at::Tensor& self, const at::Scalar& exponent) {
     return native_pow(self, exponent);
+  }
+};
+
+template <>
+struct NativeKernel<at::_ops::cat> {
+  static constexpr bool exists = true;
+  static std::optional<at::Tensor> call(const at::ITensorListRef& tensors, int64_t dim) {
+    return native_cat(tensors, dim);
   }
 };
 

@@ -414,6 +414,41 @@ def test_strided_copies_between_device_tensors_are_one_launch(dtype):
 
 
 @native_only
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.int64, torch.bool],
+                         ids=str)
+def test_cat_writes_each_input_with_one_launch(dtype):
+    g = torch.Generator().manual_seed(10)
+    a, b, c = sample((3, 4), dtype, g), sample((2, 4), dtype, g), sample((3, 5), dtype, g)
+    cube, cube2 = sample((2, 3, 4, 5), dtype, g), sample((2, 1, 4, 5), dtype, g)
+    legacy = torch.empty(0, dtype=dtype)
+    last = cube.contiguous(memory_format=torch.channels_last)
+    last2 = cube2.contiguous(memory_format=torch.channels_last)
+    cases = [([a, b], 0), ([a, b, a], -2), ([a, c], 1), ([a.t(), b.t()], 1), ([a, legacy, b], 0),
+             ([cube, cube2], 1), ([last, last2], 1), ([last, cube2], 1),
+             ([a, a[:0]], 0), ([a[:, :0], a[:, :0]], 1)]
+    torch.opencl.reset_fallback_counts()
+    for inputs, dim in cases:
+        on_device = [on_device_as(t) if t.numel() else t.to("opencl") for t in inputs]
+        before = launches()
+        got, expected = torch.cat(on_device, dim), torch.cat(inputs, dim)
+        assert launches() == before + sum(1 for t in inputs if t.numel())
+        assert got.stride() == expected.stride(), (dim, [t.shape for t in inputs])
+        assert torch.equal(got.cpu(), expected)
+    assert torch.opencl.fallback_counts() == {}
+    # what it does not take gives the CPU's values and errors: promotion, a CPU input, shapes
+    x = a.to("opencl")
+    assert torch.equal(torch.cat([x, a.double().to("opencl")]).cpu(), torch.cat([a, a.double()]))
+    with pytest.raises(RuntimeError, match="same device"):
+        torch.cat([x, a])
+    with pytest.raises(RuntimeError, match="Sizes of tensors must match"):
+        torch.cat([x, c.to("opencl")], 0)
+    with pytest.raises(IndexError, match="Dimension out of range"):
+        torch.cat([x, x], 2)
+    with pytest.raises(RuntimeError, match="zero-dimensional"):
+        torch.cat([x[0, 0], x[0, 0]])
+
+
+@native_only
 def test_strided_copies_move_bits_and_leave_conversions_to_the_host():
     special = torch.tensor([[0.0, -0.0, float("nan")], [float("inf"), -1.5, 1e-45]])
     special.view(torch.int32)[0, 2] = 0x7FC00123  # a NaN with a payload
