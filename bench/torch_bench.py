@@ -51,9 +51,10 @@
     made contiguous (a strided copy) on 1,024 and 1 Mi float32 elements (microseconds per call
     over a loop), and the MLP and GPT-2 steps of (d) (median
     step). Reported: each on both paths and native / host; and for one GPT-2 step on the native
-    path, the share of operator calls that ran a native kernel (native launches against the calls
-    torch.opencl.fallback_counts() counts; strided copies, storage operators that neither side
-    counts, are reported apart), the operators that fell back most, and its host round
+    path, the share of operator calls that ran a native kernel (the calls native kernels answered
+    against the calls torch.opencl.fallback_counts() counts; their launches, and the strided
+    copies, storage operators that neither side counts, are reported apart), the operators that
+    fell back most, and its host round
     trips (`_local_scalar_dense` calls on device tensors and device-to-host copies the step's
     operators make, as a dispatch mode sees them) against the `_local_scalar_dense` calls of the
     same step on the CPU.
@@ -585,9 +586,11 @@ def measure_path(args) -> int:
     if step is not None:
         out["GPT-2 step"] = median_step_seconds(step, args.steps)
         launches, copies = oclvm._C.native_kernel_calls(), oclvm._C.native_copy_calls()
+        calls = oclvm._C.native_operator_calls()
         torch.opencl.reset_fallback_counts()
         step()
         out["gpt2_native_launches"] = oclvm._C.native_kernel_calls() - launches
+        out["gpt2_native_calls"] = oclvm._C.native_operator_calls() - calls
         out["gpt2_native_copies"] = oclvm._C.native_copy_calls() - copies
         out["gpt2_fallbacks"] = torch.opencl.fallback_counts()
         if args.path_child == "native":
@@ -623,11 +626,12 @@ def print_paths(args) -> int:
         print(f"    {key:<31} host {seconds * scale:>9.1f} {unit}   native "
               f"{native[key] * scale:>9.1f} {unit}   native / host {native[key] / seconds:.2f}x")
     if "gpt2_fallbacks" in native:
-        launched = native["gpt2_native_launches"]
+        native_calls = native["gpt2_native_calls"]
         fell_back = sum(native["gpt2_fallbacks"].values())
-        share = launched / max(1, launched + fell_back)
-        print(f"    GPT-2 step on the native path: {launched} native launches, {fell_back} calls "
-              f"ran a CPU kernel: {share:.1%} native (bar >= 95%); and "
+        share = native_calls / max(1, native_calls + fell_back)
+        print(f"    GPT-2 step on the native path: {native_calls} operator calls ran native "
+              f"kernels ({native['gpt2_native_launches']} launches), {fell_back} ran a CPU "
+              f"kernel: {share:.1%} of calls native (bar >= 95%); and "
               f"{native['gpt2_native_copies']} strided copies on the device")
         top = sorted(native["gpt2_fallbacks"].items(), key=lambda kv: -kv[1])[:12]
         print("    most frequent fallbacks: " + ", ".join(f"{k} {v}" for k, v in top))

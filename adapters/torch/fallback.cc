@@ -3,7 +3,6 @@
 #include "adapters/torch/fallback.h"
 
 #include <ATen/ATen.h>
-#include <ATen/MemoryOverlap.h>
 #include <ATen/native/CPUFallback.h>
 #include <ATen/native/Resize.h>
 
@@ -470,42 +469,6 @@ void check_one_device(const c10::OperatorHandle& op, const torch::jit::Stack& st
   }
 }
 
-// Note [Overlaps TensorIterator refuses]
-// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// TensorIterator refuses a written tensor two of whose elements share memory, and one that partly
-// overlaps an input (`x[1:].add_(x[:-1])`: "unsupported operation: some elements of the input
-// tensor and the written-to tensor refer to a single memory location"). In a host section the CPU
-// kernel sees the device's own bytes and refuses as on the CPU; on copied operands (a device
-// without host addresses) each tensor is a host copy of its own, the overlap is gone, and the
-// kernel would compute from a snapshot where the CPU raises. So before a TensorIterator operator
-// that writes an argument runs, its device tensors get the same two checks, in TensorIterator's
-// order (before the device check); a written tensor equal to an input (in place) is not an overlap.
-void check_overlaps(const c10::FunctionSchema& schema, const torch::jit::Stack& stack,
-                    size_t begin) {
-  const std::vector<c10::Argument>& arguments = schema.arguments();
-  const auto written = [&](size_t i) {
-    const c10::AliasInfo* alias = arguments[i].alias_info();
-    return alias != nullptr && alias->isWrite();
-  };
-  for (size_t i = 0; i < arguments.size(); ++i) {
-    const c10::IValue& value = stack[begin + i];
-    if (!written(i) || !value.isTensor()) continue;
-    const at::Tensor& output = value.toTensor();
-    if (!output.defined() || output.device().type() != kType || output.layout() != at::kStrided) {
-      continue;
-    }
-    at::assert_no_internal_overlap(output);
-    for (size_t j = 0; j < arguments.size(); ++j) {
-      const c10::IValue& other = stack[begin + j];
-      if (written(j) || !other.isTensor()) continue;
-      const at::Tensor& input = other.toTensor();
-      if (input.defined() && input.layout() == at::kStrided && !input.is_same(output)) {
-        at::assert_no_partial_overlap(output, input);
-      }
-    }
-  }
-}
-
 void fallback_to(c10::DispatchKey cpu_key, const c10::OperatorHandle& op, torch::jit::Stack* stack);
 void run_on_host(c10::DispatchKey cpu_key, OperatorFacts& facts, const c10::OperatorHandle& op,
                  size_t begin, torch::jit::Stack* stack);
@@ -596,7 +559,6 @@ void fallback_to(c10::DispatchKey cpu_key, const c10::OperatorHandle& op,
   if (facts.device_check == DeviceCheck::kExactSame) {
     check_exact_same_device(op, *stack, begin);
   } else if (facts.device_check == DeviceCheck::kTensorIterator) {
-    if (!facts.functional) check_overlaps(schema, *stack, begin);
     check_one_device(op, *stack);
   }
   // Counted once the call is sure to run a CPU kernel: one refused for its devices runs none.

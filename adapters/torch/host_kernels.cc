@@ -223,7 +223,10 @@ struct HostKernel<Op, Result(Args...)> {
   static Result call(Args... args) {
     if constexpr (NativeKernel<Op>::exists) {
       std::optional<Result> result = NativeKernel<Op>::call(args...);
-      if (result) return std::move(*result);
+      if (result) {
+        count_native_call();
+        return std::move(*result);
+      }
     }
     std::optional<Result> result = try_on_host(args...);
     if (result) return std::move(*result);
@@ -285,7 +288,10 @@ template <class Op, class... Rest>
 struct HostInPlaceKernel<Op, at::Tensor&(at::Tensor&, Rest...)> {
   static at::Tensor& call(at::Tensor& self, Rest... rest) {
     if constexpr (NativeKernel<Op>::exists) {
-      if (NativeKernel<Op>::call(self, rest...)) return self;
+      if (NativeKernel<Op>::call(self, rest...)) {
+        count_native_call();
+        return self;
+      }
     }
     if (try_on_host(self, rest...)) return self;
     return call_boxed<Op, &cpu_fallback>(self, rest...);

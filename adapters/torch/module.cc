@@ -25,6 +25,8 @@
 //   native_kernel_calls() -> int    launches of native operators' kernels, since start
 //                              (native_kernels.h; tests)
 //   native_copy_calls() -> int      launches of the native strided copy, since start (ditto)
+//   native_operator_calls() -> int  operator calls a native kernel answered, since start (ditto;
+//                              the bench's share of calls computed on the device)
 //   fallback_counts() -> dict  {operator name: calls} of the calls that ran a CPU kernel since
 //                              start or the last reset (fallback_counts.h)
 //   reset_fallback_counts()    sets them to 0
@@ -300,6 +302,10 @@ PyObject* py_native_kernel_calls(PyObject*, PyObject*) {
 
 PyObject* py_native_copy_calls(PyObject*, PyObject*) {
   return PyLong_FromUnsignedLongLong(native_copy_calls());
+}
+
+PyObject* py_native_operator_calls(PyObject*, PyObject*) {
+  return PyLong_FromUnsignedLongLong(native_operator_calls());
 }
 
 PyObject* py_fallback_counts(PyObject*, PyObject*) {
@@ -628,6 +634,8 @@ PyMethodDef kMethods[] = {
      "Launches of native operators' kernels, since start."},
     {"native_copy_calls", py_native_copy_calls, METH_NOARGS,
      "Launches of the native strided copy, since start."},
+    {"native_operator_calls", py_native_operator_calls, METH_NOARGS,
+     "Operator calls a native kernel answered, since start."},
     {"fallback_counts", py_fallback_counts, METH_NOARGS,
      "{operator: calls} of the calls that ran a CPU kernel, since start or the last reset."},
     {"reset_fallback_counts", py_reset_fallback_counts, METH_NOARGS,

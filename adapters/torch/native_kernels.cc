@@ -74,6 +74,7 @@ constexpr size_t kOperands = 3;  // out, self, other
 
 std::atomic<uint64_t> g_launches{0};  // of operators (native_kernel_calls)
 std::atomic<uint64_t> g_copies{0};    // of native_copy (native_copy_calls)
+std::atomic<uint64_t> g_calls{0};     // operator calls answered natively (native_operator_calls)
 
 // The OpenCL C type holding a dtype's elements; nullptr for a dtype the kernels do not read.
 const char* cl_type(at::ScalarType type) {
@@ -441,6 +442,13 @@ bool copy_on_device(const at::Tensor& src, const at::Tensor& dst,
       !elements_are_distinct(dst) || src.is_alias_of(dst)) {
     return false;  // sharing memory: the CPU's copy refuses an overlap (or orders its writes)
   }
+  // src must broadcast to dst's shape (copy_from checks it first; checked again here, where the
+  // layout would otherwise read past src's elements).
+  if (src.dim() > dst.dim()) return false;
+  for (int64_t d = 1; d <= src.dim(); ++d) {
+    const int64_t size = src.size(-d);
+    if (size != 1 && size != dst.size(-d)) return false;
+  }
   // The bits move as an integer type of the element's size: no conversion can touch them.
   at::ScalarType bits;
   switch (dst.itemsize()) {
@@ -457,7 +465,7 @@ bool copy_on_device(const at::Tensor& src, const at::Tensor& dst,
                             layout.rank};
   const std::shared_ptr<const Kernel> kernel = kernel_table().get(dst.device().index(), key);
   if (kernel == nullptr) return false;
-  // The unused scalar operand and alpha of the kernel's signature: zero of the bits' type.
+  // The kernel's scalar operand (a zero) and its alpha are in its signature, unused.
   const at::Tensor unused = at::native::wrapped_scalar_tensor(0);
   launch(BinaryOp::kCopy, bits, dst, src, unused, 0, layout, kernel, launches);
   return true;
@@ -590,5 +598,9 @@ std::optional<at::Tensor> native_cat(const at::ITensorListRef& tensors, int64_t 
 uint64_t native_kernel_calls() { return g_launches.load(std::memory_order_relaxed); }
 
 uint64_t native_copy_calls() { return g_copies.load(std::memory_order_relaxed); }
+
+void count_native_call() { g_calls.fetch_add(1, std::memory_order_relaxed); }
+
+uint64_t native_operator_calls() { return g_calls.load(std::memory_order_relaxed); }
 
 }  // namespace oclvm::torch_adapter

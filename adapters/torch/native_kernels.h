@@ -53,8 +53,12 @@ std::optional<at::Tensor> native_cat(const at::ITensorListRef& tensors, int64_t 
 // How many launches the native operators issued in this process, copies aside (tests and the
 // bench read it: the share of operator calls computed on the device).
 uint64_t native_kernel_calls();
-// How many copies native_copy launched in this process.
+// How many copies native_copy launched in this process (cat's count as its own launches).
 uint64_t native_copy_calls();
+// How many operator calls a native kernel answered in this process (the unboxed kernels' templates
+// count each call once, however many launches it made), and the count itself.
+uint64_t native_operator_calls();
+void count_native_call();
 
 // The native kernel of a torch operator, for the unboxed kernels' templates (host_kernels.cc):
 // `exists` says whether there is one; call() returns the result, nullopt (or false for an

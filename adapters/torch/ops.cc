@@ -264,7 +264,26 @@ const at::Tensor& resize_(const at::Tensor& self, c10::SymIntArrayRef sym_size,
   return self;
 }
 
+// Whether `src` broadcasts to `dst`'s shape, as copy_ requires.
+bool broadcasts_to(const at::Tensor& src, const at::Tensor& dst) {
+  if (src.dim() > dst.dim()) return false;
+  for (int64_t d = 1; d <= src.dim(); ++d) {
+    const int64_t size = src.size(-d);
+    if (size != 1 && size != dst.size(-d)) return false;
+  }
+  return true;
+}
+
 at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
+  // copy_ calls _copy_from for this device before it checks any shape: a source that does not
+  // broadcast to dst gets the CPU's error here, from the same copy on meta tensors (an empty
+  // source or destination would otherwise return having copied nothing).
+  if (!broadcasts_to(self, dst)) {
+    at::empty(dst.sizes(), dst.options().device(at::kMeta))
+        .copy_(at::empty(self.sizes(), self.options().device(at::kMeta)));
+    TORCH_CHECK(false, "Expected a source that broadcasts to the destination's shape ",
+                dst.sizes(), ", but got ", self.sizes());
+  }
   if (self.numel() == 0) return dst;
   // Bytes move unconverted only between tensors that read them alike (Note [Conjugate and
   // negative bits in copies] in host_view.cc).
@@ -273,8 +292,8 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
                            same_bits(self, dst);
   // Note [Strided copies on the native path]
   // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-  // Between two tensors of one native-path device (a transpose made contiguous, a slice of cat's
-  // result written, a broadcast), a copy of one dtype is a kernel on the device (native_copy),
+  // Between two tensors of one native-path device (a transpose made contiguous, a write into a
+  // slice, a broadcast), a copy of one dtype is a kernel on the device (native_copy),
   // ahead of the host section: the device's queue orders it with the kernels around it, and no
   // byte crosses to the host. A contiguous one stays one VM copy; a dtype conversion or other
   // conjugate bits take the host, as below.

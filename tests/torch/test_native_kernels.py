@@ -351,9 +351,11 @@ def test_squares_and_cubes_are_products_as_on_the_cpu(dtype):
              lambda t: t.unsqueeze(0).expand(3, 5, 8)]
     for view in views:
         for exponent, calls in [(2, 1), (2.0, 1), (3, 2), (3.0, 2)]:
-            before = launches()
-            got = torch.pow(view(x.to("opencl")), exponent)
+            base = view(x.to("opencl"))
+            before, answered = launches(), oclvm._C.native_operator_calls()
+            got = torch.pow(base, exponent)
             assert launches() == before + calls
+            assert oclvm._C.native_operator_calls() == answered + 1  # one call, however launched
             expected = torch.pow(view(x), exponent)
             expect_same(got, expected)
             assert got.stride() == expected.stride()
@@ -446,6 +448,28 @@ def test_cat_writes_each_input_with_one_launch(dtype):
         torch.cat([x, x], 2)
     with pytest.raises(RuntimeError, match="zero-dimensional"):
         torch.cat([x[0, 0], x[0, 0]])
+
+
+def test_copies_of_shapes_that_do_not_broadcast_give_the_cpus_errors():
+    x = torch.arange(20.0, device="opencl")
+    for dst_shape, src in [((5,), x[:8:2]), ((4,), x[:10:2]), ((4,), x[:8].view(2, 4)[:1]),
+                           ((1, 4), x[:12].view(3, 4)), ((0,), x[::2]), ((3,), x[:0])]:
+        dst = torch.zeros(dst_shape, device="opencl")
+        cpu_dst, cpu_src = torch.zeros(dst_shape), src.cpu()
+        with pytest.raises(RuntimeError) as expected:
+            cpu_dst.copy_(cpu_src)
+        before = copies()
+        with pytest.raises(RuntimeError) as got:
+            dst.copy_(src)
+        assert copies() == before
+        assert str(got.value).split("\n")[0] == str(expected.value).split("\n")[0]
+        assert torch.equal(dst.cpu(), cpu_dst)
+    # a broadcast that fits: one launch on the native path
+    dst = torch.zeros(3, 4, device="opencl")
+    before = copies()
+    dst.copy_(x[:8:2])
+    assert copies() == before + (1 if NATIVE else 0)
+    assert torch.equal(dst.cpu(), torch.zeros(3, 4).copy_(torch.arange(0.0, 8.0, 2.0)))
 
 
 @native_only
