@@ -69,12 +69,15 @@ test: build setup
 # leave out: the busy-daemon exits in host sections (2.6 min), and the rest of test_exit.py with
 # operands copied (2.4 min when it ran each script 4 times); and on the native path
 # (OCLVM_KERNELS=native: the operators with OpenCL kernels compute on the device), the model
-# families (2.2 min), the native kernels' tests on two basic devices (0.3 min; PoCL's pthread
-# devices build each kernel slowly: 2 min), and module_db and the peer tests (2.4 min).
+# families on two basic devices (1.3 min), the native kernels' tests on two basic devices, in
+# host sections and with operands copied (0.1 min each; PoCL's pthread devices build each kernel
+# slowly: 2 min), and module_db and the peer tests (3.5 min).
 torch-lane-1:
 	OCLVM_EXIT_RUNS=4 $(PYTEST_TORCH)
-	OCLVM_KERNELS=native $(PYTEST_EXIT) tests/torch/test_model_families.py
+	OCLVM_KERNELS=native POCL_DEVICES="basic basic" $(PYTEST_EXIT) tests/torch/test_model_families.py
 	OCLVM_KERNELS=native POCL_DEVICES="basic basic" $(PYTEST_EXIT) tests/torch/test_native_kernels.py
+	OCLVM_KERNELS=native OCLVM_ZERO_COPY=0 POCL_DEVICES="basic basic" $(PYTEST_EXIT) \
+	  tests/torch/test_native_kernels.py
 	OCLVM_KERNELS=native $(PYTEST_EXIT) tests/torch/test_module_db.py tests/torch/test_cuda_parity.py \
 	  tests/torch/test_openreg_*.py
 	OCLVM_EXIT_RUNS=4 POCL_DEVICES="pthread pthread" $(PYTEST_EXIT) \

@@ -228,10 +228,19 @@ def test_calls_the_native_path_leaves_give_the_cpus_errors():
         torch.add(small, small, alpha=1000)
     with pytest.raises(RuntimeError, match="without overflow"):
         torch.sub(small, small, alpha=-128)  # sub is add with -alpha: 128 does not fit
+    assert torch.equal(a.cpu(), torch.ones(4, 3, dtype=torch.int64))
+
+
+# With operands copied to the host (no host sections: OCLVM_ZERO_COPY=0, a discrete GPU), the
+# fallback's CPU kernel sees two separate copies and misses the overlap TensorIterator refuses on
+# the CPU (design/torch.md, "Device checks"): a known gap, kept visible by a strict xfail.
+@native_only
+@pytest.mark.xfail(condition=not torch.opencl.get_device_properties(0).host_sections,
+                   strict=True, reason="overlaps go unchecked with operands copied to the host")
+def test_a_partial_overlap_the_native_path_leaves_is_refused():
     x = torch.arange(6.0, device="opencl")
     with pytest.raises(RuntimeError, match="refer to a single memory location"):
         x[1:].add_(x[:-1])
-    assert torch.equal(a.cpu(), torch.ones(4, 3, dtype=torch.int64))
     assert torch.equal(x.cpu(), torch.arange(6.0))
 
 
