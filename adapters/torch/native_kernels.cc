@@ -444,11 +444,7 @@ bool copy_on_device(const at::Tensor& src, const at::Tensor& dst,
   }
   // src must broadcast to dst's shape (copy_from checks it first; checked again here, where the
   // layout would otherwise read past src's elements).
-  if (src.dim() > dst.dim()) return false;
-  for (int64_t d = 1; d <= src.dim(); ++d) {
-    const int64_t size = src.size(-d);
-    if (size != 1 && size != dst.size(-d)) return false;
-  }
+  if (!at::is_expandable_to(src.sizes(), dst.sizes())) return false;
   // The bits move as an integer type of the element's size: no conversion can touch them.
   at::ScalarType bits;
   switch (dst.itemsize()) {
@@ -593,6 +589,12 @@ std::optional<at::Tensor> native_cat(const at::ITensorListRef& tensors, int64_t 
     offset += size;
   }
   return out;
+}
+
+bool native_float64(c10::DeviceIndex index) {
+  const BinaryKernelKey key{BinaryOp::kAdd, at::kDouble, at::kDouble, at::kDouble,
+                            at::kDouble,    /*other_is_scalar=*/true, /*rank=*/1};
+  return kernel_table().get(index, key) != nullptr;
 }
 
 uint64_t native_kernel_calls() { return g_launches.load(std::memory_order_relaxed); }

@@ -1,8 +1,9 @@
 // adapters/torch/native_kernels.h — operators computed by OpenCL kernels on the device (the
 // native path), on devices that take it (native_kernels() in device.h).
 //
-// Each function here runs an operator as LaunchKernel instructions through the adapter's Runtime,
-// on the current stream of the operands' device, or answers that it does not take the call
+// Each function here runs an operator as LaunchKernel instructions (or, for the matrix products,
+// a NativeCall of CLBlast's: native_blas.cc) through the adapter's Runtime, on the current stream
+// of the operands' device, or answers that it does not take the call
 // (nullopt / false) having done nothing, and the caller goes on to the host kernel or the CPU
 // fallback: the values and errors of those calls stay the CPU's. Note [Native elementwise
 // kernels] in native_kernels.cc says which calls are taken.
@@ -49,6 +50,18 @@ bool native_copy(const at::Tensor& src, const at::Tensor& dst);
 // bits: the CPU's result (its shape and layout), each input written by one strided copy; nullopt
 // for any other call (promotion, mixed devices, the CPU's errors).
 std::optional<at::Tensor> native_cat(const at::ITensorListRef& tensors, int64_t dim);
+
+// mm, bmm and addmm as one CLBlast product each (Note [Native matrix products] in
+// native_blas.cc); nullopt when the native path does not take the call.
+std::optional<at::Tensor> native_mm(const at::Tensor& self, const at::Tensor& mat2);
+std::optional<at::Tensor> native_bmm(const at::Tensor& self, const at::Tensor& mat2);
+std::optional<at::Tensor> native_addmm(const at::Tensor& self, const at::Tensor& mat1,
+                                       const at::Tensor& mat2, const at::Scalar& beta,
+                                       const at::Scalar& alpha);
+
+// Whether device `index`'s native kernels compute in float64 (cl_khr_fp64): whether it builds
+// one; asked of the device once.
+bool native_float64(c10::DeviceIndex index);
 
 // How many launches the native operators issued in this process, copies aside (tests and the
 // bench read it: the share of operator calls computed on the device).
@@ -129,6 +142,30 @@ struct NativeKernel<at::_ops::cat> {
   static constexpr bool exists = true;
   static std::optional<at::Tensor> call(const at::ITensorListRef& tensors, int64_t dim) {
     return native_cat(tensors, dim);
+  }
+};
+
+template <>
+struct NativeKernel<at::_ops::mm> {
+  static constexpr bool exists = true;
+  static std::optional<at::Tensor> call(const at::Tensor& self, const at::Tensor& mat2) {
+    return native_mm(self, mat2);
+  }
+};
+template <>
+struct NativeKernel<at::_ops::bmm> {
+  static constexpr bool exists = true;
+  static std::optional<at::Tensor> call(const at::Tensor& self, const at::Tensor& mat2) {
+    return native_bmm(self, mat2);
+  }
+};
+template <>
+struct NativeKernel<at::_ops::addmm> {
+  static constexpr bool exists = true;
+  static std::optional<at::Tensor> call(const at::Tensor& self, const at::Tensor& mat1,
+                                        const at::Tensor& mat2, const at::Scalar& beta,
+                                        const at::Scalar& alpha) {
+    return native_addmm(self, mat1, mat2, beta, alpha);
   }
 };
 

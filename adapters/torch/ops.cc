@@ -34,6 +34,7 @@
 //
 // Thread-safety: the operators are as thread-safe as ATen's (the VM is thread-safe).
 #include <ATen/ATen.h>
+#include <ATen/ExpandUtils.h>
 #include <ATen/EmptyTensor.h>
 #include <ATen/native/CPUFallback.h>
 #include <ATen/native/ConvUtils.h>
@@ -264,21 +265,11 @@ const at::Tensor& resize_(const at::Tensor& self, c10::SymIntArrayRef sym_size,
   return self;
 }
 
-// Whether `src` broadcasts to `dst`'s shape, as copy_ requires.
-bool broadcasts_to(const at::Tensor& src, const at::Tensor& dst) {
-  if (src.dim() > dst.dim()) return false;
-  for (int64_t d = 1; d <= src.dim(); ++d) {
-    const int64_t size = src.size(-d);
-    if (size != 1 && size != dst.size(-d)) return false;
-  }
-  return true;
-}
-
 at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
   // copy_ calls _copy_from for this device before it checks any shape: a source that does not
   // broadcast to dst gets the CPU's error here, from the same copy on meta tensors (an empty
   // source or destination would otherwise return having copied nothing).
-  if (!broadcasts_to(self, dst)) {
+  if (!at::is_expandable_to(self.sizes(), dst.sizes())) {
     at::empty(dst.sizes(), dst.options().device(at::kMeta))
         .copy_(at::empty(self.sizes(), self.options().device(at::kMeta)));
     TORCH_CHECK(false, "Expected a source that broadcasts to the destination's shape ",

@@ -34,7 +34,7 @@ import transformers
 from torch.testing import assert_close
 from torch.utils.checkpoint import checkpoint
 
-from model_families_util import (BF16, DEV, EXACT, Family, assert_memory_returns,
+from model_families_util import (BF16, DEV, EXACT, NATIVE_PATH, Family, assert_memory_returns,
                                  assert_state_close, assert_ties_kept, move_to_device, tie_groups,
                                  train, train_both_and_compare)
 
@@ -464,13 +464,22 @@ def optimizer_for(family):
     return adamw if family in (GPT2, BERT, T5, VIT, LLAMA, MIXTRAL, UNET) else sgd
 
 
+# On the native path the products are CLBlast's (model_families_util: `EXACT`), and AdamW divides
+# each gradient by its own running size: where a gradient is small, the rounding of its sums moves
+# the step by a visible fraction of lr (the diffusers UNet's convolutions: 3.7e-5 after three steps
+# of lr 1e-3, whose moves reach 3e-3). A wrong kernel moves parameters by the order of lr itself.
+ADAMW_ON_NATIVE = dict(rtol=1e-3, atol=1e-4)
+
+
 @by_name
 @both_orders
 def test_family_trains_as_on_cpu(family, optimizer_before_move):
     """Three steps give the CPU's losses, parameters and buffers; tied weights stay tied; memory
     comes back."""
-    train_both_and_compare(family, optimizer_for(family), steps=3, seed=5,
-                           optimizer_before_move=optimizer_before_move,
+    optimizer = optimizer_for(family)
+    tolerance = ADAMW_ON_NATIVE if NATIVE_PATH and optimizer is not sgd else EXACT
+    train_both_and_compare(family, optimizer, steps=3, seed=5,
+                           optimizer_before_move=optimizer_before_move, tolerance=tolerance,
                            check=EXTRA_CHECKS.get(family.name))
 
 

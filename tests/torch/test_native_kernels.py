@@ -459,6 +459,81 @@ def test_cat_writes_each_input_with_one_launch(dtype):
         torch.cat([x[0, 0], x[0, 0]])
 
 
+def answered_natively():
+    return oclvm._C.native_operator_calls()
+
+
+@native_only
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_matrix_products_are_one_clblast_call_each(dtype):
+    """mm, bmm and addmm: one native call, operands read in place when their rows or columns are
+    contiguous and copied otherwise; values within the float rounding of another order of sums."""
+    g = torch.Generator().manual_seed(12)
+    a, b = make((9, 7), dtype, g), make((7, 5), dtype, g)
+    x, y = make((3, 6, 4), dtype, g), make((3, 4, 5), dtype, g)
+    bias, c = make((5,), dtype, g), make((9, 5), dtype, g)
+    nan_bias = torch.full((9, 5), float("nan"), dtype=dtype)
+    # (operator, its operands made with `to` from CPU tensors, keyword arguments, strided copies:
+    # addmm's self into its result, and operands CLBlast cannot read in place)
+    cases = [
+        (torch.mm, lambda to: (to(a), to(b)), {}, 0),
+        (torch.mm, lambda to: (to(a.t().contiguous()).t(), to(b)), {}, 0),
+        (torch.mm, lambda to: (to(a), to(b.t().contiguous()).t()), {}, 0),
+        (torch.mm, lambda to: (to(a)[1:8:3], to(b)), {}, 0),
+        (torch.mm, lambda to: (to(a)[:1], to(b)), {}, 0),
+        (torch.mm, lambda to: (to(a), to(b)[:, :1]), {}, 0),
+        (torch.mm, lambda to: (to(a)[:, ::2], to(b)[::2]), {}, 1),  # a: no dimension of stride 1
+        (torch.bmm, lambda to: (to(x), to(y)), {}, 0),
+        (torch.bmm, lambda to: (to(x.transpose(1, 2).contiguous()).transpose(1, 2), to(y)), {}, 0),
+        (torch.bmm, lambda to: (to(x), to(y[:1]).expand(3, 4, 5)), {}, 0),  # batch stride 0
+        (torch.bmm, lambda to: (to(x.transpose(0, 1).contiguous()).transpose(0, 1), to(y)), {},
+         0),  # batch stride below a matrix's extent
+        (torch.bmm, lambda to: (to(x), to(y[:, :1]).expand(3, 4, 5)), {}, 1),  # row stride 0
+        (torch.addmm, lambda to: (to(bias), to(a), to(b)), {}, 1),
+        (torch.addmm, lambda to: (to(bias)[None], to(a), to(b)), {"beta": 2, "alpha": 3}, 1),
+        (torch.addmm, lambda to: (to(c), to(a.t().contiguous()).t(), to(b)), {"alpha": -0.5}, 1),
+        (torch.addmm, lambda to: (to(nan_bias), to(a), to(b)), {"beta": 0}, 0),  # self ignored
+    ]
+    torch.opencl.reset_fallback_counts()
+    for op, operands, kwargs, strided_copies in cases:
+        before, before_copies = answered_natively(), copies()
+        got, expected = op(*operands(on_device_as), **kwargs), op(*operands(lambda t: t), **kwargs)
+        assert answered_natively() == before + 1, op
+        assert copies() == before_copies + strided_copies, op
+        assert got.device.type == "opencl" and got.stride() == expected.stride()
+        torch.testing.assert_close(got.cpu(), expected)
+    assert torch.opencl.fallback_counts() == {}
+
+
+@native_only
+def test_matrix_products_the_native_path_leaves_give_the_cpus_values_and_errors():
+    g = torch.Generator().manual_seed(13)
+    a, b = make((4, 3), torch.float32, g), make((3, 2), torch.float32, g)
+    da, db = a.to("opencl"), b.to("opencl")
+    before = answered_natively()
+    assert torch.equal(torch.mm(da.long(), db.long()).cpu(), a.long() @ b.long())  # integers
+    assert torch.equal(torch.mm(da[:, :0], db[:0]).cpu(), torch.zeros(4, 2))  # k = 0
+    assert torch.mm(da[:0], db).shape == (0, 2)
+    assert answered_natively() == before
+    with pytest.raises(RuntimeError, match="cannot be multiplied"):
+        torch.mm(da, da)
+    with pytest.raises(RuntimeError, match="same dtype"):
+        torch.mm(da, db.double())
+    with pytest.raises(RuntimeError, match="Expected size for first two dimensions of batch2"):
+        torch.bmm(da[None].expand(2, 4, 3), db[None])
+    with pytest.raises(RuntimeError, match="expand"):
+        torch.addmm(torch.ones(3, device="opencl"), da, db)
+    with pytest.raises(RuntimeError, match="device"):
+        torch.mm(da, b)
+    assert torch.equal(da.cpu(), a) and torch.equal(db.cpu(), b)
+    if torch.opencl.device_count() > 1:
+        got = torch.mm(a.to("opencl:1"), b.to("opencl:1"))
+        assert got.device == torch.device("opencl:1")
+        torch.testing.assert_close(got.cpu(), a @ b)
+        with pytest.raises(RuntimeError, match="device"):
+            torch.mm(da, b.to("opencl:1"))
+
+
 def test_copies_of_shapes_that_do_not_broadcast_give_the_cpus_errors():
     x = torch.arange(20.0, device="opencl")
     for dst_shape, src in [((5,), x[:8:2]), ((4,), x[:10:2]), ((4,), x[:8].view(2, 4)[:1]),

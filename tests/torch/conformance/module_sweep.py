@@ -28,7 +28,12 @@ the outer ones):
     tolerances per dtype: float32 (1.3e-6, 1e-5), float64 (1e-7, 1e-7), float16 (1e-3, 1e-5),
     bfloat16 (1.6e-2, 1e-5)); device outputs must be on the device. Defaults, not the 5e-2 /
     4e-4 of torch's test_cpu_gpu_parity: the device runs the CPU's own kernels, so a larger
-    difference means it took another route than the CPU. Then the modules' buffers (running
+    difference means it took another route than the CPU. On the native path (a device whose
+    properties say native_kernels) the matrix products are CLBlast's, which sums in another
+    order, and a backward through attention and layer norm amplifies that where its sums
+    cancel (nn.TransformerDecoderLayer's in_proj_weight gradient: 1.3e-5 apart, 6.8e-4
+    relative), so float32 compares within rtol 1e-3, atol 1e-4 there (`NATIVE_FLOAT32`): still
+    far inside test_cpu_gpu_parity's. Then the modules' buffers (running
     statistics), their parameters and the forward inputs are compared as they are after the
     forward;
   - backward: `torch.autograd.backward` of the floating outputs that require grad, with
@@ -152,11 +157,16 @@ def _state(module):
     return {"buffers": dict(module.named_buffers()), "parameters": dict(module.named_parameters())}
 
 
+NATIVE_FLOAT32 = dict(rtol=1e-3, atol=1e-4)
+
+
 def run_sample(info, module_input, dtype, training, index):
     """Compares one sample on the device and the CPU; returns "both raised" or None, raises
     AssertionError with the first difference."""
     import copy
     import torch
+    native = torch.opencl.get_device_properties(0).native_kernels
+    harness.FLOAT32_TOLERANCE = NATIVE_FLOAT32 if native else None
     constructor = module_input.constructor_input
     cpu_args, cpu_kwargs = module_input.forward_input.args, module_input.forward_input.kwargs
     torch.manual_seed(SEED)

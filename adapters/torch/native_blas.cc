@@ -1,0 +1,218 @@
+// adapters/torch/native_blas.cc — mm, bmm and addmm on the native path: each one CLBlast product
+// (storage/opencl/gemm.h) in a NativeCall instruction on the operands' stream (native_kernels.h).
+
+#include <ATen/ExpandUtils.h>
+#include <ATen/ops/empty.h>
+#include <c10/core/ScalarType.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "adapters/torch/device.h"
+#include "adapters/torch/host_view.h"
+#include "adapters/torch/native_kernels.h"
+#include "oclvm/instructions/builder.h"
+#include "oclvm/instructions/instructions.h"
+#include "oclvm/storage/errors.h"
+#if defined(OCLVM_WITH_CLBLAST)
+#include "oclvm/storage/opencl/gemm.h"
+#endif
+
+namespace oclvm::torch_adapter {
+
+// Note [Native matrix products]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// mm, bmm and addmm of float32 or float64 device tensors of one native-path device are one
+// CLBlast call each (Gemm, or GemmStridedBatched for bmm), enqueued by a NativeCall instruction
+// on the current stream, which the VM orders by the operands' byte ranges like any launch. An
+// operand goes in as it is stored when CLBlast can read its last two
+// dimensions in place: rows or columns contiguous, with a leading dimension (a transposed view is
+// read as the transpose of a row-major matrix, so autograd's mat.t() costs no copy); any other
+// layout is made contiguous first by the native strided copy. The result is contiguous, as the
+// CPU's. addmm writes self, broadcast to the result's shape, into the result first and lets
+// CLBlast add beta times it; with beta 0 it does not, and CLBlast does not read the result then,
+// so NaN in self does not spread (the CPU ignores self then too).
+//
+// The values are not the CPU's to the bit: CLBlast sums the k products in its own order (tiles of
+// the device's tuning), as torch's CPU BLAS does in its. The difference is the rounding of a
+// k-term sum; the callers' tolerances for float32 products (OpInfo's, the model families')
+// cover it.
+//
+// Not taken (the CPU kernel answers, with its values and errors): other dtypes, conjugate or
+// negative bits, mixed dtypes or devices, wrong shapes, empty products (k, m or n of 0), float64
+// on a device whose kernels cannot build it, and a module built without CLBlast.
+
+#if defined(OCLVM_WITH_CLBLAST)
+namespace {
+
+bool is_device(const at::Tensor& t) { return t.device().type() == c10::DeviceType::PrivateUse1; }
+
+// Whether `t` may be an operand of a product on `device`, as a matrix (dim 2) or a batch (dim 3).
+bool plain_matrix(const at::Tensor& t, c10::DeviceIndex device, int64_t dim) {
+  return t.defined() && is_device(t) && t.device().index() == device &&
+         t.layout() == at::kStrided && !t.is_conj() && !t.is_neg() && t.dim() == dim &&
+         (t.scalar_type() == at::kFloat || t.scalar_type() == at::kDouble);
+}
+
+// How CLBlast reads the last two dimensions of `t` (r x c) in place, its memory and offset left
+// for the native call to fill; nullopt when it cannot (no dimension of stride 1 with a leading
+// dimension past the other's extent).
+std::optional<opencl::GemmMatrix> in_place(const at::Tensor& t) {
+  const int64_t d = t.dim();
+  const int64_t rows = t.size(d - 2), cols = t.size(d - 1);
+  const int64_t row_stride = t.stride(d - 2), col_stride = t.stride(d - 1);
+  opencl::GemmMatrix matrix;
+  matrix.batch_stride = d == 3 ? static_cast<size_t>(t.stride(0)) : 0;
+  if (cols == 1 || col_stride == 1) {  // row-major: element (i, j) at i * ld + j
+    const int64_t ld = rows == 1 ? cols : row_stride;
+    if (ld >= cols) {
+      matrix.ld = static_cast<size_t>(ld);
+      return matrix;
+    }
+  }
+  if (rows == 1 || row_stride == 1) {  // column-major: the transpose of a row-major c x r matrix
+    const int64_t ld = cols == 1 ? rows : col_stride;
+    if (ld >= rows) {
+      matrix.ld = static_cast<size_t>(ld);
+      matrix.transposed = true;
+      return matrix;
+    }
+  }
+  return std::nullopt;
+}
+
+// An operand and how CLBlast reads it: `t` itself, or a contiguous copy of it.
+struct Operand {
+  at::Tensor tensor;
+  opencl::GemmMatrix matrix;
+};
+
+Operand operand(const at::Tensor& t) {
+  if (std::optional<opencl::GemmMatrix> matrix = in_place(t)) return Operand{t, *matrix};
+  at::Tensor copy = at::empty(t.sizes(), t.options());
+  if (!native_copy(t, copy)) copy.copy_(t);
+  return Operand{copy, *in_place(copy)};
+}
+
+// The bytes of `t`'s blob its elements span, from its element 0.
+NativeArg native_arg(const at::Tensor& t, KernelAccess access) {
+  const BlobRef first = element0(t);
+  return NativeArg{first.blob, first.offset,
+                   static_cast<size_t>(span_elements(t)) * item_bytes(t), access};
+}
+
+// Enqueues out := alpha * a @ b + beta * out (batched when out has three dimensions) as one
+// NativeCall on out's current stream; out is contiguous and read only when beta is not 0.
+void enqueue_product(const at::Tensor& out, const Operand& a, const Operand& b, double alpha,
+                     double beta) {
+  const int64_t d = out.dim();
+  opencl::GemmCall call;
+  call.dtype = out.scalar_type() == at::kFloat ? DType::kF32 : DType::kF64;
+  call.batch = d == 3 ? static_cast<size_t>(out.size(0)) : 1;
+  call.m = static_cast<size_t>(out.size(d - 2));
+  call.n = static_cast<size_t>(out.size(d - 1));
+  call.k = static_cast<size_t>(a.tensor.size(d - 1));
+  call.alpha = alpha;
+  call.beta = beta;
+  call.a = a.matrix;
+  call.b = b.matrix;
+  call.c.ld = call.n;
+  call.c.batch_stride = call.m * call.n;
+  const size_t element = item_bytes(out);
+  const std::string label = call.batch == 1 ? "clblast::Gemm" : "clblast::GemmStridedBatched";
+  translate_errors([&] {
+    InstructionsBuilder builder = runtime().builder();
+    builder.native(
+        stream_of(out), label,
+        {native_arg(out, beta == 0 ? KernelAccess::kWrite : KernelAccess::kReadWrite),
+         native_arg(a.tensor, KernelAccess::kRead), native_arg(b.tensor, KernelAccess::kRead)},
+        [call, element](const NativeCallContext& context) mutable {
+          const std::array<opencl::GemmMatrix*, 3> matrices{&call.c, &call.a, &call.b};
+          for (size_t i = 0; i < matrices.size(); ++i) {
+            const NativeBuffer& buffer = context.buffers[i];
+            if (buffer.offset % element != 0) {
+              throw BackendError("Expected a GEMM operand to start at a whole element of its "
+                                 "buffer, but it starts at byte " + std::to_string(buffer.offset),
+                                 0);
+            }
+            matrices[i]->memory = buffer.memory;
+            matrices[i]->offset = buffer.offset / element;
+          }
+          opencl::enqueue_gemm(context.queue, call, context.device.str());
+        });
+    runtime().run(builder.take());
+  });
+}
+
+// The device of a product of `a` and `b` when the native path takes it (checks shared by the
+// three operators: one native-path device, one float dtype, `dim` dimensions each); nullopt
+// otherwise.
+std::optional<c10::DeviceIndex> product_device(const at::Tensor& a, const at::Tensor& b,
+                                               int64_t dim) {
+  if (!a.defined() || !is_device(a)) return std::nullopt;
+  const c10::DeviceIndex device = a.device().index();
+  if (!native_kernels(device) || !plain_matrix(a, device, dim) || !plain_matrix(b, device, dim) ||
+      a.scalar_type() != b.scalar_type()) {
+    return std::nullopt;
+  }
+  if (a.scalar_type() == at::kDouble && !native_float64(device)) return std::nullopt;
+  return device;
+}
+
+}  // namespace
+
+std::optional<at::Tensor> native_mm(const at::Tensor& self, const at::Tensor& mat2) {
+  if (!product_device(self, mat2, 2) || self.size(1) != mat2.size(0) || self.numel() == 0 ||
+      mat2.numel() == 0) {
+    return std::nullopt;
+  }
+  at::Tensor out = at::empty({self.size(0), mat2.size(1)}, self.options());
+  enqueue_product(out, operand(self), operand(mat2), 1, 0);
+  return out;
+}
+
+std::optional<at::Tensor> native_bmm(const at::Tensor& self, const at::Tensor& mat2) {
+  if (!product_device(self, mat2, 3) || self.size(0) != mat2.size(0) ||
+      self.size(2) != mat2.size(1) || self.numel() == 0 || mat2.numel() == 0) {
+    return std::nullopt;
+  }
+  at::Tensor out = at::empty({self.size(0), self.size(1), mat2.size(2)}, self.options());
+  enqueue_product(out, operand(self), operand(mat2), 1, 0);
+  return out;
+}
+
+std::optional<at::Tensor> native_addmm(const at::Tensor& self, const at::Tensor& mat1,
+                                       const at::Tensor& mat2, const at::Scalar& beta,
+                                       const at::Scalar& alpha) {
+  const std::optional<c10::DeviceIndex> device = product_device(mat1, mat2, 2);
+  if (!device || mat1.size(1) != mat2.size(0) || mat1.numel() == 0 || mat2.numel() == 0 ||
+      !self.defined() || !is_device(self) || self.device().index() != *device ||
+      self.layout() != at::kStrided || self.is_conj() || self.is_neg() ||
+      self.scalar_type() != mat1.scalar_type() || beta.isComplex() || alpha.isComplex()) {
+    return std::nullopt;
+  }
+  const std::array<int64_t, 2> sizes{mat1.size(0), mat2.size(1)};
+  if (self.dim() > 2 || !at::is_expandable_to(self.sizes(), sizes)) return std::nullopt;
+  const double scale = alpha.toDouble(), bias_scale = beta.toDouble();
+  at::Tensor out = at::empty(sizes, mat1.options());
+  if (bias_scale != 0 && !native_copy(self, out)) out.copy_(self);
+  enqueue_product(out, operand(mat1), operand(mat2), scale, bias_scale);
+  return out;
+}
+
+#else  // a module built without CLBlast: the CPU kernels answer
+
+std::optional<at::Tensor> native_mm(const at::Tensor&, const at::Tensor&) { return std::nullopt; }
+std::optional<at::Tensor> native_bmm(const at::Tensor&, const at::Tensor&) { return std::nullopt; }
+std::optional<at::Tensor> native_addmm(const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                                       const at::Scalar&, const at::Scalar&) {
+  return std::nullopt;
+}
+
+#endif
+
+}  // namespace oclvm::torch_adapter
