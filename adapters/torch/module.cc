@@ -27,6 +27,8 @@
 //   native_copy_calls() -> int      launches of the native strided copy, since start (ditto)
 //   native_operator_calls() -> int  operator calls a native kernel answered, since start (ditto;
 //                              the bench's share of calls computed on the device)
+//   native_matrix_products() -> bool  whether the module was built with CLBlast, which the
+//                              native path's mm, bmm and addmm use (native_blas.cc; tests)
 //   fallback_counts() -> dict  {operator name: calls} of the calls that ran a CPU kernel since
 //                              start or the last reset (fallback_counts.h)
 //   reset_fallback_counts()    sets them to 0
@@ -306,6 +308,10 @@ PyObject* py_native_copy_calls(PyObject*, PyObject*) {
 
 PyObject* py_native_operator_calls(PyObject*, PyObject*) {
   return PyLong_FromUnsignedLongLong(native_operator_calls());
+}
+
+PyObject* py_native_matrix_products(PyObject*, PyObject*) {
+  return PyBool_FromLong(native_matrix_products());
 }
 
 PyObject* py_fallback_counts(PyObject*, PyObject*) {
@@ -636,6 +642,8 @@ PyMethodDef kMethods[] = {
      "Launches of the native strided copy, since start."},
     {"native_operator_calls", py_native_operator_calls, METH_NOARGS,
      "Operator calls a native kernel answered, since start."},
+    {"native_matrix_products", py_native_matrix_products, METH_NOARGS,
+     "Whether the module was built with CLBlast, for the native path's matrix products."},
     {"fallback_counts", py_fallback_counts, METH_NOARGS,
      "{operator: calls} of the calls that ran a CPU kernel, since start or the last reset."},
     {"reset_fallback_counts", py_reset_fallback_counts, METH_NOARGS,

@@ -7,13 +7,16 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "adapters/torch/device.h"
 #include "adapters/torch/host_view.h"
+#include "adapters/torch/native_kernel_table.h"
 #include "adapters/torch/native_kernels.h"
 #include "oclvm/instructions/builder.h"
 #include "oclvm/instructions/instructions.h"
@@ -33,7 +36,9 @@ namespace oclvm::torch_adapter {
 // dimensions in place: rows or columns contiguous, with a leading dimension (a transposed view is
 // read as the transpose of a row-major matrix, so autograd's mat.t() costs no copy); any other
 // layout is made contiguous first by the native strided copy. The result is contiguous, as the
-// CPU's. addmm writes self, broadcast to the result's shape, into the result first and lets
+// CPU's. Sizes, strides and offsets past 2^31 elements are CLBlast's limit (it passes them to its
+// kernels as int): such calls are not taken, and an operand that lies that far into its buffer
+// fails with an error. addmm writes self, broadcast to the result's shape, into the result first and lets
 // CLBlast add beta times it; with beta 0 it does not, and CLBlast does not read the result then,
 // so NaN in self does not spread (the CPU ignores self then too).
 //
@@ -49,7 +54,7 @@ namespace oclvm::torch_adapter {
 #if defined(OCLVM_WITH_CLBLAST)
 namespace {
 
-bool is_device(const at::Tensor& t) { return t.device().type() == c10::DeviceType::PrivateUse1; }
+constexpr int64_t kIntMax = std::numeric_limits<int32_t>::max();
 
 // Whether `t` may be an operand of a product on `device`, as a matrix (dim 2) or a batch (dim 3).
 bool plain_matrix(const at::Tensor& t, c10::DeviceIndex device, int64_t dim) {
@@ -83,6 +88,16 @@ std::optional<opencl::GemmMatrix> in_place(const at::Tensor& t) {
     }
   }
   return std::nullopt;
+}
+
+// Whether every size and stride of `t` is an int: CLBlast hands its kernels sizes, leading
+// dimensions, offsets and batch strides as int.
+bool fits_int(const at::Tensor& t) {
+  if (!t.defined()) return true;
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    if (t.size(d) > kIntMax || t.stride(d) > kIntMax) return false;
+  }
+  return span_elements(t) <= kIntMax;
 }
 
 // An operand and how CLBlast reads it: `t` itself, or a contiguous copy of it.
@@ -134,10 +149,12 @@ void enqueue_product(const at::Tensor& out, const Operand& a, const Operand& b, 
           const std::array<opencl::GemmMatrix*, 3> matrices{&call.c, &call.a, &call.b};
           for (size_t i = 0; i < matrices.size(); ++i) {
             const NativeBuffer& buffer = context.buffers[i];
-            if (buffer.offset % element != 0) {
+            if (buffer.offset % element != 0 ||
+                (buffer.offset + buffer.bytes) / element > static_cast<size_t>(kIntMax)) {
               throw BackendError("Expected a GEMM operand to start at a whole element of its "
-                                 "buffer, but it starts at byte " + std::to_string(buffer.offset),
-                                 0);
+                                 "buffer and to end within 2^31 elements of its start, but it "
+                                 "spans bytes " + std::to_string(buffer.offset) + " to " +
+                                 std::to_string(buffer.offset + buffer.bytes), 0);
             }
             matrices[i]->memory = buffer.memory;
             matrices[i]->offset = buffer.offset / element;
@@ -153,7 +170,7 @@ void enqueue_product(const at::Tensor& out, const Operand& a, const Operand& b, 
 // otherwise.
 std::optional<c10::DeviceIndex> product_device(const at::Tensor& a, const at::Tensor& b,
                                                int64_t dim) {
-  if (!a.defined() || !is_device(a)) return std::nullopt;
+  if (!a.defined() || !is_device(a) || !fits_int(a) || !fits_int(b)) return std::nullopt;
   const c10::DeviceIndex device = a.device().index();
   if (!native_kernels(device) || !plain_matrix(a, device, dim) || !plain_matrix(b, device, dim) ||
       a.scalar_type() != b.scalar_type()) {
@@ -198,13 +215,23 @@ std::optional<at::Tensor> native_addmm(const at::Tensor& self, const at::Tensor&
   const std::array<int64_t, 2> sizes{mat1.size(0), mat2.size(1)};
   if (self.dim() > 2 || !at::is_expandable_to(self.sizes(), sizes)) return std::nullopt;
   const double scale = alpha.toDouble(), bias_scale = beta.toDouble();
+  const auto overflows_float = [](double v) {
+    return std::isfinite(v) && std::abs(v) > std::numeric_limits<float>::max();
+  };
+  if (mat1.scalar_type() == at::kFloat && (overflows_float(scale) || overflows_float(bias_scale))) {
+    return std::nullopt;  // the CPU's error: the scalar does not fit a float
+  }
   at::Tensor out = at::empty(sizes, mat1.options());
   if (bias_scale != 0 && !native_copy(self, out)) out.copy_(self);
   enqueue_product(out, operand(mat1), operand(mat2), scale, bias_scale);
   return out;
 }
 
+bool native_matrix_products() { return true; }
+
 #else  // a module built without CLBlast: the CPU kernels answer
+
+bool native_matrix_products() { return false; }
 
 std::optional<at::Tensor> native_mm(const at::Tensor&, const at::Tensor&) { return std::nullopt; }
 std::optional<at::Tensor> native_bmm(const at::Tensor&, const at::Tensor&) { return std::nullopt; }

@@ -29,6 +29,7 @@
 #include "adapters/torch/allocator.h"
 #include "adapters/torch/device.h"
 #include "adapters/torch/host_view.h"
+#include "adapters/torch/native_kernel_table.h"
 #include "oclvm/instructions/builder.h"
 #include "oclvm/instructions/instructions.h"
 
@@ -66,17 +67,54 @@ namespace oclvm::torch_adapter {
 // The same generated kernels copy (BinaryOp::kCopy, native_copy: out = self, the scalar operand
 // unused): the elements are read and written as the integer type of their size, so the bits move
 // unchanged whatever the dtype. cat is one such copy per input, into its slice of the result.
+// They also compute tanh of a float32 or float64 tensor (kTanh, the scalar operand unused;
+// OpenCL's tanh, within a few ulps of the CPU's, the result laid out as the unary operator's) and
+// its backward, grad * (1 - output^2) as one fma and a product (kTanhBackward): the CPU's bits, as
+// torch's compiled CPU kernel fuses 1 - b * b too. No kernel contracts a * b + c on its own
+// (FP_CONTRACT OFF): each rounds where the CPU's does.
 
 namespace {
 
-constexpr size_t kMaxRank = 6;
 constexpr size_t kOperands = 3;  // out, self, other
 
 std::atomic<uint64_t> g_launches{0};  // of operators (native_kernel_calls)
 std::atomic<uint64_t> g_copies{0};    // of native_copy (native_copy_calls)
 std::atomic<uint64_t> g_calls{0};     // operator calls answered natively (native_operator_calls)
 
-// The OpenCL C type holding a dtype's elements; nullptr for a dtype the kernels do not read.
+// The compiled kernels of every family (native_kernel_table.h), by (family, device, id).
+class KernelTable {
+ public:
+  std::shared_ptr<const Kernel> get(c10::DeviceIndex device, NativeKernelFamily family,
+                                    uint64_t id, const std::function<KernelSource()>& make) {
+    const uint64_t key = (static_cast<uint64_t>(family) << 56) |
+                         (static_cast<uint64_t>(static_cast<uint8_t>(device)) << 48) |
+                         (id & ((uint64_t{1} << 48) - 1));
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      auto it = kernels_.find(key);
+      if (it != kernels_.end()) return it->second;
+    }
+    const KernelSource source = make();
+    std::shared_ptr<const Kernel> kernel;
+    try {
+      kernel = translate_errors(
+          [&] { return runtime().builder().kernel(to_oclvm(device), source); });
+    } catch (const c10::Error& e) {
+      const std::string what = e.what_without_backtrace();
+      TORCH_WARN("oclvm: opencl:", static_cast<int>(device), " could not build the native kernel ",
+                 source.name, "; its calls run a CPU kernel: ", what.substr(0, what.find('\n')));
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    return kernels_.emplace(key, std::move(kernel)).first->second;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::unordered_map<uint64_t, std::shared_ptr<const Kernel>> kernels_;  // guarded by mutex_
+};
+
+}  // namespace
+
 const char* cl_type(at::ScalarType type) {
   switch (type) {
     case at::kFloat: return "float";
@@ -90,6 +128,15 @@ const char* cl_type(at::ScalarType type) {
     default: return nullptr;
   }
 }
+
+std::shared_ptr<const Kernel> native_kernel(c10::DeviceIndex device, NativeKernelFamily family,
+                                            uint64_t id,
+                                            const std::function<KernelSource()>& source) {
+  static KernelTable* const table = new KernelTable();  // never destroyed: used until exit
+  return table->get(device, family, id, source);
+}
+
+namespace {
 
 // The dtypes the kernels compute in and write.
 bool computes_in(at::ScalarType type) { return type != at::kBool && cl_type(type) != nullptr; }
@@ -170,6 +217,8 @@ const char* op_name(BinaryOp op) {
     case BinaryOp::kMul: return "mul";
     case BinaryOp::kDiv: return "div";
     case BinaryOp::kCopy: return "copy";
+    case BinaryOp::kTanh: return "tanh";
+    case BinaryOp::kTanhBackward: return "tanh_backward";
   }
   return "?";
 }
@@ -196,6 +245,10 @@ std::string expression(BinaryOp op, at::ScalarType compute) {
       return "x / y";
     case BinaryOp::kCopy:
       return "x";
+    case BinaryOp::kTanh:
+      return "tanh(x)";
+    case BinaryOp::kTanhBackward:  // the CPU kernel's a * (1 - b * b), its 1 - b * b fused
+      return "x * fma(-y, y, (" + t + ")1)";
   }
   return "";
 }
@@ -210,6 +263,8 @@ KernelSource binary_source(const BinaryKernelKey& key) {
   const bool doubles = key.out == at::kDouble || key.self == at::kDouble ||
                        key.other == at::kDouble || key.compute == at::kDouble;
   if (doubles) s += "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n";
+  // Each product and sum rounds on its own, as in the CPU's kernels (fma only where written).
+  s += "#pragma OPENCL FP_CONTRACT OFF\n";
   s += "__kernel void " + name + "(OCLVM_BLOB(" + to + ", out), OCLVM_BLOB(" + ta + ", a), ";
   s += key.other_is_scalar ? tc + " b_value, " : "OCLVM_BLOB(" + tb + ", b), ";
   s += tc + " alpha, ulong n";
@@ -241,55 +296,19 @@ KernelSource binary_source(const BinaryKernelKey& key) {
                       float_division ? "-cl-fp32-correctly-rounded-divide-sqrt" : ""};
 }
 
-// The compiled kernels, per device and key; nullptr for a kernel the device could not build
-// (float64 without cl_khr_fp64, a build option the driver refuses), tried once and warned of once:
-// its calls take the host kernel. A call that finds its kernel builds no source: the lookup is one
-// packed 64-bit key.
-class KernelTable {
- public:
-  std::shared_ptr<const Kernel> get(c10::DeviceIndex device, const BinaryKernelKey& key) {
-    const uint64_t id = packed(device, key);
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      auto it = kernels_.find(id);
-      if (it != kernels_.end()) return it->second;
-    }
-    const KernelSource source = binary_source(key);
-    std::shared_ptr<const Kernel> kernel;
-    try {
-      kernel = translate_errors(
-          [&] { return runtime().builder().kernel(to_oclvm(device), source); });
-    } catch (const c10::Error& e) {
-      const std::string what = e.what_without_backtrace();
-      TORCH_WARN("oclvm: opencl:", static_cast<int>(device), " could not build the native kernel ",
-                 source.name, "; its calls run a CPU kernel: ", what.substr(0, what.find('\n')));
-    }
-    std::lock_guard<std::mutex> lock(mutex_);
-    return kernels_.emplace(id, std::move(kernel)).first->second;
-  }
-
- private:
-  // Device index, op, the four scalar types (each below 256), the scalar flag and the rank
-  // (below 128), one field each.
-  static uint64_t packed(c10::DeviceIndex device, const BinaryKernelKey& key) {
-    static_assert(kMaxRank < 0x80);
-    const auto type = [](at::ScalarType t) { return static_cast<uint64_t>(t) & 0xff; };
-    return (static_cast<uint64_t>(static_cast<uint8_t>(device)) << 48) |
-           (static_cast<uint64_t>(key.op) << 40) | (type(key.out) << 32) |
-           (type(key.self) << 24) | (type(key.other) << 16) | (type(key.compute) << 8) |
-           (static_cast<uint64_t>(key.other_is_scalar) << 7) | (key.rank & 0x7f);
-  }
-
-  std::mutex mutex_;
-  std::unordered_map<uint64_t, std::shared_ptr<const Kernel>> kernels_;  // guarded by mutex_
-};
-
-KernelTable& kernel_table() {
-  static KernelTable* const table = new KernelTable();  // never destroyed: used until exit
-  return *table;
+// The generated kernel for `key` on `device` (nullptr when the device cannot build it): the packed
+// 64-bit id of the key (device index, op, the four scalar types, each below 256, the scalar flag
+// and the rank, below 128, one field each) finds it without building its source.
+std::shared_ptr<const Kernel> binary_kernel(c10::DeviceIndex device, const BinaryKernelKey& key) {
+  static_assert(kMaxRank < 0x80);
+  const auto type = [](at::ScalarType t) { return static_cast<uint64_t>(t) & 0xff; };
+  const uint64_t id = (static_cast<uint64_t>(key.op) << 40) | (type(key.out) << 32) |
+                      (type(key.self) << 24) | (type(key.other) << 16) |
+                      (type(key.compute) << 8) |
+                      (static_cast<uint64_t>(key.other_is_scalar) << 7) | (key.rank & 0x7f);
+  return native_kernel(device, NativeKernelFamily::kElementwise, id,
+                       [&] { return binary_source(key); });
 }
-
-bool is_device(const at::Tensor& t) { return t.device().type() == c10::DeviceType::PrivateUse1; }
 
 // Whether a tensor may be an operand of a native kernel on `device`.
 bool plain_operand(const at::Tensor& t, c10::DeviceIndex device) {
@@ -372,7 +391,7 @@ std::shared_ptr<const Kernel> kernel_for(BinaryOp op, at::ScalarType compute,
   const BinaryKernelKey key{op,      out.scalar_type(), self.scalar_type(),
                             scalar ? compute : other.scalar_type(),
                             compute, scalar,            layout->rank};
-  return kernel_table().get(out.device().index(), key);
+  return binary_kernel(out.device().index(), key);
 }
 
 // Whether no two elements of `t` share memory: its dimensions of more than one element, in
@@ -459,7 +478,7 @@ bool copy_on_device(const at::Tensor& src, const at::Tensor& dst,
   if (!make_layout(dst.sizes(), {&dst, &src, nullptr}, &layout)) return false;
   const BinaryKernelKey key{BinaryOp::kCopy, bits, bits, bits, bits, /*other_is_scalar=*/true,
                             layout.rank};
-  const std::shared_ptr<const Kernel> kernel = kernel_table().get(dst.device().index(), key);
+  const std::shared_ptr<const Kernel> kernel = binary_kernel(dst.device().index(), key);
   if (kernel == nullptr) return false;
   // The kernel's scalar operand (a zero) and its alpha are in its signature, unused.
   const at::Tensor unused = at::native::wrapped_scalar_tensor(0);
@@ -517,6 +536,34 @@ std::optional<at::Tensor> native_dropout_grad(const at::Tensor& grad, const at::
     return out;
   }
   return at::mul(*masked, factor);  // the dtype the native path lacks: mul's own kernel
+}
+
+std::optional<at::Tensor> native_tanh(const at::Tensor& self) {
+  if (!self.defined() || !is_device(self) || !native_kernels(self.device().index()) ||
+      self.layout() != at::kStrided || self.is_conj() || self.is_neg() ||
+      (self.scalar_type() != at::kFloat && self.scalar_type() != at::kDouble)) {
+    return std::nullopt;  // integers promote to float on the CPU: its kernel answers
+  }
+  // The unary operator's layout: TensorIterator's for self with itself.
+  at::Tensor out = new_result(self.sizes(), self.scalar_type(), self, self);
+  if (out.numel() == 0) return out;
+  const at::Tensor unused = at::native::wrapped_scalar_tensor(0.0);
+  Layout layout;
+  const std::shared_ptr<const Kernel> kernel =
+      kernel_for(BinaryOp::kTanh, self.scalar_type(), out, self, unused, &layout);
+  if (kernel == nullptr) return std::nullopt;
+  launch(BinaryOp::kTanh, self.scalar_type(), out, self, unused, 1, layout, kernel);
+  return out;
+}
+
+std::optional<at::Tensor> native_tanh_backward(const at::Tensor& grad, const at::Tensor& output) {
+  // Two device tensors of one float dtype (tanh_backward checks every tensor's device).
+  if (!grad.defined() || !output.defined() || !is_device(grad) || !is_device(output) ||
+      grad.scalar_type() != output.scalar_type() ||
+      (grad.scalar_type() != at::kFloat && grad.scalar_type() != at::kDouble)) {
+    return std::nullopt;
+  }
+  return native_binary(BinaryOp::kTanhBackward, grad, output, 1);
 }
 
 std::optional<at::Tensor> native_pow(const at::Tensor& self, const at::Scalar& exponent) {
@@ -594,10 +641,12 @@ std::optional<at::Tensor> native_cat(const at::ITensorListRef& tensors, int64_t 
 bool native_float64(c10::DeviceIndex index) {
   const BinaryKernelKey key{BinaryOp::kAdd, at::kDouble, at::kDouble, at::kDouble,
                             at::kDouble,    /*other_is_scalar=*/true, /*rank=*/1};
-  return kernel_table().get(index, key) != nullptr;
+  return binary_kernel(index, key) != nullptr;
 }
 
 uint64_t native_kernel_calls() { return g_launches.load(std::memory_order_relaxed); }
+
+void count_native_launch() { g_launches.fetch_add(1, std::memory_order_relaxed); }
 
 uint64_t native_copy_calls() { return g_copies.load(std::memory_order_relaxed); }
 

@@ -1,9 +1,10 @@
 // adapters/torch/native_kernels.h — operators computed by OpenCL kernels on the device (the
 // native path), on devices that take it (native_kernels() in device.h).
 //
-// Each function here runs an operator as LaunchKernel instructions (or, for the matrix products,
-// a NativeCall of CLBlast's: native_blas.cc) through the adapter's Runtime, on the current stream
-// of the operands' device, or answers that it does not take the call
+// Each function here runs an operator as LaunchKernel instructions (native_kernels.cc: elementwise
+// arithmetic and copies; native_reduce.cc: sums) or, for the matrix products, a NativeCall of
+// CLBlast's (native_blas.cc), through the adapter's Runtime, on the current stream of the
+// operands' device, or answers that it does not take the call
 // (nullopt / false) having done nothing, and the caller goes on to the host kernel or the CPU
 // fallback: the values and errors of those calls stay the CPU's. Note [Native elementwise
 // kernels] in native_kernels.cc says which calls are taken.
@@ -21,7 +22,9 @@
 namespace oclvm::torch_adapter {
 
 // kCopy: out = self, the element's bits moved unchanged (native_copy; `other` is unused).
-enum class BinaryOp : uint8_t { kAdd, kSub, kMul, kDiv, kCopy };
+// kTanh: out = tanh(self) (`other` is unused); kTanhBackward: out = self * (1 - other * other),
+// the gradient through tanh from its output `other`.
+enum class BinaryOp : uint8_t { kAdd, kSub, kMul, kDiv, kCopy, kTanh, kTanhBackward };
 
 // self (op) other for an op other than kCopy, `alpha` scaling other for kAdd and kSub (1 for the
 // others), as the functional operator (add.Tensor, ...); nullopt when the native path does not
@@ -58,6 +61,19 @@ std::optional<at::Tensor> native_bmm(const at::Tensor& self, const at::Tensor& m
 std::optional<at::Tensor> native_addmm(const at::Tensor& self, const at::Tensor& mat1,
                                        const at::Tensor& mat2, const at::Scalar& beta,
                                        const at::Scalar& alpha);
+
+// tanh of a float32 or float64 tensor, and tanh_backward(grad, output) of two such device
+// tensors: one launch each; nullopt when the native path does not take the call.
+std::optional<at::Tensor> native_tanh(const at::Tensor& self);
+std::optional<at::Tensor> native_tanh_backward(const at::Tensor& grad, const at::Tensor& output);
+
+// Whether the module was built with CLBlast: without it the three above always decline.
+bool native_matrix_products();
+
+// sum.dim_IntList as one generated kernel (Note [Native sums] in native_reduce.cc); nullopt when
+// the native path does not take the call.
+std::optional<at::Tensor> native_sum(const at::Tensor& self, at::OptionalIntArrayRef dim,
+                                     bool keepdim, std::optional<at::ScalarType> dtype);
 
 // Whether device `index`'s native kernels compute in float64 (cl_khr_fp64): whether it builds
 // one; asked of the device once.
@@ -145,6 +161,26 @@ struct NativeKernel<at::_ops::cat> {
   }
 };
 
+template <>
+struct NativeKernel<at::_ops::tanh> {
+  static constexpr bool exists = true;
+  static std::optional<at::Tensor> call(const at::Tensor& self) { return native_tanh(self); }
+};
+template <>
+struct NativeKernel<at::_ops::tanh_backward> {
+  static constexpr bool exists = true;
+  static std::optional<at::Tensor> call(const at::Tensor& grad, const at::Tensor& output) {
+    return native_tanh_backward(grad, output);
+  }
+};
+template <>
+struct NativeKernel<at::_ops::sum_dim_IntList> {
+  static constexpr bool exists = true;
+  static std::optional<at::Tensor> call(const at::Tensor& self, at::OptionalIntArrayRef dim,
+                                        bool keepdim, std::optional<at::ScalarType> dtype) {
+    return native_sum(self, dim, keepdim, dtype);
+  }
+};
 template <>
 struct NativeKernel<at::_ops::mm> {
   static constexpr bool exists = true;

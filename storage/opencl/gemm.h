@@ -30,8 +30,8 @@ struct GemmMatrix {
 };
 
 // C := alpha * op(A) * op(B) + beta * C for `batch` matrices of m x n (op(A) m x k, op(B) k x n).
-// With beta == 0, C is written without being read (CLBlast's kernels skip beta * C then), so it
-// may hold anything before, NaN included.
+// With beta == 0, C's values are not used (CLBlast's kernels skip beta * C then; a batched product
+// may still copy C into its scratch space), so C may hold anything before, NaN included.
 struct GemmCall {
   DType dtype = DType::kF32;  // kF32 or kF64
   size_t batch = 1;

@@ -18,7 +18,8 @@ both directions.
 Every training scenario (tests/torch/model_families_util.py) builds the model on the CPU, moves a
 deep copy with `model.to("opencl")`, makes the device optimizer before or after that move, seeds
 both sides with torch.manual_seed right before their loops and asserts: equal losses, every
-parameter and buffer equal to the CPU's (rtol 1e-5; a bfloat16 tolerance under autocast), tied
+parameter and buffer equal to the CPU's (rtol 1e-5; a bfloat16 tolerance under autocast; on the
+native path the float32 tolerances of `EXACT` and `ADAMW_ON_NATIVE`), tied
 weights still one Parameter on the device, and device memory back where it started. One test
 trains 100 steps and asserts that the allocated bytes do not grow between step 10 and step 100.
 """
@@ -467,8 +468,9 @@ def optimizer_for(family):
 # On the native path the products are CLBlast's (model_families_util: `EXACT`), and AdamW divides
 # each gradient by its own running size: where a gradient is small, the rounding of its sums moves
 # the step by a visible fraction of lr (the diffusers UNet's convolutions: 3.7e-5 after three steps
-# of lr 1e-3, whose moves reach 3e-3). A wrong kernel moves parameters by the order of lr itself.
-ADAMW_ON_NATIVE = dict(rtol=1e-3, atol=1e-4)
+# of lr 1e-3, whose moves reach 3e-3). A wrong kernel moves parameters by the order of lr itself,
+# so the allowance stays an absolute tenth of a step, also for parameters near 1 (layer norms).
+ADAMW_ON_NATIVE = dict(rtol=1e-5, atol=1e-4)
 
 
 @by_name

@@ -459,11 +459,41 @@ def test_cat_writes_each_input_with_one_launch(dtype):
         torch.cat([x[0, 0], x[0, 0]])
 
 
+@native_only
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_tanh_and_its_backward_are_one_launch_each(dtype):
+    """tanh within the device's few ulps of the CPU's; its backward the CPU's bits (its 1 - y * y
+    is one fma, as the CPU's compiled kernel has it)."""
+    g = torch.Generator().manual_seed(16)
+    x = make((7, 9), dtype, g) * 3
+    x[0, :4] = torch.tensor([float("inf"), -float("inf"), float("nan"), -0.0], dtype=dtype)
+    torch.opencl.reset_fallback_counts()
+    for view in [lambda t: t, lambda t: t.t(), lambda t: t[:, ::2]]:
+        before = launches()
+        got, expected = torch.tanh(view(x.to("opencl"))), torch.tanh(view(x))
+        assert launches() == before + 1 and got.stride() == expected.stride()
+        torch.testing.assert_close(got.cpu(), expected, equal_nan=True)
+        grad = make(expected.shape, dtype, g)
+        before = launches()
+        got = torch.ops.aten.tanh_backward(on_device_as(grad), on_device_as(expected))
+        assert launches() == before + 1
+        expect_same(got, torch.ops.aten.tanh_backward(grad, expected))
+    assert torch.opencl.fallback_counts() == {}
+    before = launches()  # an integer tensor promotes: the CPU kernel answers, with its values
+    expect_same(torch.tanh(torch.arange(4, device="opencl")), torch.tanh(torch.arange(4)))
+    assert launches() == before
+
+
 def answered_natively():
     return oclvm._C.native_operator_calls()
 
 
+with_clblast = pytest.mark.skipif(not oclvm._C.native_matrix_products(),
+                                  reason="the module was built without CLBlast")
+
+
 @native_only
+@with_clblast
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
 def test_matrix_products_are_one_clblast_call_each(dtype):
     """mm, bmm and addmm: one native call, operands read in place when their rows or columns are
@@ -473,6 +503,8 @@ def test_matrix_products_are_one_clblast_call_each(dtype):
     x, y = make((3, 6, 4), dtype, g), make((3, 4, 5), dtype, g)
     bias, c = make((5,), dtype, g), make((9, 5), dtype, g)
     nan_bias = torch.full((9, 5), float("nan"), dtype=dtype)
+    big_a, big_b = make((520, 300), dtype, g), make((260, 300), dtype, g)
+    big_x, big_y = make((3, 100, 130), dtype, g), make((3, 130, 140), dtype, g)
     # (operator, its operands made with `to` from CPU tensors, keyword arguments, strided copies:
     # addmm's self into its result, and operands CLBlast cannot read in place)
     cases = [
@@ -493,6 +525,9 @@ def test_matrix_products_are_one_clblast_call_each(dtype):
         (torch.addmm, lambda to: (to(bias)[None], to(a), to(b)), {"beta": 2, "alpha": 3}, 1),
         (torch.addmm, lambda to: (to(c), to(a.t().contiguous()).t(), to(b)), {"alpha": -0.5}, 1),
         (torch.addmm, lambda to: (to(nan_bias), to(a), to(b)), {"beta": 0}, 0),  # self ignored
+        # large enough for CLBlast's indirect kernels (padding, scratch buffers), batched too
+        (torch.mm, lambda to: (to(big_a), to(big_b).t()), {}, 0),
+        (torch.bmm, lambda to: (to(big_x), to(big_y)), {}, 0),
     ]
     torch.opencl.reset_fallback_counts()
     for op, operands, kwargs, strided_copies in cases:
@@ -501,11 +536,25 @@ def test_matrix_products_are_one_clblast_call_each(dtype):
         assert answered_natively() == before + 1, op
         assert copies() == before_copies + strided_copies, op
         assert got.device.type == "opencl" and got.stride() == expected.stride()
-        torch.testing.assert_close(got.cpu(), expected)
+        # float32 sums of k products in another order: within k ulps of the terms' size
+        tolerance = dict(rtol=1e-4, atol=1e-4) if got.shape[-1] > 100 else {}
+        torch.testing.assert_close(got.cpu(), expected, **tolerance)
     assert torch.opencl.fallback_counts() == {}
+    # beta 0: CLBlast does not use the result's old contents, NaN included (the allocator hands a
+    # freed block of the same size straight back)
+    for left, right in [(a, b), (big_a, big_b.t())]:
+        left, right = left.to("opencl"), on_device_as(right)
+        stale = torch.full((left.shape[0], right.shape[1]), float("nan"), dtype=dtype,
+                           device="opencl")
+        address = stale.data_ptr()
+        del stale
+        got = torch.mm(left, right)
+        assert got.data_ptr() == address
+        assert not torch.isnan(got.cpu()).any()
 
 
 @native_only
+@with_clblast
 def test_matrix_products_the_native_path_leaves_give_the_cpus_values_and_errors():
     g = torch.Generator().manual_seed(13)
     a, b = make((4, 3), torch.float32, g), make((3, 2), torch.float32, g)
@@ -525,6 +574,8 @@ def test_matrix_products_the_native_path_leaves_give_the_cpus_values_and_errors(
         torch.addmm(torch.ones(3, device="opencl"), da, db)
     with pytest.raises(RuntimeError, match="device"):
         torch.mm(da, b)
+    with pytest.raises(RuntimeError, match="without overflow"):
+        torch.addmm(db[0], da, db, alpha=1e39)
     assert torch.equal(da.cpu(), a) and torch.equal(db.cpu(), b)
     if torch.opencl.device_count() > 1:
         got = torch.mm(a.to("opencl:1"), b.to("opencl:1"))
@@ -532,6 +583,56 @@ def test_matrix_products_the_native_path_leaves_give_the_cpus_values_and_errors(
         torch.testing.assert_close(got.cpu(), a @ b)
         with pytest.raises(RuntimeError, match="device"):
             torch.mm(da, b.to("opencl:1"))
+
+
+@native_only
+@pytest.mark.parametrize("dtype", DTYPES + [torch.bool], ids=str)
+def test_sums_are_one_launch_with_the_cpus_dtype_shape_and_layout(dtype):
+    """sum over any dimensions, any layout: floats within the rounding of the CPU's cascade sum,
+    integers and bools (summed as int64) to the bit."""
+    g = torch.Generator().manual_seed(14)
+    x = make((4, 5, 6), dtype, g) if dtype != torch.bool else torch.rand(4, 5, 6, generator=g) > 0.5
+    dims = [(0,), (1,), (2,), (0, 2), (-1, 0), (), None]
+    views = [lambda t: t, lambda t: t.transpose(0, 2), lambda t: t[:, ::2],
+             lambda t: t.unsqueeze(1).expand(4, 3, 5, 6)]  # a stride of 0
+    torch.opencl.reset_fallback_counts()
+    for view in views:
+        cpu, dev = view(x), view(x.to("opencl"))
+        for dim in dims:
+            for keepdim in (False, True):
+                before = launches()
+                got = torch.ops.aten.sum.dim_IntList(dev, dim, keepdim)
+                expected = torch.ops.aten.sum.dim_IntList(cpu, dim, keepdim)
+                assert launches() == before + 1
+                assert (got.dtype, got.shape, got.stride()) == (
+                    expected.dtype, expected.shape, expected.stride())
+                if dtype.is_floating_point:
+                    torch.testing.assert_close(got.cpu(), expected)
+                else:
+                    assert torch.equal(got.cpu(), expected)
+    assert torch.opencl.fallback_counts() == {}
+
+
+@native_only
+def test_sums_keep_infinities_and_nan_and_leave_the_rest_to_the_cpu():
+    inf, nan = float("inf"), float("nan")
+    x = torch.tensor([[1.0, inf, 2.0], [inf, -inf, 1.0], [nan, 1.0, 2.0], [3e38, 3e38, -3e38]])
+    expect_same(x.to("opencl").sum(1), x.sum(1))
+    long_sum = torch.randn(100_000, generator=torch.Generator().manual_seed(15))
+    torch.testing.assert_close(long_sum.to("opencl").sum().cpu(), long_sum.sum())
+    # an empty reduction is zero; an empty result is empty
+    expect_same(torch.ones(0, 3, device="opencl").sum(0), torch.zeros(3))
+    assert torch.ones(3, 0, device="opencl").sum(0).shape == (0,)
+    # what it does not take: another dtype, float16, the CPU's errors
+    y = torch.arange(6.0).reshape(2, 3)
+    before = launches()
+    expect_same(y.to("opencl").sum(0, dtype=torch.float64), y.sum(0, dtype=torch.float64))
+    expect_same(y.half().to("opencl").sum(0), y.half().sum(0))
+    assert launches() == before
+    with pytest.raises(IndexError, match="Dimension out of range"):
+        y.to("opencl").sum(2)
+    with pytest.raises(RuntimeError, match="appears multiple times"):
+        y.to("opencl").sum((0, 0))
 
 
 def test_copies_of_shapes_that_do_not_broadcast_give_the_cpus_errors():

@@ -1,0 +1,45 @@
+// adapters/torch/native_kernel_table.h — what the native path's generated kernels share
+// (native_kernels.cc, native_reduce.cc): the OpenCL C type of a dtype, the rank limit of an
+// iteration space, and the table of compiled kernels.
+//
+// Thread-safety: any thread; the table is under a mutex.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/ScalarType.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+
+#include "oclvm/storage/kernel.h"
+
+namespace oclvm::torch_adapter {
+
+// The most dimensions a generated kernel walks (after merging).
+constexpr size_t kMaxRank = 6;
+
+// The OpenCL C type holding a dtype's elements ("float", "uchar" for bool); nullptr for a dtype
+// the kernels do not read.
+const char* cl_type(at::ScalarType type);
+
+inline bool is_device(const at::Tensor& t) {
+  return t.device().type() == c10::DeviceType::PrivateUse1;
+}
+
+// Which generator a kernel comes from: its ids are its own.
+enum class NativeKernelFamily : uint8_t { kElementwise, kReduction };
+
+// The compiled kernel `id` (below 2^48) of `family` on `device`: built from `source()` on the
+// first call and kept until exit; nullptr, warned of once, when the device cannot build it
+// (float64 without cl_khr_fp64, a build option the driver refuses), and then its calls take the
+// host kernel. A call that finds its kernel builds no source.
+std::shared_ptr<const Kernel> native_kernel(c10::DeviceIndex device, NativeKernelFamily family,
+                                            uint64_t id,
+                                            const std::function<KernelSource()>& source);
+
+// Counts one launch of a native operator (native_kernel_calls in native_kernels.h).
+void count_native_launch();
+
+}  // namespace oclvm::torch_adapter
