@@ -1,5 +1,5 @@
 // adapters/torch/native_kernel_table.h — what the native path's generated kernels share
-// (native_kernels.cc, native_reduce.cc): the OpenCL C type of a dtype, the rank limit of an
+// (native_kernels.cc, native_reduce.cc, native_norm.cc): the OpenCL C type of a dtype, the rank limit of an
 // iteration space, and the table of compiled kernels.
 //
 // Thread-safety: any thread; the table is under a mutex.
@@ -12,7 +12,9 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <vector>
 
+#include "oclvm/instructions/instructions.h"
 #include "oclvm/storage/kernel.h"
 
 namespace oclvm::torch_adapter {
@@ -41,5 +43,10 @@ std::shared_ptr<const Kernel> native_kernel(c10::DeviceIndex device, NativeKerne
 
 // Counts one launch of a native operator (native_kernel_calls in native_kernels.h).
 void count_native_launch();
+
+// Runs `kernel` with `args` over `work_items` work-items on the current stream of `out`'s device,
+// and waits for it; oclvm's errors become the matching c10 errors. Counts nothing.
+void run_native_kernel(const std::shared_ptr<const Kernel>& kernel, const at::Tensor& out,
+                       const std::vector<LaunchArg>& args, size_t work_items);
 
 }  // namespace oclvm::torch_adapter

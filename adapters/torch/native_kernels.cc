@@ -370,13 +370,7 @@ void launch(BinaryOp op, at::ScalarType compute, const at::Tensor& out, const at
       args.push_back(LaunchArg::of(static_cast<int64_t>(layout.strides[k][d])));
     }
   }
-  LaunchRange range;
-  range.global[0] = static_cast<size_t>(n);
-  translate_errors([&] {
-    InstructionsBuilder builder = runtime().builder();
-    builder.launch(stream_of(out), kernel, range, args);
-    runtime().run(builder.take());
-  });
+  run_native_kernel(kernel, out, args, static_cast<size_t>(n));
   launches.fetch_add(1, std::memory_order_relaxed);
 }
 
@@ -647,6 +641,17 @@ bool native_float64(c10::DeviceIndex index) {
 uint64_t native_kernel_calls() { return g_launches.load(std::memory_order_relaxed); }
 
 void count_native_launch() { g_launches.fetch_add(1, std::memory_order_relaxed); }
+
+void run_native_kernel(const std::shared_ptr<const Kernel>& kernel, const at::Tensor& out,
+                       const std::vector<LaunchArg>& args, size_t work_items) {
+  LaunchRange range;
+  range.global[0] = work_items;
+  translate_errors([&] {
+    InstructionsBuilder builder = runtime().builder();
+    builder.launch(stream_of(out), kernel, range, args);
+    runtime().run(builder.take());
+  });
+}
 
 uint64_t native_copy_calls() { return g_copies.load(std::memory_order_relaxed); }
 

@@ -2,12 +2,12 @@
 // native path), on devices that take it (native_kernels() in device.h).
 //
 // Each function here runs an operator as LaunchKernel instructions (native_kernels.cc: elementwise
-// arithmetic and copies; native_reduce.cc: sums) or, for the matrix products, a NativeCall of
-// CLBlast's (native_blas.cc), through the adapter's Runtime, on the current stream of the
-// operands' device, or answers that it does not take the call
+// arithmetic and copies; native_reduce.cc: sums and softmax; native_norm.cc: layer norm) or, for
+// the matrix products, a NativeCall of CLBlast's (native_blas.cc), through the adapter's Runtime,
+// on the current stream of the operands' device, or answers that it does not take the call
 // (nullopt / false) having done nothing, and the caller goes on to the host kernel or the CPU
-// fallback: the values and errors of those calls stay the CPU's. Note [Native elementwise
-// kernels] in native_kernels.cc says which calls are taken.
+// fallback: the values and errors of those calls stay the CPU's. Each file's Note says which
+// calls it takes.
 //
 // Thread-safety: any thread, as every operator; the compiled kernels are shared under a mutex and
 // the VM orders the device work.
@@ -16,8 +16,10 @@
 #include <ATen/Operators.h>
 #include <ATen/core/Tensor.h>
 
+#include <array>
 #include <cstdint>
 #include <optional>
+#include <tuple>
 
 namespace oclvm::torch_adapter {
 
@@ -66,6 +68,24 @@ std::optional<at::Tensor> native_addmm(const at::Tensor& self, const at::Tensor&
 // tensors: one launch each; nullopt when the native path does not take the call.
 std::optional<at::Tensor> native_tanh(const at::Tensor& self);
 std::optional<at::Tensor> native_tanh_backward(const at::Tensor& grad, const at::Tensor& output);
+
+// _softmax (without half_to_float) and _softmax_backward_data of float32 or float64 tensors over
+// one dimension: one launch each, one row per work-item (Note [Native sums] in native_reduce.cc);
+// nullopt when the native path does not take the call.
+std::optional<at::Tensor> native_softmax(const at::Tensor& self, int64_t dim, bool half_to_float);
+std::optional<at::Tensor> native_softmax_backward(const at::Tensor& grad,
+                                                  const at::Tensor& output, int64_t dim,
+                                                  at::ScalarType input_dtype);
+
+// native_layer_norm and native_layer_norm_backward of float32 or float64 tensors (Note [Native
+// layer norm] in native_norm.cc); nullopt when the native path does not take the call.
+std::optional<std::tuple<at::Tensor, at::Tensor, at::Tensor>> native_layer_norm(
+    const at::Tensor& input, c10::SymIntArrayRef normalized,
+    const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias, double eps);
+std::optional<std::tuple<at::Tensor, at::Tensor, at::Tensor>> native_layer_norm_backward(
+    const at::Tensor& grad_out, const at::Tensor& input, c10::SymIntArrayRef normalized,
+    const at::Tensor& mean, const at::Tensor& rstd, const std::optional<at::Tensor>& weight,
+    const std::optional<at::Tensor>& bias, std::array<bool, 3> output_mask);
 
 // Whether the module was built with CLBlast: without it the three above always decline.
 bool native_matrix_products();
@@ -171,6 +191,42 @@ struct NativeKernel<at::_ops::tanh_backward> {
   static constexpr bool exists = true;
   static std::optional<at::Tensor> call(const at::Tensor& grad, const at::Tensor& output) {
     return native_tanh_backward(grad, output);
+  }
+};
+template <>
+struct NativeKernel<at::_ops::native_layer_norm> {
+  static constexpr bool exists = true;
+  static std::optional<std::tuple<at::Tensor, at::Tensor, at::Tensor>> call(
+      const at::Tensor& input, c10::SymIntArrayRef normalized,
+      const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias,
+      double eps) {
+    return native_layer_norm(input, normalized, weight, bias, eps);
+  }
+};
+template <>
+struct NativeKernel<at::_ops::native_layer_norm_backward> {
+  static constexpr bool exists = true;
+  static std::optional<std::tuple<at::Tensor, at::Tensor, at::Tensor>> call(
+      const at::Tensor& grad_out, const at::Tensor& input, c10::SymIntArrayRef normalized,
+      const at::Tensor& mean, const at::Tensor& rstd, const std::optional<at::Tensor>& weight,
+      const std::optional<at::Tensor>& bias, std::array<bool, 3> output_mask) {
+    return native_layer_norm_backward(grad_out, input, normalized, mean, rstd, weight, bias,
+                                      output_mask);
+  }
+};
+template <>
+struct NativeKernel<at::_ops::_softmax> {
+  static constexpr bool exists = true;
+  static std::optional<at::Tensor> call(const at::Tensor& self, int64_t dim, bool half_to_float) {
+    return native_softmax(self, dim, half_to_float);
+  }
+};
+template <>
+struct NativeKernel<at::_ops::_softmax_backward_data> {
+  static constexpr bool exists = true;
+  static std::optional<at::Tensor> call(const at::Tensor& grad, const at::Tensor& output,
+                                        int64_t dim, at::ScalarType input_dtype) {
+    return native_softmax_backward(grad, output, dim, input_dtype);
   }
 };
 template <>

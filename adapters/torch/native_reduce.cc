@@ -1,12 +1,14 @@
-// adapters/torch/native_reduce.cc — sum over dimensions on the native path: one generated OpenCL
-// kernel per (dtypes, kept rank, reduced rank), one work-item per element of the result
-// (native_kernels.h).
+// adapters/torch/native_reduce.cc — reductions along rows on the native path: sum over
+// dimensions, and softmax and its backward over one dimension; one generated OpenCL kernel per
+// (operator, dtypes, ranks), one work-item per row (native_kernels.h).
 
 #include <ATen/ops/empty.h>
 #include <c10/core/ScalarType.h>
 
 #include <algorithm>
 #include <array>
+#include <initializer_list>
+#include <memory>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -32,14 +34,23 @@ namespace oclvm::torch_adapter {
 // stride; the sizes and strides are kernel arguments.
 //
 // Floating sums add in the input's type in the order of the CPU's scalar cascade (aten's
-// multi-level row sum over the reduced elements in order: runs of 2^p elements into a first level,
-// whole runs up three more levels). The CPU walks other orders where it vectorises or interleaves
-// (a contiguous reduction's lanes, four interleaved chains for a few trailing columns), so the
+// multi-level row sum, here over all the reduced elements in order: runs of 2^p elements into a
+// first level, whole runs up three more levels). The CPU walks other orders where it vectorises or
+// interleaves (a contiguous reduction's lanes, four interleaved chains for a few trailing columns)
+// and cascades each inner row on its own when the reduced dimensions do not merge, adding the
+// rows' sums one after another, so the
 // values agree with its to its rounding, not always to the bit, with the cascade's O(log n) error
 // bound either way; infinities and NaN come out as on the CPU. Integer sums accumulate in int64
 // and wrap as the CPU's do: equal to the bit.
 //
-// Not taken (the CPU kernel answers): a `dtype=` other than the result's own, float16 and
+// _softmax and _softmax_backward_data of float32 and float64 tensors over one dimension, any
+// layout, the result contiguous as the CPU's, walk each row with the same offsets: softmax takes
+// the row's maximum, writes exp(x - max) and adds it up, then scales the row by 1 / the sum (the
+// CPU's last-dimension kernel's steps; OpenCL's exp and the order of the sum keep it within
+// rounding of the CPU's); the backward computes (g - sum(g * y)) * y. A NaN in a row gives a row
+// of NaN, as on the CPU. Not taken: half_to_float, other dtypes, the CPU's errors.
+//
+// Not taken by sum (the CPU kernel answers): a `dtype=` other than the result's own, float16 and
 // bfloat16, zero-dimensional self, dimensions out of range or repeated (the CPU's errors), more
 // than kMaxRank kept or reduced dimensions after merging, float64 on a device without it.
 // A reduction to few elements from many runs on few work-items: a whole-tensor sum is one
@@ -47,30 +58,90 @@ namespace oclvm::torch_adapter {
 
 namespace {
 
-struct Walk {  // dimensions of one kind, merged: sizes, self's strides, the result's strides
+// Dimensions of one kind, merged: their sizes, and each operand's strides in elements (the
+// result's, self's, and a second input's; 0 where an operand does not walk them).
+struct Walk {
   size_t rank = 0;
-  std::array<int64_t, kMaxRank> sizes{}, self{}, out{};
+  std::array<int64_t, kMaxRank> sizes{};
+  std::array<std::array<int64_t, kMaxRank>, 3> strides{};  // out, a, b
 };
 
-// Adds a dimension to `walk`, merged into the last one when both step as one; false past
-// kMaxRank dimensions.
-bool add_dimension(Walk& walk, int64_t size, int64_t self_stride, int64_t out_stride) {
+// Adds a dimension to `walk`, merged into the last one when every operand steps over both as one;
+// false past kMaxRank dimensions.
+bool add_dimension(Walk& walk, int64_t size, const std::array<int64_t, 3>& strides) {
   if (size == 1) return true;
   if (walk.rank > 0) {
     const size_t last = walk.rank - 1;
-    if (walk.self[last] == self_stride * size && walk.out[last] == out_stride * size) {
+    bool merges = true;
+    for (size_t k = 0; k < 3; ++k) merges = merges && walk.strides[k][last] == strides[k] * size;
+    if (merges) {
       walk.sizes[last] *= size;
-      walk.self[last] = self_stride;
-      walk.out[last] = out_stride;
+      for (size_t k = 0; k < 3; ++k) walk.strides[k][last] = strides[k];
       return true;
     }
   }
   if (walk.rank == kMaxRank) return false;
   walk.sizes[walk.rank] = size;
-  walk.self[walk.rank] = self_stride;
-  walk.out[walk.rank] = out_stride;
+  for (size_t k = 0; k < 3; ++k) walk.strides[k][walk.rank] = strides[k];
   ++walk.rank;
   return true;
+}
+
+// The kernels of this file; their ids put it above the dtypes and ranks.
+enum class RowOp : uint64_t { kSum, kSoftmax, kSoftmaxBackward };
+
+uint64_t kernel_id(RowOp op, at::ScalarType in, at::ScalarType out, size_t kept, size_t reduced) {
+  return (static_cast<uint64_t>(op) << 32) | (static_cast<uint64_t>(in) << 24) |
+         (static_cast<uint64_t>(out) << 16) | (kept << 8) | reduced;
+}
+
+// The OpenCL C that finds a work-item's offsets (io, ia, ib: of its result, self and the second
+// input) from its index over the kept dimensions, whose sizes and strides are the kernel's
+// arguments ks<d>, ko<d>, ka<d>, kb<d>; the outermost dimension takes what is left, with no
+// division.
+std::string kept_offsets(size_t kept) {
+  std::string s = "  long io = 0, ia = 0, ib = 0;\n  ulong rest = i;\n";
+  for (size_t d = kept; d-- > 0;) {
+    const std::string i = std::to_string(d);
+    s += d == 0 ? "  { const long k = (long)rest;"
+                : "  { const long k = (long)(rest % (ulong)ks" + i + "); rest /= (ulong)ks" + i +
+                      ";";
+    s += " io += k * ko" + i + "; ia += k * ka" + i + "; ib += k * kb" + i + "; }\n";
+  }
+  return s;
+}
+
+std::string kept_parameters(size_t kept) {
+  std::string s;
+  for (size_t d = 0; d < kept; ++d) {
+    const std::string i = std::to_string(d);
+    s += ", long ks" + i + ", long ko" + i + ", long ka" + i + ", long kb" + i;
+  }
+  return s;
+}
+
+void push_kept(std::vector<LaunchArg>& args, const Walk& kept) {
+  for (size_t d = 0; d < kept.rank; ++d) {
+    args.push_back(LaunchArg::of(kept.sizes[d]));
+    for (size_t k = 0; k < 3; ++k) args.push_back(LaunchArg::of(kept.strides[k][d]));
+  }
+}
+
+// Launches `kernel` over `n` work-items on `out`'s stream: out written, the inputs read.
+void launch_rows(const std::shared_ptr<const Kernel>& kernel, const at::Tensor& out,
+                 std::initializer_list<const at::Tensor*> inputs, std::vector<LaunchArg> tail,
+                 uint64_t n) {
+  const BlobRef o = element0(out);
+  std::vector<LaunchArg> args;
+  args.reserve(1 + inputs.size() + tail.size());
+  args.push_back(LaunchArg::of_blob(o.blob, o.offset, KernelAccess::kWrite));
+  for (const at::Tensor* input : inputs) {
+    const BlobRef a = element0(*input);
+    args.push_back(LaunchArg::of_blob(a.blob, a.offset, KernelAccess::kRead));
+  }
+  args.insert(args.end(), tail.begin(), tail.end());
+  run_native_kernel(kernel, out, args, static_cast<size_t>(n));
+  count_native_launch();
 }
 
 // The source of the sum kernel from `in` to `out` over `kept` and `reduced` dimensions.
@@ -84,18 +155,14 @@ KernelSource sum_source(at::ScalarType in, at::ScalarType out, size_t kept, size
   if (in == at::kDouble) s += "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n";
   s += "__kernel void " + name + "(OCLVM_BLOB(" + to + ", out), OCLVM_BLOB(" + ti +
        ", a), ulong n, ulong m, ulong power";
-  for (size_t d = 0; d < kept; ++d) {
-    const std::string i = std::to_string(d);
-    s += ", long ks" + i + ", long ka" + i + ", long ko" + i;
-  }
+  s += kept_parameters(kept);
   for (size_t d = 0; d < reduced; ++d) {
     const std::string i = std::to_string(d);
     s += ", long rs" + i + ", long ra" + i;
   }
   s += ") {\n  const ulong i = get_global_id(0);\n  if (i >= n) return;\n";
-  s += "  long io = 0, ia = 0;\n  ulong rest = i;\n";
-  // An index into its coordinates, the innermost dimension first, each coordinate k added to the
-  // offsets as `body(d)` says; the outermost dimension takes what is left, with no division.
+  s += kept_offsets(kept);
+  // The reduced index j into its coordinates, as kept_offsets does for the kept ones.
   const auto walk = [&](const std::string& index, const std::string& size, size_t rank,
                         const std::string& indent, const auto& body) {
     for (size_t d = rank; d-- > 0;) {
@@ -106,8 +173,6 @@ KernelSource sum_source(at::ScalarType in, at::ScalarType out, size_t kept, size
       s += body(i) + " }\n";
     }
   };
-  walk("rest", "ks", kept, "  ",
-       [](const std::string& i) { return " io += k * ko" + i + "; ia += k * ka" + i + ";"; });
   // `target` += element j of the reduction, as a statement block at `indent`.
   const auto add_element = [&](const std::string& target, const std::string& indent) {
     s += indent + "{\n" + indent + "  long ir = 0;\n" + indent + "  ulong r = j;\n";
@@ -139,6 +204,85 @@ KernelSource sum_source(at::ScalarType in, at::ScalarType out, size_t kept, size
     s += "  OCLVM_PTR(" + to + ", out)[io] = (" + to + ")sum;\n}\n";
   }
   return KernelSource{std::move(s), name, ""};
+}
+
+// The source of softmax over one dimension (`backward`: its gradient from the output and the
+// output's gradient), one row of `m` elements per work-item: the row's elements lie `sa` (and
+// `sb`) apart in the inputs and `so` apart in the result.
+KernelSource softmax_source(at::ScalarType type, size_t kept, bool backward) {
+  const std::string t = cl_type(type);
+  const std::string name = std::string(backward ? "oclvm_softmax_backward_" : "oclvm_softmax_") +
+                           t + "_k" + std::to_string(kept);
+  std::string s;
+  if (type == at::kDouble) s += "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n";
+  s += "#pragma OPENCL FP_CONTRACT OFF\n";
+  s += "__kernel void " + name + "(OCLVM_BLOB(" + t + ", out), OCLVM_BLOB(" + t + ", a), ";
+  if (backward) s += "OCLVM_BLOB(" + t + ", b), ";
+  s += "ulong n, ulong m, long so, long sa, long sb" + kept_parameters(kept) + ") {\n";
+  s += "  const ulong i = get_global_id(0);\n  if (i >= n) return;\n" + kept_offsets(kept);
+  s += "  __global " + t + "* o = OCLVM_PTR(" + t + ", out) + io;\n";
+  s += "  const __global " + t + "* x = OCLVM_PTR(" + t + ", a) + ia;\n";
+  if (backward) {
+    // a: the softmax's output y; b: its gradient g. dx = (g - sum(g * y)) * y.
+    s += "  const __global " + t + "* g = OCLVM_PTR(" + t + ", b) + ib;\n";
+    s += "  " + t + " dot = 0;\n";
+    s += "  for (ulong j = 0; j < m; ++j) dot += g[j * sb] * x[j * sa];\n";
+    s += "  for (ulong j = 0; j < m; ++j) o[j * so] = (g[j * sb] - dot) * x[j * sa];\n}\n";
+  } else {
+    // exp(x - max), then times 1 / their sum; a NaN anywhere in the row makes the row NaN, and a
+    // row of -inf is NaN, as on the CPU.
+    s += "  " + t + " top = -INFINITY;\n";
+    s += "  for (ulong j = 0; j < m; ++j) top = fmax(top, x[j * sa]);\n";
+    s += "  " + t + " sum = 0;\n";
+    s += "  for (ulong j = 0; j < m; ++j) {\n    const " + t +
+         " e = exp(x[j * sa] - top);\n    o[j * so] = e;\n    sum += e;\n  }\n";
+    s += "  const " + t + " scale = (" + t + ")1 / sum;\n";
+    s += "  for (ulong j = 0; j < m; ++j) o[j * so] *= scale;\n}\n";
+  }
+  return KernelSource{std::move(s), name, ""};
+}
+
+// Launches softmax (or its backward, with `grad`) of `self` over `dim` into `out`, contiguous and
+// of self's shape; false, having done nothing, when the kernel or the layout is refused.
+bool launch_softmax(const at::Tensor& out, const at::Tensor& self, const at::Tensor* grad,
+                    int64_t dim) {
+  Walk kept;
+  for (int64_t d = 0; d < self.dim(); ++d) {
+    if (d == dim) continue;
+    const int64_t grad_stride = grad != nullptr ? grad->stride(d) : 0;
+    if (!add_dimension(kept, self.size(d), {out.stride(d), self.stride(d), grad_stride})) {
+      return false;
+    }
+  }
+  const at::ScalarType type = self.scalar_type();
+  const bool backward = grad != nullptr;
+  const std::shared_ptr<const Kernel> kernel = native_kernel(
+      self.device().index(), NativeKernelFamily::kReduction,
+      kernel_id(backward ? RowOp::kSoftmaxBackward : RowOp::kSoftmax, type, type, kept.rank, 1),
+      [&] { return softmax_source(type, kept.rank, backward); });
+  if (kernel == nullptr) return false;
+  const uint64_t rows = static_cast<uint64_t>(out.numel() / self.size(dim));
+  std::vector<LaunchArg> tail{LaunchArg::of(rows), LaunchArg::of(static_cast<uint64_t>(
+                                                       self.size(dim))),
+                              LaunchArg::of(out.stride(dim)), LaunchArg::of(self.stride(dim)),
+                              LaunchArg::of(backward ? grad->stride(dim) : int64_t{0})};
+  push_kept(tail, kept);
+  if (backward) {
+    launch_rows(kernel, out, {&self, grad}, std::move(tail), rows);
+  } else {
+    launch_rows(kernel, out, {&self}, std::move(tail), rows);
+  }
+  return true;
+}
+
+// Whether `t` may be an operand of a native softmax: a float32 or float64 device tensor of the
+// native path, with dimensions.
+bool softmax_operand(const at::Tensor& t) {
+  return t.defined() && is_device(t) && t.layout() == at::kStrided && !t.is_conj() &&
+         !t.is_neg() && t.dim() > 0 &&
+         (t.scalar_type() == at::kFloat || t.scalar_type() == at::kDouble) &&
+         native_kernels(t.device().index()) &&
+         (t.scalar_type() == at::kFloat || native_float64(t.device().index()));
 }
 
 }  // namespace
@@ -183,48 +327,58 @@ std::optional<at::Tensor> native_sum(const at::Tensor& self, at::OptionalIntArra
     const bool in_out = !reduced[d] || keepdim;
     bool fits;
     if (reduced[d]) {
-      fits = add_dimension(summed, self.size(d), self.stride(d), 0);
+      fits = add_dimension(summed, self.size(d), {0, self.stride(d), 0});
       m *= self.size(d);
     } else {
-      fits = add_dimension(kept, self.size(d), self.stride(d), out.stride(out_dim));
+      fits = add_dimension(kept, self.size(d), {out.stride(out_dim), self.stride(d), 0});
     }
     if (!fits) return std::nullopt;
     if (in_out) ++out_dim;
   }
-  const uint64_t id = (static_cast<uint64_t>(in) << 24) | (static_cast<uint64_t>(out_type) << 16) |
-                      (kept.rank << 8) | summed.rank;
-  const std::shared_ptr<const Kernel> kernel =
-      native_kernel(device, NativeKernelFamily::kReduction, id,
-                    [&] { return sum_source(in, out_type, kept.rank, summed.rank); });
+  const std::shared_ptr<const Kernel> kernel = native_kernel(
+      device, NativeKernelFamily::kReduction,
+      kernel_id(RowOp::kSum, in, out_type, kept.rank, summed.rank),
+      [&] { return sum_source(in, out_type, kept.rank, summed.rank); });
   if (kernel == nullptr) return std::nullopt;
-  const BlobRef o = element0(out), a = element0(self);
-  std::vector<LaunchArg> args;
-  args.reserve(4 + 3 * kept.rank + 2 * summed.rank);
-  args.push_back(LaunchArg::of_blob(o.blob, o.offset, KernelAccess::kWrite));
-  args.push_back(LaunchArg::of_blob(a.blob, a.offset, KernelAccess::kRead));
-  args.push_back(LaunchArg::of(static_cast<uint64_t>(out.numel())));
-  args.push_back(LaunchArg::of(static_cast<uint64_t>(m)));
   // The CPU's cascade step (2^power elements): ceil(log2(m)) / 4, and at least 4.
   uint64_t log2 = 0;
   while ((uint64_t{1} << log2) < static_cast<uint64_t>(m)) ++log2;
-  args.push_back(LaunchArg::of(std::max<uint64_t>(4, log2 / 4)));
-  for (size_t d = 0; d < kept.rank; ++d) {
-    args.push_back(LaunchArg::of(kept.sizes[d]));
-    args.push_back(LaunchArg::of(kept.self[d]));
-    args.push_back(LaunchArg::of(kept.out[d]));
-  }
+  std::vector<LaunchArg> tail{LaunchArg::of(static_cast<uint64_t>(out.numel())),
+                              LaunchArg::of(static_cast<uint64_t>(m)),
+                              LaunchArg::of(std::max<uint64_t>(4, log2 / 4))};
+  push_kept(tail, kept);
   for (size_t d = 0; d < summed.rank; ++d) {
-    args.push_back(LaunchArg::of(summed.sizes[d]));
-    args.push_back(LaunchArg::of(summed.self[d]));
+    tail.push_back(LaunchArg::of(summed.sizes[d]));
+    tail.push_back(LaunchArg::of(summed.strides[1][d]));
   }
-  LaunchRange range;
-  range.global[0] = static_cast<size_t>(out.numel());
-  translate_errors([&] {
-    InstructionsBuilder builder = runtime().builder();
-    builder.launch(stream_of(out), kernel, range, args);
-    runtime().run(builder.take());
-  });
-  count_native_launch();
+  launch_rows(kernel, out, {&self}, std::move(tail), static_cast<uint64_t>(out.numel()));
+  return out;
+}
+
+std::optional<at::Tensor> native_softmax(const at::Tensor& self, int64_t dim, bool half_to_float) {
+  if (half_to_float || !softmax_operand(self) || dim < -self.dim() || dim >= self.dim()) {
+    return std::nullopt;  // the CPU's error, or its kernel
+  }
+  if (dim < 0) dim += self.dim();
+  at::Tensor out = at::empty(self.sizes(), self.options());
+  if (out.numel() == 0) return out;
+  if (!launch_softmax(out, self, nullptr, dim)) return std::nullopt;
+  return out;
+}
+
+std::optional<at::Tensor> native_softmax_backward(const at::Tensor& grad,
+                                                  const at::Tensor& output, int64_t dim,
+                                                  at::ScalarType input_dtype) {
+  if (!softmax_operand(output) || !softmax_operand(grad) ||
+      grad.device() != output.device() || grad.scalar_type() != output.scalar_type() ||
+      input_dtype != output.scalar_type() || !grad.sizes().equals(output.sizes()) ||
+      dim < -output.dim() || dim >= output.dim()) {
+    return std::nullopt;
+  }
+  if (dim < 0) dim += output.dim();
+  at::Tensor out = at::empty(output.sizes(), output.options());
+  if (out.numel() == 0) return out;
+  if (!launch_softmax(out, output, &grad, dim)) return std::nullopt;
   return out;
 }
 

@@ -484,6 +484,86 @@ def test_tanh_and_its_backward_are_one_launch_each(dtype):
     assert launches() == before
 
 
+@native_only
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_softmax_and_its_backward_are_one_launch_each(dtype):
+    g = torch.Generator().manual_seed(17)
+    x = make((4, 5, 6), dtype, g) * 4
+    torch.opencl.reset_fallback_counts()
+    for view in [lambda t: t, lambda t: t.transpose(0, 2), lambda t: t[:, ::2]]:
+        for dim in (0, 1, -1):
+            before = launches()
+            got, expected = torch._softmax(view(x.to("opencl")), dim, False), torch._softmax(
+                view(x), dim, False)
+            assert launches() == before + 1 and got.stride() == expected.stride()
+            torch.testing.assert_close(got.cpu(), expected)
+            grad = make(expected.shape, dtype, g)
+            before = launches()
+            grad = grad.transpose(0, -1).contiguous().transpose(0, -1)  # strides of its own
+            got = torch._softmax_backward_data(on_device_as(grad), got, dim, dtype)
+            assert launches() == before + 1
+            torch.testing.assert_close(got.cpu(),
+                                       torch._softmax_backward_data(grad, expected, dim, dtype))
+    assert torch.opencl.fallback_counts() == {}
+    rows = torch.tensor([[1.0, float("nan"), 2.0], [-float("inf")] * 3, [float("inf"), 1.0, 2.0],
+                         [-float("inf"), 0.0, 1.0]], dtype=dtype)
+    torch.testing.assert_close(torch.softmax(rows.to("opencl"), 1).cpu(), torch.softmax(rows, 1),
+                               equal_nan=True)
+    with pytest.raises(IndexError, match="Dimension out of range"):
+        torch._softmax(x.to("opencl"), 3, False)
+
+
+@native_only
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_layer_norm_and_its_backward_run_on_the_device(dtype):
+    """native_layer_norm: one launch, y, mean and rstd of the CPU's shapes and values to rounding;
+    its backward: one launch for the input's gradient, one for the weight's and bias's."""
+    g = torch.Generator().manual_seed(18)
+    x = make((3, 4, 8), dtype, g) * 3 + 1
+    w, b = make((8,), dtype, g), make((8,), dtype, g)
+    torch.opencl.reset_fallback_counts()
+    far = make((6, 64), dtype, g) + 2000  # an offset far above the spread
+    cases = [(x, [8], w, b, None), (x.transpose(0, 1), [8], w, None, None),
+             (x, [4, 8], None, None, None), (x[:, :, :1], [1], None, b[:1], None),
+             (x[:, :, :1], [1], w[:1], b[:1], None),  # one element a row: rstd is 1 / sqrt(eps)
+             (x, [8], w, b, [True, False, True])]
+    for t, shape, weight, bias, mask in cases:
+        on = [None if v is None else on_device_as(v) for v in (t, weight, bias)]
+        before = launches()
+        got = torch.ops.aten.native_layer_norm(on[0], shape, on[1], on[2], 1e-5)
+        expected = torch.ops.aten.native_layer_norm(t, shape, weight, bias, 1e-5)
+        assert launches() == before + 1
+        for a, e in zip(got, expected):
+            assert a.shape == e.shape and a.stride() == e.stride()
+            torch.testing.assert_close(a.cpu(), e)
+        grad = make(t.shape, dtype, g)
+        mask = mask or [True, weight is not None, bias is not None]
+        before = launches()
+        got = torch.ops.aten.native_layer_norm_backward(on_device_as(grad), on[0], shape,
+                                                        got[1], got[2], on[1], on[2], mask)
+        expected = torch.ops.aten.native_layer_norm_backward(grad, t, shape, expected[1],
+                                                             expected[2], weight, bias, mask)
+        assert launches() == before + 1 + (mask[1] or mask[2])
+        # A row of one element: dx is 0 but for the rounding residue of terms times rstd^3
+        # (1 / sqrt(eps)^3, 3e7), which the CPU's vectorised loop forms in its own way.
+        residue = dict(rtol=0, atol=1e-4) if shape == [1] else {}
+        for a, e in zip(got, expected):
+            assert (a is None) == (e is None)
+            if e is not None:
+                torch.testing.assert_close(a.cpu(), e, **residue)
+    assert torch.opencl.fallback_counts() == {}
+    # rows far from zero: the mean's error stays within the CPU's own (Welford's), measured
+    # against float64
+    exact = torch.ops.aten.native_layer_norm(far.double(), [64], None, None, 1e-5)
+    on_cpu = torch.ops.aten.native_layer_norm(far, [64], None, None, 1e-5)
+    on_device = torch.ops.aten.native_layer_norm(far.to("opencl"), [64], None, None, 1e-5)
+    for got, cpu, reference in zip(on_device, on_cpu, exact):
+        cpu_error = (cpu.double() - reference).abs().max().item()
+        assert (got.cpu().double() - reference).abs().max().item() <= max(cpu_error, 1e-12) * 2
+    with pytest.raises(RuntimeError, match="normalized_shape"):
+        torch.nn.functional.layer_norm(x.to("opencl"), [5])
+
+
 def answered_natively():
     return oclvm._C.native_operator_calls()
 
