@@ -316,6 +316,34 @@ struct HostInPlaceKernel<Op, at::Tensor&(at::Tensor&, Rest...)> {
   }
 };
 
+// An out= operator (its last argument the Tensor(a!) out) with a native kernel: the native
+// kernel when it takes the call, else the boxed route the operator had (HostKernel's).
+template <class Op, class Signature = typename Op::schema>
+struct NativeOutKernel;
+
+template <class Op, class... Args>
+struct NativeOutKernel<Op, at::Tensor&(Args...)> {
+  static at::Tensor& call(Args... args) {
+    at::Tensor& out = std::get<sizeof...(Args) - 1>(std::forward_as_tuple(args...));
+    if (NativeKernel<Op>::call(args...)) {
+      count_native_call();
+      return out;
+    }
+    if (routed_to_one_device) return call_boxed<Op, &cpu_fallback_on_one_device>(args...);
+    return call_boxed<Op, &cpu_fallback>(args...);
+  }
+
+  static inline bool routed_to_one_device = false;  // set once by add_out(), at registration
+};
+
+// Registers Op's NativeOutKernel, with the boxed route it had (as add()).
+template <class Op>
+void add_out(torch::Library& m, const std::unordered_set<std::string>& routed) {
+  const std::string name = aten_impl_name(Op::name, Op::overload_name);
+  NativeOutKernel<Op>::routed_to_one_device = routed.count(name) != 0;
+  m.impl(name.c_str(), TORCH_FN((NativeOutKernel<Op>::call)));
+}
+
 // Registers Op's HostInPlaceKernel.
 template <class Op>
 void add_in_place(torch::Library& m) {
@@ -440,7 +468,11 @@ struct HostListKernel<Op, Result(Args...)> {
       // In place: the first argument is the list written (Tensor(a!)[] self).
       const at::TensorList written = std::get<0>(std::forward_as_tuple(args...));
       refuse_inference_writes(written);
-      if (FusedLoop<Op>::run(args...)) {
+      bool native = false;
+      if constexpr (NativeKernel<Op>::exists) native = NativeKernel<Op>::call(args...);
+      if (native) {
+        // counted by the native kernel (native_foreach_)
+      } else if (FusedLoop<Op>::run(args...)) {
         g_calls.fetch_add(1, std::memory_order_relaxed);
         counter_of<Op>().count(written.empty() ? -1 : written[0].device().index());
       } else if (!try_on_host(args...)) {
@@ -448,6 +480,12 @@ struct HostListKernel<Op, Result(Args...)> {
       }
       bump_versions(written);
     } else {
+      if constexpr (NativeKernel<Op>::exists) {
+        // counted by the native kernel (native_foreach_sqrt)
+        if (std::optional<Result> result = NativeKernel<Op>::call(args...)) {
+          return std::move(*result);
+        }
+      }
       std::optional<Result> result = try_on_host(args...);
       if (result) return std::move(*result);
       return boxed(args...);
@@ -544,12 +582,21 @@ std::unordered_set<std::string> register_host_kernels(torch::Library& m) {
   add<at::_ops::tanh>(m, routed);
   add<at::_ops::tanh_backward>(m, routed);
   add<at::_ops::sigmoid>(m, routed);
+  add<at::_ops::sqrt>(m, routed);
   add<at::_ops::sigmoid_backward>(m, routed);
   add<at::_ops::_log_softmax>(m, routed);
   add<at::_ops::_log_softmax_backward_data>(m, routed);
   add<at::_ops::_softmax>(m, routed);
   add<at::_ops::_softmax_backward_data>(m, routed);
   add<at::_ops::sum_dim_IntList>(m, routed);
+  // The mask arithmetic of scaled_dot_product_attention's math path (its causal mask, and
+  // _safe_softmax's rows of -inf).
+  add<at::_ops::tril>(m, routed);
+  add<at::_ops::triu>(m, routed);
+  add<at::_ops::isneginf>(m, routed);
+  add<at::_ops::all_dim>(m, routed);
+  add<at::_ops::where_self>(m, routed);
+  add_out<at::_ops::where_self_out>(m, routed);  // where with two numbers
   add<at::_ops::nll_loss_forward>(m, routed);
   add<at::_ops::nll_loss_backward>(m, routed);
   add<at::_ops::native_layer_norm>(m, routed);

@@ -31,7 +31,7 @@ inline bool is_device(const at::Tensor& t) {
 }
 
 // Which generator a kernel comes from: its ids are its own.
-enum class NativeKernelFamily : uint8_t { kElementwise, kReduction };
+enum class NativeKernelFamily : uint8_t { kElementwise, kReduction, kTriangle };
 
 // The compiled kernel `id` (below 2^48) of `family` on `device`: built from `source()` on the
 // first call and kept until exit; nullptr, warned of once, when the device cannot build it
@@ -43,6 +43,9 @@ std::shared_ptr<const Kernel> native_kernel(c10::DeviceIndex device, NativeKerne
 
 // Counts one launch of a native operator (native_kernel_calls in native_kernels.h).
 void count_native_launch();
+
+// Element 0 of the device tensor `t` as a kernel's blob argument.
+LaunchArg blob_arg(const at::Tensor& t, KernelAccess access);
 
 // Runs `kernel` with `args` over `work_items` work-items on the current stream of `out`'s device,
 // and waits for it; oclvm's errors become the matching c10 errors. Counts nothing.

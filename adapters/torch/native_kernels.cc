@@ -1,12 +1,14 @@
-// adapters/torch/native_kernels.cc — elementwise arithmetic as OpenCL kernels generated per
-// (operator, dtypes, rank) and launched through the VM, the strided copy made of the same
-// kernels, and the operators built from them (native_kernels.h).
+// adapters/torch/native_kernels.cc — elementwise arithmetic, where and isneginf as OpenCL kernels
+// generated per (operator, dtypes, rank) and launched through the VM, the strided copy made of
+// the same kernels, the operators built from them (cat, the _foreach_ arithmetic), and tril and
+// triu (native_kernels.h).
 
 #include "adapters/torch/native_kernels.h"
 
 #include <ATen/ExpandUtils.h>
 #include <ATen/Dispatch.h>
 #include <ATen/ScalarOps.h>
+#include <ATen/TensorIterator.h>
 #include <ATen/ops/add.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_strided.h>
@@ -22,6 +24,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <type_traits>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -71,11 +74,21 @@ namespace oclvm::torch_adapter {
 // OpenCL's tanh, within a few ulps of the CPU's, the result laid out as the unary operator's) and
 // its backward, grad * (1 - output^2) as one fma and a product (kTanhBackward): the CPU's bits, as
 // torch's compiled CPU kernel fuses 1 - b * b too. No kernel contracts a * b + c on its own
-// (FP_CONTRACT OFF): each rounds where the CPU's does.
+// (FP_CONTRACT OFF): each rounds where the CPU's does. isneginf is a unary kernel of the same
+// kind with a bool result (kIsNegInf).
+//
+// where reads a third input, its bool condition (kWhere; kWhereNot when self is the number and
+// the two values swap). Its result takes the layout the CPU's TensorIterator gives its three
+// inputs, computed on meta tensors; its out= form (native_where_out) takes an out that is
+// exactly one of its inputs, each element read before the same work-item writes it.
+//
+// The in-place _foreach_ arithmetic (native_foreach_) is the in-place kernel once per tensor, in
+// list order as the CPU's per-tensor loop; a tensor it does not take goes to its own in-place
+// operator, so the list's values and errors stay the CPU's.
 
 namespace {
 
-constexpr size_t kOperands = 3;  // out, self, other
+constexpr size_t kOperands = 4;  // out, self, other, and a third input (third_input())
 
 std::atomic<uint64_t> g_launches{0};  // of operators (native_kernel_calls)
 std::atomic<uint64_t> g_copies{0};    // of native_copy (native_copy_calls)
@@ -147,7 +160,7 @@ bool computes_in(at::ScalarType type) { return type != at::kBool && cl_type(type
 LaunchArg scalar_arg(at::ScalarType compute, const at::Scalar& value, bool checked) {
   LaunchArg arg;
   AT_DISPATCH_SWITCH(compute, "oclvm native scalar",
-      AT_DISPATCH_CASE_ALL_TYPES([&] {
+      AT_DISPATCH_CASE_ALL_TYPES_AND(at::kBool, [&] {
         scalar_t v{};
         if (checked) {
           v = value.to<scalar_t>();
@@ -156,7 +169,11 @@ LaunchArg scalar_arg(at::ScalarType compute, const at::Scalar& value, bool check
         } else {
           v = static_cast<scalar_t>(value.toDouble());
         }
-        arg = LaunchArg::of(v);
+        if constexpr (std::is_same_v<scalar_t, bool>) {
+          arg = LaunchArg::of(static_cast<uint8_t>(v));  // the kernels' uchar
+        } else {
+          arg = LaunchArg::of(v);
+        }
       }));
   return arg;
 }
@@ -210,6 +227,13 @@ struct BinaryKernelKey {
   size_t rank;
 };
 
+// Whether `op` reads a third input (a bool condition, for the two forms of where; the divisor or
+// second factor of addcdiv and addcmul, of the computation's type).
+bool third_input(BinaryOp op) {
+  return op == BinaryOp::kWhere || op == BinaryOp::kWhereNot || op == BinaryOp::kAddcmul ||
+         op == BinaryOp::kAddcdiv;
+}
+
 const char* op_name(BinaryOp op) {
   switch (op) {
     case BinaryOp::kAdd: return "add";
@@ -219,6 +243,13 @@ const char* op_name(BinaryOp op) {
     case BinaryOp::kCopy: return "copy";
     case BinaryOp::kTanh: return "tanh";
     case BinaryOp::kTanhBackward: return "tanh_backward";
+    case BinaryOp::kWhere: return "where";
+    case BinaryOp::kWhereNot: return "where_not";
+    case BinaryOp::kIsNegInf: return "isneginf";
+    case BinaryOp::kAddcmul: return "addcmul";
+    case BinaryOp::kAddcdiv: return "addcdiv";
+    case BinaryOp::kLerp: return "lerp";
+    case BinaryOp::kSqrt: return "sqrt";
   }
   return "?";
 }
@@ -249,6 +280,21 @@ std::string expression(BinaryOp op, at::ScalarType compute) {
       return "tanh(x)";
     case BinaryOp::kTanhBackward:  // the CPU kernel's a * (1 - b * b), its 1 - b * b fused
       return "x * fma(-y, y, (" + t + ")1)";
+    case BinaryOp::kWhere:
+      return "c ? x : y";
+    case BinaryOp::kWhereNot:
+      return "c ? y : x";
+    case BinaryOp::kIsNegInf:
+      return "x == -INFINITY";
+    case BinaryOp::kAddcmul:  // the CPU kernel's self + value * t1 * t2, left to right
+      return "x + alpha * y * c";
+    case BinaryOp::kAddcdiv:
+      return "x + alpha * y / c";
+    case BinaryOp::kLerp:  // the CPU's vectorised lerp: from the nearer end, one fma
+      return "fabs(alpha) < (" + t + ")0.5 ? fma(alpha, y - x, x) : fma(alpha - (" + t +
+             ")1, y - x, y)";
+    case BinaryOp::kSqrt:
+      return "sqrt(x)";
   }
   return "";
 }
@@ -267,14 +313,20 @@ KernelSource binary_source(const BinaryKernelKey& key) {
   s += "#pragma OPENCL FP_CONTRACT OFF\n";
   s += "__kernel void " + name + "(OCLVM_BLOB(" + to + ", out), OCLVM_BLOB(" + ta + ", a), ";
   s += key.other_is_scalar ? tc + " b_value, " : "OCLVM_BLOB(" + tb + ", b), ";
+  const bool third = third_input(key.op);
+  // where's condition is a bool; addcmul's and addcdiv's third input has the computation's type.
+  const std::string t3 =
+      key.op == BinaryOp::kWhere || key.op == BinaryOp::kWhereNot ? "uchar" : tc;
+  if (third) s += "OCLVM_BLOB(" + t3 + ", c), ";
   s += tc + " alpha, ulong n";
   for (size_t d = 0; d < key.rank; ++d) {
     const std::string i = std::to_string(d);
     s += ", long size" + i + ", long so" + i + ", long sa" + i;
     if (!key.other_is_scalar) s += ", long sb" + i;
+    if (third) s += ", long sc" + i;
   }
   s += ") {\n  const ulong i = get_global_id(0);\n  if (i >= n) return;\n";
-  s += "  long io = 0, ia = 0, ib = 0;\n  ulong rest = i;\n";
+  s += "  long io = 0, ia = 0, ib = 0, ic = 0;\n  ulong rest = i;\n";
   for (size_t d = key.rank; d-- > 0;) {
     const std::string i = std::to_string(d);
     // The outermost dimension takes what is left: no division (none at all at rank 1).
@@ -283,15 +335,20 @@ KernelSource binary_source(const BinaryKernelKey& key) {
                       i + ";";
     s += " io += k * so" + i + "; ia += k * sa" + i + ";";
     if (!key.other_is_scalar) s += " ib += k * sb" + i + ";";
+    if (third) s += " ic += k * sc" + i + ";";
     s += " }\n";
   }
   s += "  const " + tc + " x = (" + tc + ")OCLVM_PTR(" + ta + ", a)[ia];\n";
   s += key.other_is_scalar ? "  const " + tc + " y = b_value;\n"
                            : "  const " + tc + " y = (" + tc + ")OCLVM_PTR(" + tb + ", b)[ib];\n";
+  if (third) s += "  const " + t3 + " c = OCLVM_PTR(" + t3 + ", c)[ic];\n";
   s += "  OCLVM_PTR(" + to + ", out)[io] = (" + to + ")(" + expression(key.op, key.compute) +
        ");\n}\n";
-  // The CPU's float division is correctly rounded; OpenCL's default allows 2.5 ulp.
-  const bool float_division = key.op == BinaryOp::kDiv && key.compute == at::kFloat;
+  // The CPU's float division and square root are correctly rounded; OpenCL's defaults allow 2.5
+  // and 3 ulp.
+  const bool float_division =
+      (key.op == BinaryOp::kDiv || key.op == BinaryOp::kAddcdiv || key.op == BinaryOp::kSqrt) &&
+      key.compute == at::kFloat;
   return KernelSource{std::move(s), std::move(name),
                       float_division ? "-cl-fp32-correctly-rounded-divide-sqrt" : ""};
 }
@@ -342,31 +399,30 @@ std::optional<at::ScalarType> compute_type(BinaryOp op, const at::Tensor& self,
   return compute;
 }
 
-// Launches out = self (op) other over `out`'s shape.
+// Launches out = self (op) other over `out`'s shape; `third` is the third input of an operator
+// that has one (third_input), else nullptr.
 void launch(BinaryOp op, at::ScalarType compute, const at::Tensor& out, const at::Tensor& self,
-            const at::Tensor& other, const at::Scalar& alpha, const Layout& layout,
-            const std::shared_ptr<const Kernel>& kernel,
+            const at::Tensor& other, const at::Tensor* third, const at::Scalar& alpha,
+            const Layout& layout, const std::shared_ptr<const Kernel>& kernel,
             std::atomic<uint64_t>& launches = g_launches) {
   const bool scalar = !is_device(other);
-  const BlobRef o = element0(out), a = element0(self);
-  BlobRef b;
-  if (!scalar) b = element0(other);
   std::vector<LaunchArg> args;
-  args.reserve(8 + 4 * layout.rank);
-  args.push_back(LaunchArg::of_blob(o.blob, o.offset, KernelAccess::kWrite));
-  args.push_back(LaunchArg::of_blob(a.blob, a.offset, KernelAccess::kRead));
-  if (scalar) {
-    args.push_back(scalar_arg(compute, other.item(), /*checked=*/false));
-  } else {
-    args.push_back(LaunchArg::of_blob(b.blob, b.offset, KernelAccess::kRead));
-  }
-  const at::Scalar scale = op == BinaryOp::kAdd ? alpha : op == BinaryOp::kSub ? -alpha : 1;
+  args.reserve(9 + 5 * layout.rank);
+  args.push_back(blob_arg(out, KernelAccess::kWrite));
+  args.push_back(blob_arg(self, KernelAccess::kRead));
+  args.push_back(scalar ? scalar_arg(compute, other.item(), /*checked=*/false)
+                        : blob_arg(other, KernelAccess::kRead));
+  if (third != nullptr) args.push_back(blob_arg(*third, KernelAccess::kRead));
+  const bool scales = op == BinaryOp::kAdd || op == BinaryOp::kAddcmul ||
+                      op == BinaryOp::kAddcdiv || op == BinaryOp::kLerp;
+  const at::Scalar scale = op == BinaryOp::kSub ? -alpha : scales ? alpha : 1;
   args.push_back(scalar_arg(compute, scale, /*checked=*/true));
   const uint64_t n = static_cast<uint64_t>(out.numel());
   args.push_back(LaunchArg::of(n));
   for (size_t d = 0; d < layout.rank; ++d) {
     args.push_back(LaunchArg::of(static_cast<int64_t>(layout.sizes[d])));
-    for (size_t k = 0; k < (scalar ? 2u : 3u); ++k) {
+    for (size_t k = 0; k < kOperands; ++k) {
+      if ((k == 2 && scalar) || (k == 3 && third == nullptr)) continue;
       args.push_back(LaunchArg::of(static_cast<int64_t>(layout.strides[k][d])));
     }
   }
@@ -377,9 +433,12 @@ void launch(BinaryOp op, at::ScalarType compute, const at::Tensor& out, const at
 // The kernel for the call, or nullptr when the layout or the device refuses it.
 std::shared_ptr<const Kernel> kernel_for(BinaryOp op, at::ScalarType compute,
                                          const at::Tensor& out, const at::Tensor& self,
-                                         const at::Tensor& other, Layout* layout) {
+                                         const at::Tensor& other, Layout* layout,
+                                         const at::Tensor* third = nullptr) {
   const bool scalar = !is_device(other);
-  if (!make_layout(out.sizes(), {&out, &self, scalar ? nullptr : &other}, layout)) return nullptr;
+  if (!make_layout(out.sizes(), {&out, &self, scalar ? nullptr : &other, third}, layout)) {
+    return nullptr;
+  }
   // A scalar arrives converted to `compute`: its own dtype (a Python float is a double) must not
   // make a float kernel ask for cl_khr_fp64, which a device without doubles cannot build.
   const BinaryKernelKey key{op,      out.scalar_type(), self.scalar_type(),
@@ -476,7 +535,7 @@ bool copy_on_device(const at::Tensor& src, const at::Tensor& dst,
   if (kernel == nullptr) return false;
   // The kernel's scalar operand (a zero) and its alpha are in its signature, unused.
   const at::Tensor unused = at::native::wrapped_scalar_tensor(0);
-  launch(BinaryOp::kCopy, bits, dst, src, unused, 0, layout, kernel, launches);
+  launch(BinaryOp::kCopy, bits, dst, src, unused, nullptr, 0, layout, kernel, launches);
   return true;
 }
 
@@ -492,7 +551,7 @@ std::optional<at::Tensor> native_binary(BinaryOp op, const at::Tensor& self,
   Layout layout;
   const std::shared_ptr<const Kernel> kernel = kernel_for(op, *compute, out, self, other, &layout);
   if (kernel == nullptr) return std::nullopt;
-  launch(op, *compute, out, self, other, alpha, layout, kernel);
+  launch(op, *compute, out, self, other, nullptr, alpha, layout, kernel);
   return out;
 }
 
@@ -514,8 +573,74 @@ bool native_binary_(BinaryOp op, const at::Tensor& self, const at::Tensor& other
   Layout layout;
   const std::shared_ptr<const Kernel> kernel = kernel_for(op, *compute, self, self, other, &layout);
   if (kernel == nullptr) return false;
-  launch(op, *compute, self, self, other, alpha, layout, kernel);
+  launch(op, *compute, self, self, other, nullptr, alpha, layout, kernel);
   return true;
+}
+
+namespace {
+
+// The device's own kernels of the per-tensor operators: below autograd and ADInplaceOrView, as a
+// _foreach_ kernel is, so the list's versions go up once (Note [Versions of lists written in
+// place] in host_kernels.cc), as on the CPU.
+const c10::DispatchKeySet kDevice{c10::DispatchKey::PrivateUse1};
+
+// The CPU's per-tensor loop of a _foreach_ operator over `self`, whose lists the caller has
+// checked: native(i) runs tensor i's kernel (false when the native path does not take it), and
+// own(i) then runs its own operator on the device. Counts the call as native when every tensor's
+// was. False, having done nothing, for a list not all on one native-path device.
+template <class Native, class Own>
+bool foreach_tensor(at::TensorList self, const Native& native, const Own& own) {
+  if (self.empty()) return false;
+  for (const at::Tensor& t : self) {
+    if (!t.defined() || !is_device(t) || t.device() != self[0].device()) return false;
+  }
+  if (!native_kernels(self[0].device().index())) return false;
+  bool all_native = true;
+  for (size_t i = 0; i < self.size(); ++i) {
+    if (native(i)) continue;
+    all_native = false;  // this tensor's own operator answers: its host kernel, or its error
+    own(i);
+  }
+  if (all_native) count_native_call();
+  return true;
+}
+
+// The number for tensor i: scalars[0] for every tensor (`one_scalar`), or scalars[i].
+const at::Scalar& scalar_for(at::ArrayRef<at::Scalar> scalars, bool one_scalar, size_t i) {
+  return one_scalar ? scalars[0] : scalars[i];
+}
+
+}  // namespace
+
+bool native_foreach_(BinaryOp op, at::TensorList self, at::TensorList others,
+                    at::ArrayRef<at::Scalar> scalars, bool one_scalar, const at::Scalar& alpha) {
+  const size_t n = self.size();
+  if (others.empty() ? scalars.size() != (one_scalar ? 1 : n)
+                     : others.size() != n || !scalars.empty()) {
+    return false;  // the CPU's error
+  }
+  // A number arrives as the in-place operator's wrapped tensor, as in the CPU's loop.
+  const auto other = [&](size_t i) {
+    return others.empty() ? at::native::wrapped_scalar_tensor(scalar_for(scalars, one_scalar, i))
+                          : others[i];
+  };
+  return foreach_tensor(
+      self, [&](size_t i) { return native_binary_(op, self[i], other(i), alpha); },
+      [&](size_t i) {
+        at::Tensor target = self[i];
+        switch (op) {
+          case BinaryOp::kAdd:
+            at::_ops::add__Tensor::redispatch(kDevice, target, other(i), alpha);
+            break;
+          case BinaryOp::kMul:
+            at::_ops::mul__Tensor::redispatch(kDevice, target, other(i));
+            break;
+          case BinaryOp::kDiv:
+            at::_ops::div__Tensor::redispatch(kDevice, target, other(i));
+            break;
+          default: TORCH_INTERNAL_ASSERT(false, "no per-tensor operator for ", op_name(op));
+        }
+      });
 }
 
 std::optional<at::Tensor> native_dropout_grad(const at::Tensor& grad, const at::Tensor& mask,
@@ -532,22 +657,202 @@ std::optional<at::Tensor> native_dropout_grad(const at::Tensor& grad, const at::
   return at::mul(*masked, factor);  // the dtype the native path lacks: mul's own kernel
 }
 
-std::optional<at::Tensor> native_tanh(const at::Tensor& self) {
+namespace {
+
+// `op` of a float32 or float64 device tensor into a new result of dtype `out_type`, laid out as
+// the unary operator's; nullopt for other calls (integers promote to float on the CPU, or give
+// constant answers: its kernel answers).
+std::optional<at::Tensor> native_unary(BinaryOp op, const at::Tensor& self,
+                                       at::ScalarType out_type) {
   if (!self.defined() || !is_device(self) || !native_kernels(self.device().index()) ||
       self.layout() != at::kStrided || self.is_conj() || self.is_neg() ||
       (self.scalar_type() != at::kFloat && self.scalar_type() != at::kDouble)) {
-    return std::nullopt;  // integers promote to float on the CPU: its kernel answers
+    return std::nullopt;
   }
   // The unary operator's layout: TensorIterator's for self with itself.
-  at::Tensor out = new_result(self.sizes(), self.scalar_type(), self, self);
+  at::Tensor out = new_result(self.sizes(), out_type, self, self);
   if (out.numel() == 0) return out;
   const at::Tensor unused = at::native::wrapped_scalar_tensor(0.0);
   Layout layout;
   const std::shared_ptr<const Kernel> kernel =
-      kernel_for(BinaryOp::kTanh, self.scalar_type(), out, self, unused, &layout);
+      kernel_for(op, self.scalar_type(), out, self, unused, &layout);
   if (kernel == nullptr) return std::nullopt;
-  launch(BinaryOp::kTanh, self.scalar_type(), out, self, unused, 1, layout, kernel);
+  launch(op, self.scalar_type(), out, self, unused, nullptr, 1, layout, kernel);
   return out;
+}
+
+}  // namespace
+
+std::optional<at::Tensor> native_tanh(const at::Tensor& self) {
+  return native_unary(BinaryOp::kTanh, self, self.scalar_type());
+}
+
+std::optional<at::Tensor> native_isneginf(const at::Tensor& self) {
+  return native_unary(BinaryOp::kIsNegInf, self, at::kBool);
+}
+
+namespace {
+
+// where(condition, self, other) into `out` (native_where_out), or into a new result when `out` is
+// undefined; nullopt when the native path does not take the call, and then nothing has happened.
+std::optional<at::Tensor> where_into(const at::Tensor& condition, const at::Tensor& self,
+                                     const at::Tensor& other, const at::Tensor& out_arg) {
+  // A bool condition on a native-path device (a uint8 one is the CPU's deprecation warning), and
+  // values on its device or CPU scalars, not both scalars.
+  if (!condition.defined() || !is_device(condition) || condition.scalar_type() != at::kBool ||
+      condition.layout() != at::kStrided) {
+    return std::nullopt;
+  }
+  const c10::DeviceIndex device = condition.device().index();
+  if (!native_kernels(device) || !plain_operand(self, device) || !plain_operand(other, device) ||
+      (!is_device(self) && !is_device(other))) {
+    return std::nullopt;
+  }
+  const at::ScalarType type = at::result_type(self, other);
+  if (cl_type(type) == nullptr) return std::nullopt;
+  const std::vector<int64_t> sizes =
+      at::infer_size(at::infer_size(condition.sizes(), self.sizes()), other.sizes());
+  // The CPU's layout: TensorIterator's over the three inputs, found on meta tensors.
+  const auto meta = [](const at::Tensor& t) {
+    return at::empty_strided(t.sizes(), t.strides(), at::dtype(at::kFloat).device(at::kMeta));
+  };
+  at::TensorIterator iter = at::TensorIteratorConfig()
+                                .check_all_same_dtype(false)
+                                .add_owned_output(at::Tensor())
+                                .add_owned_const_input(meta(condition))
+                                .add_owned_const_input(meta(self))
+                                .add_owned_const_input(meta(other))
+                                .build();
+  at::Tensor out = out_arg;
+  if (!out.defined()) {
+    out = at::empty_strided(sizes, iter.output().strides(), condition.options().dtype(type));
+  } else {
+    // An out= tensor of the result's dtype on the condition's device, sharing no memory with the
+    // inputs unless it is one of them (each element read before it is written, by the same
+    // work-item), of the result's shape or empty (resized as the CPU's TensorIterator resizes it;
+    // a resize of one with elements is the CPU's warning, and its call).
+    const auto same_elements = [&](const at::Tensor& input) {
+      return !input.is_alias_of(out) ||
+             (out.numel() != 0 && input.storage_offset() == out.storage_offset() &&
+              input.sizes().equals(sizes) && input.strides().equals(out.strides()) &&
+              input.itemsize() == out.itemsize());
+    };
+    if (!is_device(out) || out.device() != condition.device() || out.scalar_type() != type ||
+        out.layout() != at::kStrided || out.is_conj() || out.is_neg() ||
+        !same_elements(condition) || !same_elements(self) || !same_elements(other)) {
+      return std::nullopt;
+    }
+    if (!out.sizes().equals(sizes)) {
+      if (out.numel() != 0) return std::nullopt;
+      out.resize_(sizes);
+      out.as_strided_(sizes, iter.output().strides());
+    }
+    if (!elements_are_distinct(out)) return std::nullopt;
+  }
+  if (out.numel() == 0) return out;
+  // The kernel takes a scalar as its second value only: a scalar `self` swaps the two.
+  const bool swap = !is_device(self);
+  const BinaryOp op = swap ? BinaryOp::kWhereNot : BinaryOp::kWhere;
+  const at::Tensor& first = swap ? other : self;
+  const at::Tensor& second = swap ? self : other;
+  Layout layout;
+  const std::shared_ptr<const Kernel> kernel =
+      kernel_for(op, type, out, first, second, &layout, &condition);
+  if (kernel == nullptr) return std::nullopt;
+  launch(op, type, out, first, second, &condition, 1, layout, kernel);
+  return out;
+}
+
+}  // namespace
+
+std::optional<at::Tensor> native_where(const at::Tensor& condition, const at::Tensor& self,
+                                       const at::Tensor& other) {
+  return where_into(condition, self, other, at::Tensor());
+}
+
+bool native_where_out(const at::Tensor& condition, const at::Tensor& self,
+                      const at::Tensor& other, const at::Tensor& out) {
+  return out.defined() && where_into(condition, self, other, out).has_value();
+}
+
+bool native_pointwise_(BinaryOp op, const at::Tensor& self, const at::Tensor& first,
+                       const at::Tensor* second, const at::Scalar& value) {
+  if (!self.defined() || !is_device(self) || !native_kernels(self.device().index()) ||
+      self.layout() != at::kStrided || self.is_conj() || self.is_neg() ||
+      (self.scalar_type() != at::kFloat && self.scalar_type() != at::kDouble) ||
+      !elements_are_distinct(self) || value.isComplex() || value.isBoolean()) {
+    return false;
+  }
+  // Inputs of self's device and dtype (no promotion) that broadcast to self, sharing no memory
+  // with it unless they are it.
+  const auto takes = [&](const at::Tensor& t) {
+    return t.defined() && is_device(t) && t.device() == self.device() &&
+           t.scalar_type() == self.scalar_type() && t.layout() == at::kStrided && !t.is_conj() &&
+           !t.is_neg() && at::is_expandable_to(t.sizes(), self.sizes()) &&
+           (!t.is_alias_of(self) ||
+            (t.storage_offset() == self.storage_offset() && t.sizes().equals(self.sizes()) &&
+             t.strides().equals(self.strides())));
+  };
+  if (!takes(first) || (second != nullptr && !takes(*second))) return false;
+  if (self.numel() == 0) return true;
+  Layout layout;
+  const at::ScalarType type = self.scalar_type();
+  const std::shared_ptr<const Kernel> kernel =
+      kernel_for(op, type, self, self, first, &layout, second);
+  if (kernel == nullptr) return false;
+  launch(op, type, self, self, first, second, value, layout, kernel);
+  return true;
+}
+
+std::optional<at::Tensor> native_sqrt(const at::Tensor& self) {
+  return native_unary(BinaryOp::kSqrt, self, self.scalar_type());
+}
+
+bool native_foreach_pointwise_(BinaryOp op, at::TensorList self, at::TensorList first,
+                               at::TensorList second, at::ArrayRef<at::Scalar> scalars,
+                               bool one_scalar) {
+  const size_t n = self.size();
+  if (first.size() != n || (op != BinaryOp::kLerp && second.size() != n) ||
+      scalars.size() != (one_scalar ? 1 : n)) {
+    return false;  // the CPU's error
+  }
+  return foreach_tensor(
+      self,
+      [&](size_t i) {
+        return native_pointwise_(op, self[i], first[i],
+                                 op == BinaryOp::kLerp ? nullptr : &second[i],
+                                 scalar_for(scalars, one_scalar, i));
+      },
+      [&](size_t i) {
+        at::Tensor target = self[i];
+        const at::Scalar& value = scalar_for(scalars, one_scalar, i);
+        switch (op) {
+          case BinaryOp::kAddcmul:
+            at::_ops::addcmul_::redispatch(kDevice, target, first[i], second[i], value);
+            break;
+          case BinaryOp::kAddcdiv:
+            at::_ops::addcdiv_::redispatch(kDevice, target, first[i], second[i], value);
+            break;
+          case BinaryOp::kLerp:
+            at::_ops::lerp__Scalar::redispatch(kDevice, target, first[i], value);
+            break;
+          default: TORCH_INTERNAL_ASSERT(false, "no per-tensor operator for ", op_name(op));
+        }
+      });
+}
+
+std::optional<std::vector<at::Tensor>> native_foreach_sqrt(at::TensorList self) {
+  std::vector<at::Tensor> results(self.size());
+  const bool ran = foreach_tensor(
+      self,
+      [&](size_t i) {
+        std::optional<at::Tensor> result = native_sqrt(self[i]);
+        if (result) results[i] = std::move(*result);
+        return result.has_value();
+      },
+      [&](size_t i) { results[i] = at::_ops::sqrt::redispatch(kDevice, self[i]); });
+  if (!ran) return std::nullopt;
+  return results;
 }
 
 std::optional<at::Tensor> native_tanh_backward(const at::Tensor& grad, const at::Tensor& output) {
@@ -632,10 +937,99 @@ std::optional<at::Tensor> native_cat(const at::ITensorListRef& tensors, int64_t 
   return out;
 }
 
+namespace {
+
+// The source of tril (`lower`) or triu over `batch` merged leading dimensions: the elements move
+// as the integer type `t` of their size, and zero bits are every dtype's zero.
+KernelSource triangle_source(const std::string& t, size_t batch, bool lower) {
+  const std::string name = std::string(lower ? "oclvm_tril_" : "oclvm_triu_") + t + "_b" +
+                           std::to_string(batch);
+  std::string s = "__kernel void " + name + "(OCLVM_BLOB(" + t + ", out), OCLVM_BLOB(" + t +
+                  ", a), ulong n, long rows, long cols, long sr, long sc, long diagonal";
+  for (size_t d = 0; d < batch; ++d) {
+    s += ", long bs" + std::to_string(d) + ", long ba" + std::to_string(d);
+  }
+  s += ") {\n  const ulong i = get_global_id(0);\n  if (i >= n) return;\n";
+  s += "  const long col = (long)(i % (ulong)cols);\n  ulong rest = i / (ulong)cols;\n";
+  s += "  const long row = (long)(rest % (ulong)rows);\n  rest /= (ulong)rows;\n";
+  s += "  long ia = row * sr + col * sc;\n";
+  for (size_t d = batch; d-- > 0;) {
+    const std::string i = std::to_string(d);
+    s += d == 0 ? "  ia += (long)rest * ba0;\n"
+                : "  ia += (long)(rest % (ulong)bs" + i + ") * ba" + i + "; rest /= (ulong)bs" +
+                      i + ";\n";
+  }
+  s += std::string("  OCLVM_PTR(") + t + ", out)[i] = col - row " + (lower ? "<=" : ">=") +
+       " diagonal ? OCLVM_PTR(" + t + ", a)[ia] : (" + t + ")0;\n}\n";
+  return KernelSource{std::move(s), name, ""};
+}
+
+}  // namespace
+
+std::optional<at::Tensor> native_triangle(const at::Tensor& self, int64_t diagonal, bool lower) {
+  if (!self.defined() || !is_device(self) || !native_kernels(self.device().index()) ||
+      self.layout() != at::kStrided || self.is_conj() || self.is_neg() || self.dim() < 2) {
+    return std::nullopt;  // the CPU's error (fewer than two dimensions), or its kernel
+  }
+  const char* bits = nullptr;  // an integer type of the element's size
+  switch (self.itemsize()) {
+    case 1: bits = "uchar"; break;
+    case 2: bits = "ushort"; break;
+    case 4: bits = "uint"; break;
+    case 8: bits = "ulong"; break;
+    default: return std::nullopt;  // complex128
+  }
+  at::Tensor out = at::empty(self.sizes(), self.options());  // contiguous, as the CPU's
+  if (out.numel() == 0) return out;
+  // The leading dimensions, size-1 ones dropped and neighbours that step as one merged.
+  const int64_t rank = self.dim();
+  std::vector<std::pair<int64_t, int64_t>> batch;  // (size, stride)
+  for (int64_t d = 0; d < rank - 2; ++d) {
+    const int64_t size = self.size(d), stride = self.stride(d);
+    if (size == 1) continue;
+    if (!batch.empty() && batch.back().second == stride * size) {
+      batch.back() = {batch.back().first * size, stride};
+    } else {
+      batch.emplace_back(size, stride);
+    }
+  }
+  if (batch.size() > kMaxRank) return std::nullopt;
+  const uint64_t id = (static_cast<uint64_t>(self.itemsize()) << 16) |
+                      (static_cast<uint64_t>(batch.size()) << 8) | (lower ? 1u : 0u);
+  const std::shared_ptr<const Kernel> kernel =
+      native_kernel(self.device().index(), NativeKernelFamily::kTriangle, id,
+                    [&] { return triangle_source(bits, batch.size(), lower); });
+  if (kernel == nullptr) return std::nullopt;
+  // A diagonal past every column keeps (tril) or clears (triu) the whole matrix: clamped so the
+  // kernel's comparison cannot overflow.
+  const int64_t rows = self.size(rank - 2), cols = self.size(rank - 1);
+  const int64_t clamped = std::clamp<int64_t>(diagonal, -rows - 1, cols + 1);
+  std::vector<LaunchArg> args{blob_arg(out, KernelAccess::kWrite),
+                              blob_arg(self, KernelAccess::kRead),
+                              LaunchArg::of(static_cast<uint64_t>(out.numel())),
+                              LaunchArg::of(rows),
+                              LaunchArg::of(cols),
+                              LaunchArg::of(self.stride(rank - 2)),
+                              LaunchArg::of(self.stride(rank - 1)),
+                              LaunchArg::of(clamped)};
+  for (const auto& [size, stride] : batch) {
+    args.push_back(LaunchArg::of(size));
+    args.push_back(LaunchArg::of(stride));
+  }
+  run_native_kernel(kernel, out, args, static_cast<size_t>(out.numel()));
+  count_native_launch();
+  return out;
+}
+
 bool native_float64(c10::DeviceIndex index) {
   const BinaryKernelKey key{BinaryOp::kAdd, at::kDouble, at::kDouble, at::kDouble,
                             at::kDouble,    /*other_is_scalar=*/true, /*rank=*/1};
   return binary_kernel(index, key) != nullptr;
+}
+
+LaunchArg blob_arg(const at::Tensor& t, KernelAccess access) {
+  const BlobRef ref = element0(t);
+  return LaunchArg::of_blob(ref.blob, ref.offset, access);
 }
 
 uint64_t native_kernel_calls() { return g_launches.load(std::memory_order_relaxed); }

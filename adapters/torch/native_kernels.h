@@ -2,12 +2,12 @@
 // native path), on devices that take it (native_kernels() in device.h).
 //
 // Each function here runs an operator as LaunchKernel instructions (native_kernels.cc: elementwise
-// arithmetic and copies; native_reduce.cc: sums and softmax; native_norm.cc: layer norm) or, for
-// the matrix products, a NativeCall of CLBlast's (native_blas.cc), through the adapter's Runtime,
-// on the current stream of the operands' device, or answers that it does not take the call
-// (nullopt / false) having done nothing, and the caller goes on to the host kernel or the CPU
-// fallback: the values and errors of those calls stay the CPU's. Each file's Note says which
-// calls it takes.
+// arithmetic, where, copies, tril and triu; native_reduce.cc: sums, all and softmax;
+// native_norm.cc: layer norm) or, for the matrix products, a NativeCall of CLBlast's
+// (native_blas.cc), through the adapter's Runtime, on the current stream of the operands' device,
+// or answers that it does not take the call (nullopt / false) having done nothing, and the caller
+// goes on to the host kernel or the CPU fallback: the values and errors of those calls stay the
+// CPU's. Each file's Note says which calls it takes.
 //
 // Thread-safety: any thread, as every operator; the compiled kernels are shared under a mutex and
 // the VM orders the device work.
@@ -20,13 +20,34 @@
 #include <cstdint>
 #include <optional>
 #include <tuple>
+#include <vector>
 
 namespace oclvm::torch_adapter {
 
 // kCopy: out = self, the element's bits moved unchanged (native_copy; `other` is unused).
 // kTanh: out = tanh(self) (`other` is unused); kTanhBackward: out = self * (1 - other * other),
-// the gradient through tanh from its output `other`.
-enum class BinaryOp : uint8_t { kAdd, kSub, kMul, kDiv, kCopy, kTanh, kTanhBackward };
+// the gradient through tanh from its output `other`. kWhere: out = condition ? self : other, and
+// kWhereNot: out = condition ? other : self, of a third input, a bool condition (native_where).
+// kIsNegInf: out = self == -inf, a bool (`other` is unused). kAddcmul: out = self + alpha * other *
+// third, and kAddcdiv: out = self + alpha * other / third, of a third input; kLerp: out = self +
+// alpha * (other - self), from the nearer end as the CPU's vectorised kernel; kSqrt: out =
+// sqrt(self) (`other` is unused).
+enum class BinaryOp : uint8_t {
+  kAdd,
+  kSub,
+  kMul,
+  kDiv,
+  kCopy,
+  kTanh,
+  kTanhBackward,
+  kWhere,
+  kWhereNot,
+  kIsNegInf,
+  kAddcmul,
+  kAddcdiv,
+  kLerp,
+  kSqrt,
+};
 
 // self (op) other for an op other than kCopy, `alpha` scaling other for kAdd and kSub (1 for the
 // others), as the functional operator (add.Tensor, ...); nullopt when the native path does not
@@ -36,6 +57,32 @@ std::optional<at::Tensor> native_binary(BinaryOp op, const at::Tensor& self,
 // The in-place form (add_.Tensor, ...): writes self; false when the native path does not take it.
 bool native_binary_(BinaryOp op, const at::Tensor& self, const at::Tensor& other,
                     const at::Scalar& alpha);
+
+// The in-place _foreach_ forms of kAdd, kMul and kDiv, as the CPU runs them: tensor by tensor in
+// list order, self[i] (op)= others[i] (alpha scaling it, for kAdd), or a number: scalars[0] for
+// every tensor (`one_scalar`) or scalars[i]; each tensor's call is one launch, or the device's
+// kernel of its in-place operator where the native path does not take it. Counts the call as
+// native when every tensor's was. False, having done nothing, for a list not all on one
+// native-path device, or lists of different lengths (the CPU's error).
+bool native_foreach_(BinaryOp op, at::TensorList self, at::TensorList others,
+                     at::ArrayRef<at::Scalar> scalars, bool one_scalar,
+                     const at::Scalar& alpha);
+
+// self.addcmul_(first, *second, value), self.addcdiv_(first, *second, value) or
+// self.lerp_(first, value) (second nullptr) for kAddcmul, kAddcdiv and kLerp: one launch, self a
+// float32 or float64 device tensor, the inputs of its device and dtype broadcasting to it; false,
+// having done nothing, when the native path does not take the call.
+bool native_pointwise_(BinaryOp op, const at::Tensor& self, const at::Tensor& first,
+                       const at::Tensor* second, const at::Scalar& value);
+// sqrt of a float32 or float64 tensor (correctly rounded, as the CPU's): one launch; nullopt
+// for other calls.
+std::optional<at::Tensor> native_sqrt(const at::Tensor& self);
+// The _foreach_ forms of native_pointwise_ (second unused for kLerp) and of sqrt, as
+// native_foreach_ runs its operators: tensor by tensor, each one launch or its own operator.
+bool native_foreach_pointwise_(BinaryOp op, at::TensorList self, at::TensorList first,
+                               at::TensorList second, at::ArrayRef<at::Scalar> scalars,
+                               bool one_scalar);
+std::optional<std::vector<at::Tensor>> native_foreach_sqrt(at::TensorList self);
 
 // native_dropout_backward: grad * mask * scale, the CPU kernel's two products, each a launch;
 // nullopt when the native path does not take the first.
@@ -68,6 +115,26 @@ std::optional<at::Tensor> native_addmm(const at::Tensor& self, const at::Tensor&
 // tensors: one launch each; nullopt when the native path does not take the call.
 std::optional<at::Tensor> native_tanh(const at::Tensor& self);
 std::optional<at::Tensor> native_tanh_backward(const at::Tensor& grad, const at::Tensor& output);
+
+// isneginf of a float32 or float64 tensor: one launch; nullopt for other calls.
+std::optional<at::Tensor> native_isneginf(const at::Tensor& self);
+// where.self of a bool condition on a native-path device, self and other on its device or CPU
+// scalars (not both), with torch's type promotion and the CPU's layout: one launch; nullopt when
+// the native path does not take the call.
+std::optional<at::Tensor> native_where(const at::Tensor& condition, const at::Tensor& self,
+                                       const at::Tensor& other);
+// where.self_out into `out`: as native_where, `out` of the result's dtype, not sharing memory
+// with the inputs, of the result's shape or empty (resized and laid out as the CPU's); false,
+// having done nothing, when the native path does not take the call.
+bool native_where_out(const at::Tensor& condition, const at::Tensor& self,
+                      const at::Tensor& other, const at::Tensor& out);
+// tril and triu of a device tensor of two or more dimensions, any dtype the kernels read: one
+// launch each; nullopt when the native path does not take the call.
+std::optional<at::Tensor> native_triangle(const at::Tensor& self, int64_t diagonal, bool lower);
+// all.dim of a device tensor with a dimension: the CPU's dtype (bool, uint8 for uint8) and
+// shape, one launch (Note [Native sums] in native_reduce.cc); nullopt when the native path does
+// not take the call.
+std::optional<at::Tensor> native_all(const at::Tensor& self, int64_t dim, bool keepdim);
 
 // _softmax (without half_to_float) and _softmax_backward_data of float32 or float64 tensors over
 // one dimension: one launch each, one row per work-item (Note [Native sums] in native_reduce.cc);
@@ -157,6 +224,98 @@ struct NativeKernel<at::_ops::mul__Tensor> : NativeBinaryInPlaceKernel<BinaryOp:
 template <>
 struct NativeKernel<at::_ops::div__Tensor> : NativeBinaryInPlaceKernel<BinaryOp::kDiv> {};
 
+// The _foreach_ forms' native kernels count their own calls (native_foreach_).
+template <>
+struct NativeKernel<at::_ops::_foreach_add__Scalar> {
+  static constexpr bool exists = true;
+  static bool call(at::TensorList self, const at::Scalar& scalar) {
+    return native_foreach_(BinaryOp::kAdd, self, {}, {scalar}, /*one_scalar=*/true, 1);
+  }
+};
+template <>
+struct NativeKernel<at::_ops::_foreach_add__List> {
+  static constexpr bool exists = true;
+  static bool call(at::TensorList self, at::TensorList other, const at::Scalar& alpha) {
+    return native_foreach_(BinaryOp::kAdd, self, other, {}, false, alpha);
+  }
+};
+template <>
+struct NativeKernel<at::_ops::_foreach_mul__Scalar> {
+  static constexpr bool exists = true;
+  static bool call(at::TensorList self, const at::Scalar& scalar) {
+    return native_foreach_(BinaryOp::kMul, self, {}, {scalar}, /*one_scalar=*/true, 1);
+  }
+};
+template <>
+struct NativeKernel<at::_ops::_foreach_mul__List> {
+  static constexpr bool exists = true;
+  static bool call(at::TensorList self, at::TensorList other) {
+    return native_foreach_(BinaryOp::kMul, self, other, {}, false, 1);
+  }
+};
+template <>
+struct NativeKernel<at::_ops::_foreach_div__Scalar> {
+  static constexpr bool exists = true;
+  static bool call(at::TensorList self, const at::Scalar& scalar) {
+    return native_foreach_(BinaryOp::kDiv, self, {}, {scalar}, /*one_scalar=*/true, 1);
+  }
+};
+template <>
+struct NativeKernel<at::_ops::_foreach_div__ScalarList> {
+  static constexpr bool exists = true;
+  static bool call(at::TensorList self, at::ArrayRef<at::Scalar> scalars) {
+    return native_foreach_(BinaryOp::kDiv, self, {}, scalars, /*one_scalar=*/false, 1);
+  }
+};
+
+template <>
+struct NativeKernel<at::_ops::_foreach_addcmul__Scalar> {
+  static constexpr bool exists = true;
+  static bool call(at::TensorList self, at::TensorList first, at::TensorList second,
+                   const at::Scalar& value) {
+    return native_foreach_pointwise_(BinaryOp::kAddcmul, self, first, second, {value},
+                                     /*one_scalar=*/true);
+  }
+};
+template <>
+struct NativeKernel<at::_ops::_foreach_addcdiv__Scalar> {
+  static constexpr bool exists = true;
+  static bool call(at::TensorList self, at::TensorList first, at::TensorList second,
+                   const at::Scalar& value) {
+    return native_foreach_pointwise_(BinaryOp::kAddcdiv, self, first, second, {value},
+                                     /*one_scalar=*/true);
+  }
+};
+template <>
+struct NativeKernel<at::_ops::_foreach_addcdiv__ScalarList> {
+  static constexpr bool exists = true;
+  static bool call(at::TensorList self, at::TensorList first, at::TensorList second,
+                   at::ArrayRef<at::Scalar> scalars) {
+    return native_foreach_pointwise_(BinaryOp::kAddcdiv, self, first, second, scalars,
+                                     /*one_scalar=*/false);
+  }
+};
+template <>
+struct NativeKernel<at::_ops::_foreach_lerp__Scalar> {
+  static constexpr bool exists = true;
+  static bool call(at::TensorList self, at::TensorList end, const at::Scalar& weight) {
+    return native_foreach_pointwise_(BinaryOp::kLerp, self, end, {}, {weight},
+                                     /*one_scalar=*/true);
+  }
+};
+template <>
+struct NativeKernel<at::_ops::_foreach_sqrt> {
+  static constexpr bool exists = true;
+  static std::optional<std::vector<at::Tensor>> call(at::TensorList self) {
+    return native_foreach_sqrt(self);
+  }
+};
+template <>
+struct NativeKernel<at::_ops::sqrt> {
+  static constexpr bool exists = true;
+  static std::optional<at::Tensor> call(const at::Tensor& self) { return native_sqrt(self); }
+};
+
 template <>
 struct NativeKernel<at::_ops::native_dropout_backward> {
   static constexpr bool exists = true;
@@ -191,6 +350,52 @@ struct NativeKernel<at::_ops::tanh_backward> {
   static constexpr bool exists = true;
   static std::optional<at::Tensor> call(const at::Tensor& grad, const at::Tensor& output) {
     return native_tanh_backward(grad, output);
+  }
+};
+template <>
+struct NativeKernel<at::_ops::isneginf> {
+  static constexpr bool exists = true;
+  static std::optional<at::Tensor> call(const at::Tensor& self) { return native_isneginf(self); }
+};
+template <>
+struct NativeKernel<at::_ops::where_self> {
+  static constexpr bool exists = true;
+  static std::optional<at::Tensor> call(const at::Tensor& condition, const at::Tensor& self,
+                                        const at::Tensor& other) {
+    return native_where(condition, self, other);
+  }
+};
+template <>
+struct NativeKernel<at::_ops::where_self_out> {
+  static constexpr bool exists = true;
+  static bool call(const at::Tensor& condition, const at::Tensor& self, const at::Tensor& other,
+                   at::Tensor& out) {
+    return native_where_out(condition, self, other, out);
+  }
+};
+template <>
+struct NativeKernel<at::_ops::tril> {
+  static constexpr bool exists = true;
+  static std::optional<at::Tensor> call(const at::Tensor& self, c10::SymInt diagonal) {
+    const std::optional<int64_t> value = diagonal.maybe_as_int();
+    if (!value) return std::nullopt;
+    return native_triangle(self, *value, /*lower=*/true);
+  }
+};
+template <>
+struct NativeKernel<at::_ops::triu> {
+  static constexpr bool exists = true;
+  static std::optional<at::Tensor> call(const at::Tensor& self, c10::SymInt diagonal) {
+    const std::optional<int64_t> value = diagonal.maybe_as_int();
+    if (!value) return std::nullopt;
+    return native_triangle(self, *value, /*lower=*/false);
+  }
+};
+template <>
+struct NativeKernel<at::_ops::all_dim> {
+  static constexpr bool exists = true;
+  static std::optional<at::Tensor> call(const at::Tensor& self, int64_t dim, bool keepdim) {
+    return native_all(self, dim, keepdim);
   }
 };
 template <>

@@ -129,11 +129,6 @@ std::shared_ptr<const Kernel> norm_kernel(c10::DeviceIndex device, NormKernel wh
   });
 }
 
-LaunchArg blob_arg(const at::Tensor& t, KernelAccess access) {
-  const BlobRef ref = element0(t);
-  return LaunchArg::of_blob(ref.blob, ref.offset, access);
-}
-
 void run_launch(const std::shared_ptr<const Kernel>& kernel, const at::Tensor& on,
                 const std::vector<LaunchArg>& args, uint64_t work_items) {
   run_native_kernel(kernel, on, args, static_cast<size_t>(work_items));

@@ -1,6 +1,6 @@
 // adapters/torch/native_reduce.cc — reductions along rows on the native path: sum over
-// dimensions, and softmax and its backward over one dimension; one generated OpenCL kernel per
-// (operator, dtypes, ranks), one work-item per row (native_kernels.h).
+// dimensions, all over one, and softmax and its backward over one dimension; one generated OpenCL
+// kernel per (operator, dtypes, ranks), one work-item per row (native_kernels.h).
 
 #include <ATen/ops/empty.h>
 #include <c10/core/ScalarType.h>
@@ -41,7 +41,8 @@ namespace oclvm::torch_adapter {
 // rows' sums one after another, so the
 // values agree with its to its rounding, not always to the bit, with the cascade's O(log n) error
 // bound either way; infinities and NaN come out as on the CPU. Integer sums accumulate in int64
-// and wrap as the CPU's do: equal to the bit.
+// and wrap as the CPU's do: equal to the bit. all.dim is the integer kernel with a logical and
+// (a bool result, uint8 for uint8 as on the CPU; a NaN is true, as C++'s conversion to bool).
 //
 // _softmax and _softmax_backward_data of float32 and float64 tensors over one dimension, any
 // layout, the result contiguous as the CPU's, walk each row with the same offsets: softmax takes
@@ -88,7 +89,7 @@ bool add_dimension(Walk& walk, int64_t size, const std::array<int64_t, 3>& strid
 }
 
 // The kernels of this file; their ids put it above the dtypes and ranks.
-enum class RowOp : uint64_t { kSum, kSoftmax, kSoftmaxBackward };
+enum class RowOp : uint64_t { kSum, kSoftmax, kSoftmaxBackward, kAll };
 
 uint64_t kernel_id(RowOp op, at::ScalarType in, at::ScalarType out, size_t kept, size_t reduced) {
   return (static_cast<uint64_t>(op) << 32) | (static_cast<uint64_t>(in) << 24) |
@@ -131,26 +132,24 @@ void push_kept(std::vector<LaunchArg>& args, const Walk& kept) {
 void launch_rows(const std::shared_ptr<const Kernel>& kernel, const at::Tensor& out,
                  std::initializer_list<const at::Tensor*> inputs, std::vector<LaunchArg> tail,
                  uint64_t n) {
-  const BlobRef o = element0(out);
   std::vector<LaunchArg> args;
   args.reserve(1 + inputs.size() + tail.size());
-  args.push_back(LaunchArg::of_blob(o.blob, o.offset, KernelAccess::kWrite));
-  for (const at::Tensor* input : inputs) {
-    const BlobRef a = element0(*input);
-    args.push_back(LaunchArg::of_blob(a.blob, a.offset, KernelAccess::kRead));
-  }
+  args.push_back(blob_arg(out, KernelAccess::kWrite));
+  for (const at::Tensor* input : inputs) args.push_back(blob_arg(*input, KernelAccess::kRead));
   args.insert(args.end(), tail.begin(), tail.end());
   run_native_kernel(kernel, out, args, static_cast<size_t>(n));
   count_native_launch();
 }
 
-// The source of the sum kernel from `in` to `out` over `kept` and `reduced` dimensions.
-KernelSource sum_source(at::ScalarType in, at::ScalarType out, size_t kept, size_t reduced) {
+// The source of the sum kernel (`all`: of all, whether every element is nonzero) from `in` to
+// `out` over `kept` and `reduced` dimensions.
+KernelSource sum_source(at::ScalarType in, at::ScalarType out, size_t kept, size_t reduced,
+                        bool all = false) {
   const std::string ti = cl_type(in), to = cl_type(out);
-  const bool floating = at::isFloatingType(in);
-  const std::string acc = floating ? ti : "ulong";
-  const std::string name = "oclvm_sum_" + ti + "_" + to + "_k" + std::to_string(kept) + "_r" +
-                           std::to_string(reduced);
+  const bool floating = at::isFloatingType(in) && !all;
+  const std::string acc = floating ? ti : all ? "uchar" : "ulong";
+  const std::string name = std::string(all ? "oclvm_all_" : "oclvm_sum_") + ti + "_" + to +
+                           "_k" + std::to_string(kept) + "_r" + std::to_string(reduced);
   std::string s;
   if (in == at::kDouble) s += "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n";
   s += "__kernel void " + name + "(OCLVM_BLOB(" + to + ", out), OCLVM_BLOB(" + ti +
@@ -178,8 +177,10 @@ KernelSource sum_source(at::ScalarType in, at::ScalarType out, size_t kept, size
     s += indent + "{\n" + indent + "  long ir = 0;\n" + indent + "  ulong r = j;\n";
     walk("r", "rs", reduced, indent + "  ",
          [](const std::string& i) { return " ir += k * ra" + i + ";"; });
-    s += indent + "  " + target + " += (" + acc + ")OCLVM_PTR(" + ti + ", a)[ia + ir];\n" +
-         indent + "}\n";
+    const std::string element = "OCLVM_PTR(" + ti + ", a)[ia + ir]";
+    s += indent + "  " + target +
+         (all ? " &= " + element + " != 0" : " += (" + acc + ")" + element) + ";\n" + indent +
+         "}\n";
   };
   s += "  ulong j = 0;\n";
   if (floating) {
@@ -198,8 +199,8 @@ KernelSource sum_source(at::ScalarType in, at::ScalarType out, size_t kept, size
     add_element("s0", "  ");
     s += "  s0 += s1; s0 += s2; s0 += s3;\n";
     s += "  OCLVM_PTR(" + to + ", out)[io] = (" + to + ")s0;\n}\n";
-  } else {  // integers: int64 sums, wrapping as unsigned
-    s += "  " + acc + " sum = 0;\n  for (; j < m; ++j)\n";
+  } else {  // integers: int64 sums, wrapping as unsigned; all: 1 until an element is zero
+    s += "  " + acc + " sum = " + (all ? "1" : "0") + ";\n  for (; j < m; ++j)\n";
     add_element("sum", "  ");
     s += "  OCLVM_PTR(" + to + ", out)[io] = (" + to + ")sum;\n}\n";
   }
@@ -350,6 +351,54 @@ std::optional<at::Tensor> native_sum(const at::Tensor& self, at::OptionalIntArra
   for (size_t d = 0; d < summed.rank; ++d) {
     tail.push_back(LaunchArg::of(summed.sizes[d]));
     tail.push_back(LaunchArg::of(summed.strides[1][d]));
+  }
+  launch_rows(kernel, out, {&self}, std::move(tail), static_cast<uint64_t>(out.numel()));
+  return out;
+}
+
+std::optional<at::Tensor> native_all(const at::Tensor& self, int64_t dim, bool keepdim) {
+  if (!self.defined() || !is_device(self) || self.layout() != at::kStrided || self.is_conj() ||
+      self.is_neg() || self.dim() == 0 || cl_type(self.scalar_type()) == nullptr ||
+      dim < -self.dim() || dim >= self.dim()) {
+    return std::nullopt;  // the CPU's kernel, or its error
+  }
+  const c10::DeviceIndex device = self.device().index();
+  const at::ScalarType in = self.scalar_type();
+  if (!native_kernels(device) || (in == at::kDouble && !native_float64(device))) {
+    return std::nullopt;
+  }
+  if (dim < 0) dim += self.dim();
+  std::vector<int64_t> sizes = self.sizes().vec();
+  if (keepdim) {
+    sizes[dim] = 1;
+  } else {
+    sizes.erase(sizes.begin() + dim);
+  }
+  const at::ScalarType out_type = in == at::kByte ? at::kByte : at::kBool;
+  at::Tensor out = at::empty(sizes, self.options().dtype(out_type));
+  if (out.numel() == 0) return out;
+  if (self.numel() == 0) return out.fill_(1);  // all of no elements; self has no blob
+  Walk kept, reduced;
+  int64_t out_dim = 0;
+  for (int64_t d = 0; d < self.dim(); ++d) {
+    const bool fits =
+        d == dim ? add_dimension(reduced, self.size(d), {0, self.stride(d), 0})
+                 : add_dimension(kept, self.size(d), {out.stride(out_dim), self.stride(d), 0});
+    if (!fits) return std::nullopt;
+    if (d != dim || keepdim) ++out_dim;
+  }
+  const std::shared_ptr<const Kernel> kernel = native_kernel(
+      device, NativeKernelFamily::kReduction,
+      kernel_id(RowOp::kAll, in, out_type, kept.rank, reduced.rank),
+      [&] { return sum_source(in, out_type, kept.rank, reduced.rank, /*all=*/true); });
+  if (kernel == nullptr) return std::nullopt;
+  std::vector<LaunchArg> tail{LaunchArg::of(static_cast<uint64_t>(out.numel())),
+                              LaunchArg::of(static_cast<uint64_t>(self.size(dim))),
+                              LaunchArg::of(uint64_t{0})};  // the cascade's step: sums only
+  push_kept(tail, kept);
+  for (size_t d = 0; d < reduced.rank; ++d) {
+    tail.push_back(LaunchArg::of(reduced.sizes[d]));
+    tail.push_back(LaunchArg::of(reduced.strides[1][d]));
   }
   launch_rows(kernel, out, {&self}, std::move(tail), static_cast<uint64_t>(out.numel()));
   return out;

@@ -62,19 +62,19 @@ def test_fallback_counts_name_the_operators_that_ran_a_cpu_kernel():
 
 
 def test_a_call_refused_for_its_devices_is_not_counted():
-    # dot and where reach the boxed fallback, whose device checks refuse them (dot's: every tensor
-    # on one device; where's, TensorIterator's: a CPU tensor only as a zero-dimensional scalar)
+    # dot and maximum reach the boxed fallback, whose device checks refuse them (dot's: every
+    # tensor on one device; maximum's, TensorIterator's: a CPU tensor only as a zero-dimensional
+    # scalar)
     x = torch.arange(6.0, device="opencl")
-    big = x > 2
     torch.opencl.reset_fallback_counts()
     with pytest.raises(RuntimeError, match="same device"):
         torch.dot(x, torch.ones(6))
     with pytest.raises(RuntimeError, match="same device"):
-        torch.where(big, x, torch.ones(6))
+        torch.maximum(x, torch.ones(6))
     assert torch.opencl.fallback_counts() == {}
     torch.dot(x, x)
-    torch.where(big, x, torch.tensor(1.0))
-    assert torch.opencl.fallback_counts() == {"aten::dot": 1, "aten::where.self": 1}
+    torch.maximum(x, torch.tensor(1.0))
+    assert torch.opencl.fallback_counts() == {"aten::dot": 1, "aten::maximum": 1}
 
 
 def test_storage_operators_are_not_counted():
@@ -482,6 +482,147 @@ def test_tanh_and_its_backward_are_one_launch_each(dtype):
     before = launches()  # an integer tensor promotes: the CPU kernel answers, with its values
     expect_same(torch.tanh(torch.arange(4, device="opencl")), torch.tanh(torch.arange(4)))
     assert launches() == before
+
+
+@native_only
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int64, torch.bool],
+                         ids=str)
+def test_where_is_one_launch_with_promotion_numbers_and_out(dtype):
+    g = torch.Generator().manual_seed(21)
+    condition = torch.rand((4, 1, 6), generator=g) > 0.5
+    a = make((4, 5, 6), torch.int64, g) > 0 if dtype == torch.bool else make((4, 5, 6), dtype, g)
+    b = make((5, 1), torch.float32, g)
+    torch.opencl.reset_fallback_counts()
+    cases = [lambda c, x, y: torch.where(c, x, y),                     # promotes with y
+             lambda c, x, y: torch.where(c, x[:, ::2], 1),             # a number as other
+             lambda c, x, y: torch.where(c, 2.5, x),                   # a number as self
+             lambda c, x, y: torch.where(c, 0.0, float("-inf")),       # two numbers: out=
+             lambda c, x, y: torch.where(c, x[:, :1], y.expand(5, 6)[:1])]  # broadcasts, strides
+    for case in cases:
+        before = launches()
+        got = case(on_device_as(condition), on_device_as(a), on_device_as(b))
+        expected = case(condition, a, b)
+        assert launches() == before + 1
+        assert got.stride() == expected.stride()
+        expect_same(got, expected)
+    out = torch.empty(0, dtype=a.dtype, device="opencl")  # resized, laid out as the CPU's
+    expected = torch.where(condition.transpose(0, 2), a.transpose(0, 2), a.transpose(0, 2))
+    torch.where(condition.transpose(0, 2).to("opencl"), on_device_as(a).transpose(0, 2),
+                on_device_as(a).transpose(0, 2), out=out)
+    assert out.stride() == expected.stride()
+    expect_same(out, expected)
+    x = on_device_as(a)  # out= one of the inputs: each element read before it is written
+    zero = torch.zeros((), dtype=a.dtype, device="opencl")
+    before = launches()
+    torch.where(condition.to("opencl"), zero, x, out=x)
+    assert launches() == before + 1
+    expect_same(x, torch.where(condition, torch.zeros((), dtype=a.dtype), a))
+    assert torch.opencl.fallback_counts() == {}
+    with pytest.raises(RuntimeError, match="same device"):
+        torch.where(condition.to("opencl"), x, torch.ones(6, dtype=a.dtype))
+    with pytest.raises(RuntimeError, match="must match"):
+        torch.where(condition.to("opencl"), x, torch.ones(3, device="opencl"))
+
+
+@native_only
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_isneginf_and_all_are_one_launch_each(dtype):
+    """_safe_softmax's rows of -inf: isneginf, then all over the row."""
+    g = torch.Generator().manual_seed(22)
+    x = make((3, 4, 5), dtype, g)
+    x[0, 1] = -float("inf")
+    x[1, 2, :3] = torch.tensor([float("inf"), float("nan"), -0.0], dtype=dtype)
+    torch.opencl.reset_fallback_counts()
+    for view in [lambda t: t, lambda t: t.transpose(0, 2), lambda t: t[:, ::2]]:
+        before = launches()
+        got, expected = torch.isneginf(view(on_device_as(x))), torch.isneginf(view(x))
+        assert launches() == before + 1 and got.stride() == expected.stride()
+        expect_same(got, expected)
+        for dim, keepdim in [(-1, True), (0, False), (1, True)]:
+            for t in (got, view(on_device_as(x)), view(on_device_as(x)).to(torch.uint8)):
+                before = launches()
+                result = t.all(dim, keepdim)
+                assert launches() == before + 1
+                expect_same(result, t.cpu().all(dim, keepdim))
+    assert torch.opencl.fallback_counts() == {}
+    empty = torch.empty(3, 0, device="opencl")
+    expect_same(empty.all(1), torch.empty(3, 0).all(1))  # all of no elements: true
+    with pytest.raises(IndexError, match="Dimension out of range"):
+        on_device_as(x).all(3)
+
+
+@native_only
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.int64, torch.bool],
+                         ids=str)
+def test_tril_and_triu_are_one_launch_each(dtype):
+    g = torch.Generator().manual_seed(23)
+    x = (make((2, 3, 4, 5), torch.int64, g) > 0 if dtype == torch.bool
+         else make((2, 3, 4, 5), torch.float32 if dtype == torch.float16 else dtype, g).to(dtype))
+    torch.opencl.reset_fallback_counts()
+    for view in [lambda t: t, lambda t: t.transpose(0, 3), lambda t: t[:, :1, ::2]]:
+        for diagonal in (-9, -1, 0, 2, 9):
+            for op in (torch.tril, torch.triu):
+                before = launches()
+                got, expected = op(view(on_device_as(x)), diagonal), op(view(x), diagonal)
+                assert launches() == before + 1 and got.stride() == expected.stride()
+                expect_same(got, expected)
+    assert torch.opencl.fallback_counts() == {}
+    with pytest.raises(RuntimeError, match="at least 2 dimensions"):
+        torch.tril(torch.ones(3, device="opencl"))
+
+
+@native_only
+def test_foreach_arithmetic_is_one_launch_per_tensor():
+    """The optimizers' _foreach_ arithmetic (SGD's, Adam's and AdamW's): tensor by tensor as the
+    CPU, each one launch; a tensor the native path leaves goes to its own operator; versions
+    bump once."""
+    g = torch.Generator().manual_seed(24)
+    tensors = [make((5, 3), torch.float32, g), make((7,), torch.float32, g),
+               make((2, 2), torch.float64, g)]
+    calls = [lambda l: torch._foreach_mul_(l, 0.9),
+             lambda l: torch._foreach_add_(l, 1e-8),
+             lambda l: torch._foreach_div_(l, [2.0, 3.0, 7.0]),
+             lambda l: torch._foreach_add_(l, [t * 2 for t in l], alpha=0.1),
+             lambda l: torch._foreach_mul_(l, [t + 1 for t in l]),
+             lambda l: torch._foreach_addcmul_(l, [t * 3 for t in l], [t - 1 for t in l], 0.1),
+             lambda l: torch._foreach_addcdiv_(l, [t * 3 for t in l], [t * t + 1 for t in l], 2),
+             lambda l: torch._foreach_addcdiv_(l, l, [t * t + 1 for t in l], [1, -0.5, 2]),
+             lambda l: torch._foreach_lerp_(l, [t * 3 for t in l], 0.1),
+             lambda l: torch._foreach_lerp_(l, [t * 3 for t in l], 0.75)]
+    torch.opencl.reset_fallback_counts()
+    for call in calls:
+        cpu, device = [t.clone() for t in tensors], [on_device_as(t) for t in tensors]
+        versions = [t._version for t in device]
+        before, before_calls = launches(), oclvm._C.native_operator_calls()
+        call(cpu)
+        call(device)
+        assert launches() >= before + len(tensors)
+        assert oclvm._C.native_operator_calls() >= before_calls + 1
+        assert [t._version - v for t, v in zip(device, versions)] == [1, 1, 1]
+        for got, expected in zip(device, cpu):
+            # The CPU's vectorised loops may fuse a product into the sum; each launch rounds
+            # every product and sum on its own.
+            torch.testing.assert_close(got.cpu(), expected, rtol=2e-7, atol=0)
+    squares = [t.abs() for t in tensors]
+    before = launches()
+    roots = torch._foreach_sqrt([on_device_as(t) for t in squares])
+    assert launches() == before + len(tensors)
+    for got, square in zip(roots, squares):
+        # Correctly rounded on the device; the CPU's float kernel is off by an ulp at times.
+        expect_same(got, torch.sqrt(square.double()).to(square.dtype))
+    assert torch.opencl.fallback_counts() == {}
+    # A complex tensor: its own mul_ answers, on the host; the others are launches.
+    mixed = [torch.ones(3, device="opencl"), torch.ones(2, dtype=torch.complex64,
+                                                         device="opencl")]
+    before, versions = launches(), [t._version for t in mixed]
+    torch._foreach_mul_(mixed, 2.0)
+    assert launches() == before + 1
+    assert [t._version - v for t, v in zip(mixed, versions)] == [1, 1]
+    assert torch.opencl.fallback_counts() == {"aten::mul_.Tensor": 1}
+    assert mixed[1].cpu().tolist() == [2 + 0j, 2 + 0j]
+    with pytest.raises(RuntimeError, match="same number of elements"):
+        torch._foreach_div_(mixed, [1.0])  # lists of different lengths change nothing
+    assert mixed[0].cpu().tolist() == [2.0, 2.0, 2.0]
 
 
 @native_only

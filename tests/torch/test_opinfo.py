@@ -106,7 +106,9 @@ NATIVE_OPERATORS = ["add", "sub", "mul", "div.no_rounding_mode", "true_divide", 
                     "float_power", "cat", "mm", "bmm", "addmm", "addmm.decomposed", "matmul",
                     "nn.functional.linear", "__rmatmul__", "sum", "sum_to_size",
                     "tanh", "softmax", "_softmax_backward_data", "nn.functional.layer_norm",
-                    "native_layer_norm"]
+                    "native_layer_norm", "where", "isneginf", "all", "tril", "triu", "sqrt",
+                    "_foreach_mul_", "_foreach_add_", "_foreach_div_", "_foreach_addcmul_",
+                    "_foreach_addcdiv_", "_foreach_lerp_", "_foreach_sqrt"]
 
 
 def test_native_operators_match_the_cpu(tmp_path):
