@@ -583,6 +583,12 @@ std::unordered_set<std::string> register_host_kernels(torch::Library& m) {
   add<at::_ops::tanh_backward>(m, routed);
   add<at::_ops::sigmoid>(m, routed);
   add<at::_ops::sqrt>(m, routed);
+  add<at::_ops::rsqrt>(m, routed);
+  add<at::_ops::silu>(m, routed);
+  add<at::_ops::silu_backward>(m, routed);  // routed to the CPU kernel as ops.cc says
+  add<at::_ops::neg>(m, routed);
+  add<at::_ops::mean_dim>(m, routed);
+  add_out<at::_ops::arange_start_out>(m, routed);  // position ids
   add<at::_ops::sigmoid_backward>(m, routed);
   add<at::_ops::_log_softmax>(m, routed);
   add<at::_ops::_log_softmax_backward_data>(m, routed);

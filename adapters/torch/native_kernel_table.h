@@ -31,7 +31,7 @@ inline bool is_device(const at::Tensor& t) {
 }
 
 // Which generator a kernel comes from: its ids are its own.
-enum class NativeKernelFamily : uint8_t { kElementwise, kReduction, kTriangle };
+enum class NativeKernelFamily : uint8_t { kElementwise, kReduction, kTriangle, kRange };
 
 // The compiled kernel `id` (below 2^48) of `family` on `device`: built from `source()` on the
 // first call and kept until exit; nullptr, warned of once, when the device cannot build it

@@ -21,6 +21,7 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -250,9 +251,23 @@ const char* op_name(BinaryOp op) {
     case BinaryOp::kAddcdiv: return "addcdiv";
     case BinaryOp::kLerp: return "lerp";
     case BinaryOp::kSqrt: return "sqrt";
+    case BinaryOp::kRsqrt: return "rsqrt";
+    case BinaryOp::kNeg: return "neg";
+    case BinaryOp::kGelu: return "gelu";
+    case BinaryOp::kGeluTanh: return "gelu_tanh";
+    case BinaryOp::kSilu: return "silu";
+    case BinaryOp::kGeluBackward: return "gelu_backward";
+    case BinaryOp::kGeluTanhBackward: return "gelu_tanh_backward";
+    case BinaryOp::kSiluBackward: return "silu_backward";
   }
   return "?";
 }
+
+// The activations' constants, as decimal literals: 1 / sqrt(2), sqrt(2 / pi), and
+// 1 / sqrt(2 * pi) (the normal density's factor).
+constexpr const char* kSqrtHalf = "0.70710678118654752440";
+constexpr const char* kGeluBeta = "0.79788456080286535588";
+constexpr const char* kGeluPdf = "0.39894228040143267794";
 
 // The computation of x (op) y in type `compute`, alpha scaling y for add and sub (sub's alpha
 // arrives negated, as the CPU's sub is add with -alpha). int and long multiply and add as their
@@ -277,7 +292,7 @@ std::string expression(BinaryOp op, at::ScalarType compute) {
     case BinaryOp::kCopy:
       return "x";
     case BinaryOp::kTanh:
-      return "tanh(x)";
+      return "oclvm_tanh(x)";
     case BinaryOp::kTanhBackward:  // the CPU kernel's a * (1 - b * b), its 1 - b * b fused
       return "x * fma(-y, y, (" + t + ")1)";
     case BinaryOp::kWhere:
@@ -295,6 +310,26 @@ std::string expression(BinaryOp op, at::ScalarType compute) {
              ")1, y - x, y)";
     case BinaryOp::kSqrt:
       return "sqrt(x)";
+    case BinaryOp::kRsqrt:  // the CPU's 1 / sqrt(x), each correctly rounded
+      return "(" + t + ")1 / sqrt(x)";
+    case BinaryOp::kNeg:
+      return floating || !wide ? "-x" : back("(" + u + ")0 - " + as_u("x"));
+    // The activations as the CPU's vectorised kernels compute them, constants in the type.
+    case BinaryOp::kGelu:  // x * 0.5 * (1 + erf(x / sqrt(2)))
+      return "x * (" + t + ")0.5 * ((" + t + ")1 + erf(x * (" + t + ")" + kSqrtHalf + "))";
+    case BinaryOp::kGeluTanh:  // 0.5 * x * (1 + tanh(beta * (x + kappa * x^3)))
+      return "(" + t + ")0.5 * x * ((" + t + ")1 + oclvm_tanh((" + t + ")" + kGeluBeta +
+             " * (x + (" + t + ")0.044715 * (x * x * x))))";
+    case BinaryOp::kSilu:
+      return "x / ((" + t + ")1 + exp(-x))";
+    case BinaryOp::kGeluBackward:  // dy * (cdf + x * pdf), y the input
+      return "x * (((" + t + ")0.5 * ((" + t + ")1 + erf(y * (" + t + ")" + kSqrtHalf +
+             "))) + y * ((" + t + ")" + kGeluPdf + " * exp(y * y * (" + t + ")-0.5)))";
+    case BinaryOp::kGeluTanhBackward:
+      return "gelu_tanh_backward(x, y)";
+    case BinaryOp::kSiluBackward:  // dy * s * (1 + x * (1 - s)), s = sigmoid(x)
+      return "x * ((" + t + ")1 / ((" + t + ")1 + exp(-y))) * ((" + t + ")1 + y * ((" + t +
+             ")1 - (" + t + ")1 / ((" + t + ")1 + exp(-y))))";
   }
   return "";
 }
@@ -311,6 +346,28 @@ KernelSource binary_source(const BinaryKernelKey& key) {
   if (doubles) s += "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n";
   // Each product and sum rounds on its own, as in the CPU's kernels (fma only where written).
   s += "#pragma OPENCL FP_CONTRACT OFF\n";
+  if (key.op == BinaryOp::kTanh || key.op == BinaryOp::kGeluTanh ||
+      key.op == BinaryOp::kGeluTanhBackward) {
+    // tanh, exactly +-1 where the correctly rounded value is (|x| past 9.1 in float, 19.1 in
+    // double), as the CPU's: a driver's tanh may stop an ulp short, which 1 - tanh^2 magnifies.
+    s += "inline " + tc + " oclvm_tanh(" + tc + " x) {\n  return fabs(x) > (" + tc + ")" +
+         (key.compute == at::kDouble ? "19.1" : "9.1") + " ? copysign((" + tc +
+         ")1, x) : tanh(x);\n}\n";
+  }
+  if (key.op == BinaryOp::kGeluTanhBackward) {
+    // The CPU kernel's steps: d(0.5 * x * (1 + tanh(inner))) / dx, times dy.
+    s += "inline " + tc + " gelu_tanh_backward(" + tc + " dy, " + tc + " x) {\n";
+    s += "  const " + tc + " x_sq = x * x, x_cube = x_sq * x;\n";
+    s += "  const " + tc + " inner = (" + tc + ")" + kGeluBeta + " * (x + (" + tc +
+         ")0.044715 * x_cube);\n";
+    s += "  const " + tc + " tanh_inner = oclvm_tanh(inner);\n";
+    s += "  const " + tc + " left = (" + tc + ")0.5 * x, right = (" + tc + ")1 + tanh_inner;\n";
+    s += "  const " + tc + " left_derivative = (" + tc + ")0.5 * right;\n";
+    s += "  const " + tc + " tanh_derivative = (" + tc + ")1 - tanh_inner * tanh_inner;\n";
+    s += "  const " + tc + " inner_derivative = (" + tc + ")" + kGeluBeta + " * ((" + tc +
+         ")1 + (" + tc + ")3 * (" + tc + ")0.044715 * x_sq);\n";
+    s += "  return dy * (left_derivative + left * tanh_derivative * inner_derivative);\n}\n";
+  }
   s += "__kernel void " + name + "(OCLVM_BLOB(" + to + ", out), OCLVM_BLOB(" + ta + ", a), ";
   s += key.other_is_scalar ? tc + " b_value, " : "OCLVM_BLOB(" + tb + ", b), ";
   const bool third = third_input(key.op);
@@ -347,7 +404,8 @@ KernelSource binary_source(const BinaryKernelKey& key) {
   // The CPU's float division and square root are correctly rounded; OpenCL's defaults allow 2.5
   // and 3 ulp.
   const bool float_division =
-      (key.op == BinaryOp::kDiv || key.op == BinaryOp::kAddcdiv || key.op == BinaryOp::kSqrt) &&
+      (key.op == BinaryOp::kDiv || key.op == BinaryOp::kAddcdiv || key.op == BinaryOp::kSqrt ||
+       key.op == BinaryOp::kRsqrt) &&
       key.compute == at::kFloat;
   return KernelSource{std::move(s), std::move(name),
                       float_division ? "-cl-fp32-correctly-rounded-divide-sqrt" : ""};
@@ -659,14 +717,16 @@ std::optional<at::Tensor> native_dropout_grad(const at::Tensor& grad, const at::
 
 namespace {
 
-// `op` of a float32 or float64 device tensor into a new result of dtype `out_type`, laid out as
-// the unary operator's; nullopt for other calls (integers promote to float on the CPU, or give
-// constant answers: its kernel answers).
+// `op` of a float32 or float64 device tensor (or, with `integers`, of any dtype the kernels
+// compute in) into a new result of dtype `out_type`, laid out as the unary operator's; nullopt
+// for other calls (integers promote to float on the CPU, or give constant answers: its kernel
+// answers).
 std::optional<at::Tensor> native_unary(BinaryOp op, const at::Tensor& self,
-                                       at::ScalarType out_type) {
+                                       at::ScalarType out_type, bool integers = false) {
   if (!self.defined() || !is_device(self) || !native_kernels(self.device().index()) ||
       self.layout() != at::kStrided || self.is_conj() || self.is_neg() ||
-      (self.scalar_type() != at::kFloat && self.scalar_type() != at::kDouble)) {
+      !(self.scalar_type() == at::kFloat || self.scalar_type() == at::kDouble ||
+        (integers && computes_in(self.scalar_type())))) {
     return std::nullopt;
   }
   // The unary operator's layout: TensorIterator's for self with itself.
@@ -806,6 +866,107 @@ bool native_pointwise_(BinaryOp op, const at::Tensor& self, const at::Tensor& fi
 
 std::optional<at::Tensor> native_sqrt(const at::Tensor& self) {
   return native_unary(BinaryOp::kSqrt, self, self.scalar_type());
+}
+
+std::optional<at::Tensor> native_gelu(const at::Tensor& self, c10::string_view approximate) {
+  if (approximate != "none" && approximate != "tanh") return std::nullopt;  // the CPU's error
+  return native_unary(approximate == "tanh" ? BinaryOp::kGeluTanh : BinaryOp::kGelu, self,
+                      self.scalar_type());
+}
+
+std::optional<at::Tensor> native_silu(const at::Tensor& self) {
+  return native_unary(BinaryOp::kSilu, self, self.scalar_type());
+}
+
+std::optional<at::Tensor> native_activation_backward(BinaryOp op, const at::Tensor& grad,
+                                                     const at::Tensor& self) {
+  // Two device tensors of one float dtype (the backward operators check every tensor's device).
+  if (!grad.defined() || !self.defined() || !is_device(grad) || !is_device(self) ||
+      grad.scalar_type() != self.scalar_type() ||
+      (grad.scalar_type() != at::kFloat && grad.scalar_type() != at::kDouble)) {
+    return std::nullopt;
+  }
+  return native_binary(op, grad, self, 1);
+}
+
+std::optional<at::Tensor> native_rsqrt(const at::Tensor& self) {
+  return native_unary(BinaryOp::kRsqrt, self, self.scalar_type());
+}
+
+std::optional<at::Tensor> native_neg(const at::Tensor& self) {
+  // A bool tensor is the CPU's error: computes_in leaves it out.
+  return native_unary(BinaryOp::kNeg, self, self.scalar_type(), /*integers=*/true);
+}
+
+std::optional<at::Tensor> native_mean(const at::Tensor& self, at::OptionalIntArrayRef dim,
+                                      bool keepdim, std::optional<at::ScalarType> dtype) {
+  // The CPU's mean of float32 and float64: the sum, then divided in place by the number of
+  // elements summed (a wrapped integer, converted to the dtype).
+  if (!self.defined() || (self.scalar_type() != at::kFloat && self.scalar_type() != at::kDouble) ||
+      (dtype && *dtype != self.scalar_type())) {
+    return std::nullopt;
+  }
+  std::optional<at::Tensor> out = native_sum(self, dim, keepdim, std::nullopt);
+  if (!out) return std::nullopt;
+  int64_t count = 1;
+  if (!dim || dim->empty()) {
+    count = self.numel();
+  } else {
+    for (const int64_t d : *dim) count *= self.size(d);  // native_sum checked each dimension
+  }
+  const at::Tensor divisor = at::native::wrapped_scalar_tensor(count);
+  if (!native_binary_(BinaryOp::kDiv, *out, divisor, 1)) out->div_(divisor);
+  return out;
+}
+
+namespace {
+
+KernelSource arange_source(const std::string& t) {
+  const std::string name = "oclvm_arange_" + t;
+  std::string s = "__kernel void " + name + "(OCLVM_BLOB(" + t +
+                  ", out), long start, long step, ulong n) {\n";
+  s += "  const ulong i = get_global_id(0);\n  if (i >= n) return;\n";
+  s += "  OCLVM_PTR(" + t + ", out)[i] = (" + t + ")(start + step * (long)i);\n}\n";
+  return KernelSource{std::move(s), name, ""};
+}
+
+}  // namespace
+
+bool native_arange_out(const at::Scalar& start, const at::Scalar& end, const at::Scalar& step,
+                       const at::Tensor& out) {
+  if (!out.defined() || !is_device(out) || !native_kernels(out.device().index()) ||
+      out.layout() != at::kStrided || (out.scalar_type() != at::kLong &&
+                                       out.scalar_type() != at::kInt) ||
+      !start.isIntegral(/*includeBool=*/false) || !end.isIntegral(/*includeBool=*/false) ||
+      !step.isIntegral(/*includeBool=*/false)) {
+    return false;  // floating ranges round as the CPU's vectorised loop does: its kernel answers
+  }
+  const int64_t a = start.toLong(), b = end.toLong(), s = step.toLong();
+  constexpr int64_t kLimit = int64_t{1} << 40;  // no sum below overflows
+  if (s == 0 || (s > 0 && b < a) || (s < 0 && b > a) || std::abs(a) > kLimit ||
+      std::abs(b) > kLimit || std::abs(s) > kLimit) {
+    return false;  // the CPU's errors, and ranges near the limits of int64
+  }
+  const int64_t size = (b - a + s - (s > 0 ? 1 : -1)) / s;  // ceil((b - a) / s)
+  if (out.numel() == size && !out.is_contiguous()) return false;  // the CPU copies into it
+  if (out.scalar_type() == at::kInt &&
+      (std::max(a, a + s * std::max<int64_t>(size - 1, 0)) > INT32_MAX ||
+       std::min(a, a + s * std::max<int64_t>(size - 1, 0)) < INT32_MIN)) {
+    return false;  // values past int32: the CPU's conversion
+  }
+  if (out.numel() != size) out.resize_({size});  // as the CPU's arange_out, without a warning
+  if (size == 0) return true;
+  const char* type = cl_type(out.scalar_type());
+  const std::shared_ptr<const Kernel> kernel =
+      native_kernel(out.device().index(), NativeKernelFamily::kRange,
+                    static_cast<uint64_t>(out.scalar_type()), [&] { return arange_source(type); });
+  if (kernel == nullptr) return false;
+  run_native_kernel(kernel, out,
+                    {blob_arg(out, KernelAccess::kWrite), LaunchArg::of(a), LaunchArg::of(s),
+                     LaunchArg::of(static_cast<uint64_t>(size))},
+                    static_cast<size_t>(size));
+  count_native_launch();
+  return true;
 }
 
 bool native_foreach_pointwise_(BinaryOp op, at::TensorList self, at::TensorList first,

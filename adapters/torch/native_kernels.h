@@ -31,7 +31,9 @@ namespace oclvm::torch_adapter {
 // kIsNegInf: out = self == -inf, a bool (`other` is unused). kAddcmul: out = self + alpha * other *
 // third, and kAddcdiv: out = self + alpha * other / third, of a third input; kLerp: out = self +
 // alpha * (other - self), from the nearer end as the CPU's vectorised kernel; kSqrt: out =
-// sqrt(self) (`other` is unused).
+// sqrt(self), kRsqrt: out = 1 / sqrt(self), kNeg: out = -self, and the activations kGelu (erf's),
+// kGeluTanh (tanh's approximation) and kSilu (`other` is unused). Their backward ops take the
+// output's gradient as self and the activation's input as other.
 enum class BinaryOp : uint8_t {
   kAdd,
   kSub,
@@ -47,6 +49,14 @@ enum class BinaryOp : uint8_t {
   kAddcdiv,
   kLerp,
   kSqrt,
+  kRsqrt,
+  kNeg,
+  kGelu,
+  kGeluTanh,
+  kSilu,
+  kGeluBackward,
+  kGeluTanhBackward,
+  kSiluBackward,
 };
 
 // self (op) other for an op other than kCopy, `alpha` scaling other for kAdd and kSub (1 for the
@@ -77,6 +87,28 @@ bool native_pointwise_(BinaryOp op, const at::Tensor& self, const at::Tensor& fi
 // sqrt of a float32 or float64 tensor (correctly rounded, as the CPU's): one launch; nullopt
 // for other calls.
 std::optional<at::Tensor> native_sqrt(const at::Tensor& self);
+// rsqrt of a float32 or float64 tensor (1 / sqrt(x), each correctly rounded) and neg of any
+// dtype the kernels compute in (integers wrap): one launch each; nullopt for other calls.
+std::optional<at::Tensor> native_rsqrt(const at::Tensor& self);
+std::optional<at::Tensor> native_neg(const at::Tensor& self);
+// gelu (approximate "none" or "tanh") and silu of a float32 or float64 tensor, and their backward
+// (op kGeluBackward, kGeluTanhBackward or kSiluBackward) of two such device tensors, as the CPU's
+// vectorised kernels compute them (OpenCL's erf, tanh and exp, within a few ulps of the CPU's):
+// one launch each; nullopt when the native path does not take the call.
+std::optional<at::Tensor> native_gelu(const at::Tensor& self, c10::string_view approximate);
+std::optional<at::Tensor> native_silu(const at::Tensor& self);
+std::optional<at::Tensor> native_activation_backward(BinaryOp op, const at::Tensor& grad,
+                                                     const at::Tensor& self);
+// mean.dim of a float32 or float64 tensor as the CPU computes it: native_sum, then one division
+// by the number of elements summed; nullopt when the native path does not take the call.
+std::optional<at::Tensor> native_mean(const at::Tensor& self, at::OptionalIntArrayRef dim,
+                                      bool keepdim, std::optional<at::ScalarType> dtype);
+// arange.start_out of integers into an int64 or int32 device tensor: resized as the CPU's
+// (without a warning), then one launch; false, having done nothing, for floating ranges, the
+// CPU's errors and ranges near int64's limits.
+bool native_arange_out(const at::Scalar& start, const at::Scalar& end, const at::Scalar& step,
+                       const at::Tensor& out);
+
 // The _foreach_ forms of native_pointwise_ (second unused for kLerp) and of sqrt, as
 // native_foreach_ runs its operators: tensor by tensor, each one launch or its own operator.
 bool native_foreach_pointwise_(BinaryOp op, at::TensorList self, at::TensorList first,
@@ -137,12 +169,14 @@ std::optional<at::Tensor> native_triangle(const at::Tensor& self, int64_t diagon
 std::optional<at::Tensor> native_all(const at::Tensor& self, int64_t dim, bool keepdim);
 
 // _softmax (without half_to_float) and _softmax_backward_data of float32 or float64 tensors over
-// one dimension: one launch each, one row per work-item (Note [Native sums] in native_reduce.cc);
-// nullopt when the native path does not take the call.
-std::optional<at::Tensor> native_softmax(const at::Tensor& self, int64_t dim, bool half_to_float);
+// one dimension, or with `log` _log_softmax and _log_softmax_backward_data: one launch each, one
+// row per work-item (Note [Native sums] in native_reduce.cc); nullopt when the native path does
+// not take the call.
+std::optional<at::Tensor> native_softmax(const at::Tensor& self, int64_t dim, bool half_to_float,
+                                         bool log = false);
 std::optional<at::Tensor> native_softmax_backward(const at::Tensor& grad,
                                                   const at::Tensor& output, int64_t dim,
-                                                  at::ScalarType input_dtype);
+                                                  at::ScalarType input_dtype, bool log = false);
 
 // native_layer_norm and native_layer_norm_backward of float32 or float64 tensors (Note [Native
 // layer norm] in native_norm.cc); nullopt when the native path does not take the call.
@@ -311,6 +345,62 @@ struct NativeKernel<at::_ops::_foreach_sqrt> {
   }
 };
 template <>
+struct NativeKernel<at::_ops::gelu> {
+  static constexpr bool exists = true;
+  static std::optional<at::Tensor> call(const at::Tensor& self, c10::string_view approximate) {
+    return native_gelu(self, approximate);
+  }
+};
+template <>
+struct NativeKernel<at::_ops::gelu_backward> {
+  static constexpr bool exists = true;
+  static std::optional<at::Tensor> call(const at::Tensor& grad, const at::Tensor& self,
+                                        c10::string_view approximate) {
+    if (approximate != "none" && approximate != "tanh") return std::nullopt;
+    return native_activation_backward(
+        approximate == "tanh" ? BinaryOp::kGeluTanhBackward : BinaryOp::kGeluBackward, grad,
+        self);
+  }
+};
+template <>
+struct NativeKernel<at::_ops::silu> {
+  static constexpr bool exists = true;
+  static std::optional<at::Tensor> call(const at::Tensor& self) { return native_silu(self); }
+};
+template <>
+struct NativeKernel<at::_ops::silu_backward> {
+  static constexpr bool exists = true;
+  static std::optional<at::Tensor> call(const at::Tensor& grad, const at::Tensor& self) {
+    return native_activation_backward(BinaryOp::kSiluBackward, grad, self);
+  }
+};
+template <>
+struct NativeKernel<at::_ops::rsqrt> {
+  static constexpr bool exists = true;
+  static std::optional<at::Tensor> call(const at::Tensor& self) { return native_rsqrt(self); }
+};
+template <>
+struct NativeKernel<at::_ops::neg> {
+  static constexpr bool exists = true;
+  static std::optional<at::Tensor> call(const at::Tensor& self) { return native_neg(self); }
+};
+template <>
+struct NativeKernel<at::_ops::mean_dim> {
+  static constexpr bool exists = true;
+  static std::optional<at::Tensor> call(const at::Tensor& self, at::OptionalIntArrayRef dim,
+                                        bool keepdim, std::optional<at::ScalarType> dtype) {
+    return native_mean(self, dim, keepdim, dtype);
+  }
+};
+template <>
+struct NativeKernel<at::_ops::arange_start_out> {
+  static constexpr bool exists = true;
+  static bool call(const at::Scalar& start, const at::Scalar& end, const at::Scalar& step,
+                   at::Tensor& out) {
+    return native_arange_out(start, end, step, out);
+  }
+};
+template <>
 struct NativeKernel<at::_ops::sqrt> {
   static constexpr bool exists = true;
   static std::optional<at::Tensor> call(const at::Tensor& self) { return native_sqrt(self); }
@@ -432,6 +522,21 @@ struct NativeKernel<at::_ops::_softmax_backward_data> {
   static std::optional<at::Tensor> call(const at::Tensor& grad, const at::Tensor& output,
                                         int64_t dim, at::ScalarType input_dtype) {
     return native_softmax_backward(grad, output, dim, input_dtype);
+  }
+};
+template <>
+struct NativeKernel<at::_ops::_log_softmax> {
+  static constexpr bool exists = true;
+  static std::optional<at::Tensor> call(const at::Tensor& self, int64_t dim, bool half_to_float) {
+    return native_softmax(self, dim, half_to_float, /*log=*/true);
+  }
+};
+template <>
+struct NativeKernel<at::_ops::_log_softmax_backward_data> {
+  static constexpr bool exists = true;
+  static std::optional<at::Tensor> call(const at::Tensor& grad, const at::Tensor& output,
+                                        int64_t dim, at::ScalarType input_dtype) {
+    return native_softmax_backward(grad, output, dim, input_dtype, /*log=*/true);
   }
 };
 template <>

@@ -48,8 +48,10 @@ namespace oclvm::torch_adapter {
 // layout, the result contiguous as the CPU's, walk each row with the same offsets: softmax takes
 // the row's maximum, writes exp(x - max) and adds it up, then scales the row by 1 / the sum (the
 // CPU's last-dimension kernel's steps; OpenCL's exp and the order of the sum keep it within
-// rounding of the CPU's); the backward computes (g - sum(g * y)) * y. A NaN in a row gives a row
-// of NaN, as on the CPU. Not taken: half_to_float, other dtypes, the CPU's errors.
+// rounding of the CPU's); the backward computes (g - sum(g * y)) * y. _log_softmax writes
+// x - max - log(sum), subtracted in the CPU kernel's order, and its backward g - exp(y) * sum(g).
+// A NaN in a row gives a row of NaN, as on the CPU. Not taken: half_to_float, other dtypes, the
+// CPU's errors.
 //
 // Not taken by sum (the CPU kernel answers): a `dtype=` other than the result's own, float16 and
 // bfloat16, zero-dimensional self, dimensions out of range or repeated (the CPU's errors), more
@@ -89,7 +91,14 @@ bool add_dimension(Walk& walk, int64_t size, const std::array<int64_t, 3>& strid
 }
 
 // The kernels of this file; their ids put it above the dtypes and ranks.
-enum class RowOp : uint64_t { kSum, kSoftmax, kSoftmaxBackward, kAll };
+enum class RowOp : uint64_t {
+  kSum,
+  kSoftmax,
+  kSoftmaxBackward,
+  kAll,
+  kLogSoftmax,
+  kLogSoftmaxBackward,
+};
 
 uint64_t kernel_id(RowOp op, at::ScalarType in, at::ScalarType out, size_t kept, size_t reduced) {
   return (static_cast<uint64_t>(op) << 32) | (static_cast<uint64_t>(in) << 24) |
@@ -207,13 +216,13 @@ KernelSource sum_source(at::ScalarType in, at::ScalarType out, size_t kept, size
   return KernelSource{std::move(s), name, ""};
 }
 
-// The source of softmax over one dimension (`backward`: its gradient from the output and the
-// output's gradient), one row of `m` elements per work-item: the row's elements lie `sa` (and
-// `sb`) apart in the inputs and `so` apart in the result.
-KernelSource softmax_source(at::ScalarType type, size_t kept, bool backward) {
+// The source of softmax (`log`: log_softmax) over one dimension (`backward`: its gradient from the
+// output and the output's gradient), one row of `m` elements per work-item: the row's elements
+// lie `sa` (and `sb`) apart in the inputs and `so` apart in the result.
+KernelSource softmax_source(at::ScalarType type, size_t kept, bool backward, bool log) {
   const std::string t = cl_type(type);
-  const std::string name = std::string(backward ? "oclvm_softmax_backward_" : "oclvm_softmax_") +
-                           t + "_k" + std::to_string(kept);
+  const std::string name = std::string("oclvm_") + (log ? "log_softmax" : "softmax") +
+                           (backward ? "_backward_" : "_") + t + "_k" + std::to_string(kept);
   std::string s;
   if (type == at::kDouble) s += "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n";
   s += "#pragma OPENCL FP_CONTRACT OFF\n";
@@ -223,7 +232,21 @@ KernelSource softmax_source(at::ScalarType type, size_t kept, bool backward) {
   s += "  const ulong i = get_global_id(0);\n  if (i >= n) return;\n" + kept_offsets(kept);
   s += "  __global " + t + "* o = OCLVM_PTR(" + t + ", out) + io;\n";
   s += "  const __global " + t + "* x = OCLVM_PTR(" + t + ", a) + ia;\n";
-  if (backward) {
+  if (backward && log) {
+    // a: log_softmax's output y; b: its gradient g. dx = g - exp(y) * sum(g).
+    s += "  const __global " + t + "* g = OCLVM_PTR(" + t + ", b) + ib;\n";
+    s += "  " + t + " sum = 0;\n";
+    s += "  for (ulong j = 0; j < m; ++j) sum += g[j * sb];\n";
+    s += "  for (ulong j = 0; j < m; ++j) o[j * so] = g[j * sb] - exp(x[j * sa]) * sum;\n}\n";
+  } else if (log) {
+    // x - max - log(sum(exp(x - max))), subtracted in that order as the CPU's kernel does.
+    s += "  " + t + " top = -INFINITY;\n";
+    s += "  for (ulong j = 0; j < m; ++j) top = fmax(top, x[j * sa]);\n";
+    s += "  " + t + " sum = 0;\n";
+    s += "  for (ulong j = 0; j < m; ++j) sum += exp(x[j * sa] - top);\n";
+    s += "  const " + t + " log_sum = log(sum);\n";
+    s += "  for (ulong j = 0; j < m; ++j) o[j * so] = x[j * sa] - top - log_sum;\n}\n";
+  } else if (backward) {
     // a: the softmax's output y; b: its gradient g. dx = (g - sum(g * y)) * y.
     s += "  const __global " + t + "* g = OCLVM_PTR(" + t + ", b) + ib;\n";
     s += "  " + t + " dot = 0;\n";
@@ -243,10 +266,11 @@ KernelSource softmax_source(at::ScalarType type, size_t kept, bool backward) {
   return KernelSource{std::move(s), name, ""};
 }
 
-// Launches softmax (or its backward, with `grad`) of `self` over `dim` into `out`, contiguous and
-// of self's shape; false, having done nothing, when the kernel or the layout is refused.
+// Launches softmax or log_softmax (`log`), or its backward with `grad`, of `self` over `dim` into
+// `out`, contiguous and of self's shape; false, having done nothing, when the kernel or the layout
+// is refused.
 bool launch_softmax(const at::Tensor& out, const at::Tensor& self, const at::Tensor* grad,
-                    int64_t dim) {
+                    int64_t dim, bool log) {
   Walk kept;
   for (int64_t d = 0; d < self.dim(); ++d) {
     if (d == dim) continue;
@@ -257,10 +281,12 @@ bool launch_softmax(const at::Tensor& out, const at::Tensor& self, const at::Ten
   }
   const at::ScalarType type = self.scalar_type();
   const bool backward = grad != nullptr;
-  const std::shared_ptr<const Kernel> kernel = native_kernel(
-      self.device().index(), NativeKernelFamily::kReduction,
-      kernel_id(backward ? RowOp::kSoftmaxBackward : RowOp::kSoftmax, type, type, kept.rank, 1),
-      [&] { return softmax_source(type, kept.rank, backward); });
+  const RowOp op = log ? (backward ? RowOp::kLogSoftmaxBackward : RowOp::kLogSoftmax)
+                       : (backward ? RowOp::kSoftmaxBackward : RowOp::kSoftmax);
+  const std::shared_ptr<const Kernel> kernel =
+      native_kernel(self.device().index(), NativeKernelFamily::kReduction,
+                    kernel_id(op, type, type, kept.rank, 1),
+                    [&] { return softmax_source(type, kept.rank, backward, log); });
   if (kernel == nullptr) return false;
   const uint64_t rows = static_cast<uint64_t>(out.numel() / self.size(dim));
   std::vector<LaunchArg> tail{LaunchArg::of(rows), LaunchArg::of(static_cast<uint64_t>(
@@ -404,20 +430,21 @@ std::optional<at::Tensor> native_all(const at::Tensor& self, int64_t dim, bool k
   return out;
 }
 
-std::optional<at::Tensor> native_softmax(const at::Tensor& self, int64_t dim, bool half_to_float) {
+std::optional<at::Tensor> native_softmax(const at::Tensor& self, int64_t dim, bool half_to_float,
+                                         bool log) {
   if (half_to_float || !softmax_operand(self) || dim < -self.dim() || dim >= self.dim()) {
     return std::nullopt;  // the CPU's error, or its kernel
   }
   if (dim < 0) dim += self.dim();
   at::Tensor out = at::empty(self.sizes(), self.options());
   if (out.numel() == 0) return out;
-  if (!launch_softmax(out, self, nullptr, dim)) return std::nullopt;
+  if (!launch_softmax(out, self, nullptr, dim, log)) return std::nullopt;
   return out;
 }
 
 std::optional<at::Tensor> native_softmax_backward(const at::Tensor& grad,
                                                   const at::Tensor& output, int64_t dim,
-                                                  at::ScalarType input_dtype) {
+                                                  at::ScalarType input_dtype, bool log) {
   if (!softmax_operand(output) || !softmax_operand(grad) ||
       grad.device() != output.device() || grad.scalar_type() != output.scalar_type() ||
       input_dtype != output.scalar_type() || !grad.sizes().equals(output.sizes()) ||
@@ -427,7 +454,7 @@ std::optional<at::Tensor> native_softmax_backward(const at::Tensor& grad,
   if (dim < 0) dim += output.dim();
   at::Tensor out = at::empty(output.sizes(), output.options());
   if (out.numel() == 0) return out;
-  if (!launch_softmax(out, output, &grad, dim)) return std::nullopt;
+  if (!launch_softmax(out, output, &grad, dim, log)) return std::nullopt;
   return out;
 }
 

@@ -466,16 +466,15 @@ bool has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& 
 // the library loads, so it follows the torch it runs with (tests/torch/test_fallback_routes.py
 // checks it); operators with a native kernel here (registered before) keep it. Of the three
 // CompositeImplicitAutograd operators that also have CPU kernels, mish_backward and silu_backward
-// are routed too (float16 gradients differed): autograd calls them only when no graph is being
-// built — with create_graph it uses their infinitely differentiable forms — so no decomposition is
-// lost. native_channel_shuffle stays composite: a backend kernel would take autograd's
-// decomposition away from it. On host-addressable devices the fallback writes these operators'
-// results straight into device blocks (Note [Results written in device memory] in
+// are routed too (float16 gradients differed; silu_backward by its unboxed kernel in
+// host_kernels.cc, whose boxed route is the same fallback): autograd calls them only when no
+// graph is being built — with create_graph it uses their infinitely differentiable forms — so no
+// decomposition is lost. native_channel_shuffle stays composite: a backend kernel would take
+// autograd's decomposition away from it. On host-addressable devices the fallback writes these
+// operators' results straight into device blocks (Note [Results written in device memory] in
 // host_results.cc), so taking the CPU kernel costs no copy of the result.
 void route_cpu_kernels_over_composites(torch::Library& m) {
-  for (const char* backward : {"mish_backward", "silu_backward"}) {
-    m.impl(backward, torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>());
-  }
+  m.impl("mish_backward", torch::CppFunction::makeFromBoxedFunction<&cpu_fallback>());
   for (const std::string& name :
        cpu_kernels_under_composites(c10::DispatchKey::CPU, c10::DispatchKey::PrivateUse1)) {
     m.impl(name.c_str(), torch::CppFunction::makeFromBoxedFunction<&cpu_fallback_on_one_device>());

@@ -479,8 +479,9 @@ def test_tanh_and_its_backward_are_one_launch_each(dtype):
         assert launches() == before + 1
         expect_same(got, torch.ops.aten.tanh_backward(grad, expected))
     assert torch.opencl.fallback_counts() == {}
+    integers = torch.arange(4, device="opencl")
     before = launches()  # an integer tensor promotes: the CPU kernel answers, with its values
-    expect_same(torch.tanh(torch.arange(4, device="opencl")), torch.tanh(torch.arange(4)))
+    expect_same(torch.tanh(integers), torch.tanh(torch.arange(4)))
     assert launches() == before
 
 
@@ -627,24 +628,108 @@ def test_foreach_arithmetic_is_one_launch_per_tensor():
 
 @native_only
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
-def test_softmax_and_its_backward_are_one_launch_each(dtype):
+def test_gelu_silu_and_their_backward_are_one_launch_each(dtype):
+    """The activations as the CPU's vectorised kernels compute them, to a few ulps (the CPU's
+    float erf is its own approximation); tanh saturates to exactly +-1 as the CPU's does."""
+    g = torch.Generator().manual_seed(26)
+    x, grad = make((6, 7), dtype, g) * 4, make((6, 7), dtype, g)
+    x[0, :3] = torch.tensor([-100.0, 50.0, float("nan")], dtype=dtype)
+    F = torch.nn.functional
+    torch.opencl.reset_fallback_counts()
+    for forward, backward in [
+            (F.gelu, lambda d, t: torch.ops.aten.gelu_backward(d, t)),
+            (lambda t: F.gelu(t, approximate="tanh"),
+             lambda d, t: torch.ops.aten.gelu_backward(d, t, approximate="tanh")),
+            (F.silu, torch.ops.aten.silu_backward)]:
+        for view in [lambda t: t, lambda t: t.t()]:
+            before = launches()
+            got, expected = forward(view(on_device_as(x))), forward(view(x))
+            assert launches() == before + 1 and got.stride() == expected.stride()
+            torch.testing.assert_close(got.cpu(), expected, equal_nan=True)
+            before = launches()
+            got = backward(view(on_device_as(grad)), view(on_device_as(x)))
+            assert launches() == before + 1
+            torch.testing.assert_close(got.cpu(), backward(view(grad), view(x)), equal_nan=True)
+    assert torch.opencl.fallback_counts() == {}
+    big = torch.tensor([-30.0, 30.0], dtype=dtype)
+    expect_same(torch.tanh(big.to("opencl")), torch.tanh(big))
+    with pytest.raises(RuntimeError, match="approximate"):
+        F.gelu(on_device_as(x), approximate="erf")
+
+
+@native_only
+def test_arange_of_integers_is_one_launch():
+    """Position ids: arange of integers into int64 or int32, resized as the CPU's."""
+    torch.opencl.reset_fallback_counts()
+    for start, end, step in [(0, 64, 1), (5, -7, -3), (-4, 9, 4), (3, 3, 1)]:
+        for dtype in (torch.int64, torch.int32):
+            before = launches()
+            got = torch.arange(start, end, step, dtype=dtype, device="opencl")
+            assert launches() == before + (1 if got.numel() else 0)
+            expect_same(got, torch.arange(start, end, step, dtype=dtype))
+    out = torch.full((2, 3), 7, dtype=torch.int64, device="opencl")
+    expected = torch.full((2, 3), 7, dtype=torch.int64)
+    torch.arange(2, out=out[:, 1])  # a strided view is the CPU's: it fills a copy, copies back
+    torch.arange(2, out=expected[:, 1])
+    expect_same(out, expected)
+    assert torch.opencl.fallback_counts() == {"aten::arange.start_out": 1}
+    expect_same(torch.arange(0.5, 3, 0.7, device="opencl"), torch.arange(0.5, 3, 0.7))
+    with pytest.raises(RuntimeError, match="step must be nonzero"):
+        torch.arange(0, 5, 0, device="opencl")
+    with pytest.raises(RuntimeError, match="inconsistent with step sign"):
+        torch.arange(5, 0, 1, device="opencl")
+
+
+@native_only
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_mean_neg_and_rsqrt_run_on_the_device(dtype):
+    """RMS norm's operators: mean as the CPU's sum then one division, rsqrt as 1 / sqrt(x), each
+    correctly rounded; neg of any dtype the kernels compute in."""
+    g = torch.Generator().manual_seed(25)
+    x = make((4, 5, 6), dtype, g)
+    torch.opencl.reset_fallback_counts()
+    for dims, keepdim in [((-1,), True), ((0, 2), False), (None, False)]:
+        before = launches()
+        got, expected = on_device_as(x).mean(dims, keepdim), x.mean(dims, keepdim)
+        assert launches() == before + 2  # the sum, the division
+        torch.testing.assert_close(got.cpu(), expected)
+    squares = x * x + 0.5
+    before = launches()
+    expect_same(torch.rsqrt(on_device_as(squares)), 1 / torch.sqrt(squares.double()).to(dtype)
+                if dtype == torch.float32 else torch.rsqrt(squares))
+    assert launches() == before + 1
+    for t in (x, x.transpose(0, 2), make((3, 4), torch.int64, g),
+              torch.tensor([-128, 127], dtype=torch.int8),
+              torch.tensor([-2 ** 31], dtype=torch.int32)):
+        before = launches()
+        expect_same(torch.neg(on_device_as(t)), torch.neg(t))
+        assert launches() == before + 1
+    assert torch.opencl.fallback_counts() == {}
+    with pytest.raises(RuntimeError, match="bool tensor is not supported"):
+        torch.neg(torch.ones(2, dtype=torch.bool, device="opencl"))
+
+
+@native_only
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_softmax_log_softmax_and_backward_are_one_launch_each(dtype):
     g = torch.Generator().manual_seed(17)
     x = make((4, 5, 6), dtype, g) * 4
     torch.opencl.reset_fallback_counts()
-    for view in [lambda t: t, lambda t: t.transpose(0, 2), lambda t: t[:, ::2]]:
-        for dim in (0, 1, -1):
-            before = launches()
-            got, expected = torch._softmax(view(x.to("opencl")), dim, False), torch._softmax(
-                view(x), dim, False)
-            assert launches() == before + 1 and got.stride() == expected.stride()
-            torch.testing.assert_close(got.cpu(), expected)
-            grad = make(expected.shape, dtype, g)
-            before = launches()
-            grad = grad.transpose(0, -1).contiguous().transpose(0, -1)  # strides of its own
-            got = torch._softmax_backward_data(on_device_as(grad), got, dim, dtype)
-            assert launches() == before + 1
-            torch.testing.assert_close(got.cpu(),
-                                       torch._softmax_backward_data(grad, expected, dim, dtype))
+    for forward, backward in [(torch._softmax, torch._softmax_backward_data),
+                              (torch._log_softmax, torch._log_softmax_backward_data)]:
+        for view in [lambda t: t, lambda t: t.transpose(0, 2), lambda t: t[:, ::2]]:
+            for dim in (0, 1, -1):
+                before = launches()
+                got = forward(view(x.to("opencl")), dim, False)
+                expected = forward(view(x), dim, False)
+                assert launches() == before + 1 and got.stride() == expected.stride()
+                torch.testing.assert_close(got.cpu(), expected)
+                grad = make(expected.shape, dtype, g)
+                before = launches()
+                grad = grad.transpose(0, -1).contiguous().transpose(0, -1)  # strides of its own
+                got = backward(on_device_as(grad), got, dim, dtype)
+                assert launches() == before + 1
+                torch.testing.assert_close(got.cpu(), backward(grad, expected, dim, dtype))
     assert torch.opencl.fallback_counts() == {}
     rows = torch.tensor([[1.0, float("nan"), 2.0], [-float("inf")] * 3, [float("inf"), 1.0, 2.0],
                          [-float("inf"), 0.0, 1.0]], dtype=dtype)
