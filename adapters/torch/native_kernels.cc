@@ -259,6 +259,8 @@ const char* op_name(BinaryOp op) {
     case BinaryOp::kGeluBackward: return "gelu_backward";
     case BinaryOp::kGeluTanhBackward: return "gelu_tanh_backward";
     case BinaryOp::kSiluBackward: return "silu_backward";
+    case BinaryOp::kRelu: return "relu";
+    case BinaryOp::kThresholdBackward: return "threshold_backward";
   }
   return "?";
 }
@@ -327,6 +329,10 @@ std::string expression(BinaryOp op, at::ScalarType compute) {
              "))) + y * ((" + t + ")" + kGeluPdf + " * exp(y * y * (" + t + ")-0.5)))";
     case BinaryOp::kGeluTanhBackward:
       return "gelu_tanh_backward(x, y)";
+    case BinaryOp::kRelu:  // keeps NaN and -0.0, as the CPU's max(x, 0)
+      return "x < (" + t + ")0 ? (" + t + ")0 : x";
+    case BinaryOp::kThresholdBackward:  // x the forward's input, y the gradient
+      return "x <= alpha ? (" + t + ")0 : y";
     case BinaryOp::kSiluBackward:  // dy * s * (1 + x * (1 - s)), s = sigmoid(x)
       return "x * ((" + t + ")1 / ((" + t + ")1 + exp(-y))) * ((" + t + ")1 + y * ((" + t +
              ")1 - (" + t + ")1 / ((" + t + ")1 + exp(-y))))";
@@ -472,7 +478,8 @@ void launch(BinaryOp op, at::ScalarType compute, const at::Tensor& out, const at
                         : blob_arg(other, KernelAccess::kRead));
   if (third != nullptr) args.push_back(blob_arg(*third, KernelAccess::kRead));
   const bool scales = op == BinaryOp::kAdd || op == BinaryOp::kAddcmul ||
-                      op == BinaryOp::kAddcdiv || op == BinaryOp::kLerp;
+                      op == BinaryOp::kAddcdiv || op == BinaryOp::kLerp ||
+                      op == BinaryOp::kThresholdBackward;
   const at::Scalar scale = op == BinaryOp::kSub ? -alpha : scales ? alpha : 1;
   args.push_back(scalar_arg(compute, scale, /*checked=*/true));
   const uint64_t n = static_cast<uint64_t>(out.numel());
@@ -889,6 +896,23 @@ std::optional<at::Tensor> native_activation_backward(BinaryOp op, const at::Tens
   return native_binary(op, grad, self, 1);
 }
 
+std::optional<at::Tensor> native_relu(const at::Tensor& self) {
+  return native_unary(BinaryOp::kRelu, self, self.scalar_type(), /*integers=*/true);
+}
+
+std::optional<at::Tensor> native_threshold_backward(const at::Tensor& grad,
+                                                    const at::Tensor& self,
+                                                    const at::Scalar& threshold) {
+  // Two device tensors of one dtype, self first as the CPU's TensorIterator takes them.
+  if (!grad.defined() || !self.defined() || !is_device(grad) || !is_device(self) ||
+      grad.scalar_type() != self.scalar_type() || threshold.isComplex() ||
+      threshold.isBoolean() ||
+      (threshold.isFloatingPoint() && !at::isFloatingType(self.scalar_type()))) {
+    return std::nullopt;
+  }
+  return native_binary(BinaryOp::kThresholdBackward, self, grad, threshold);
+}
+
 std::optional<at::Tensor> native_rsqrt(const at::Tensor& self) {
   return native_unary(BinaryOp::kRsqrt, self, self.scalar_type());
 }
@@ -1034,6 +1058,15 @@ std::optional<at::Tensor> native_pow(const at::Tensor& self, const at::Scalar& e
     return std::nullopt;
   }
   const double value = exponent.toDouble();
+  if (value == 1.0) {  // the CPU copies self (a product rule's x^1 in autograd)
+    if (!is_device(self) || !native_kernels(self.device().index()) ||
+        self.layout() != at::kStrided || self.is_conj() || self.is_neg()) {
+      return std::nullopt;
+    }
+    at::Tensor out = new_result(self.sizes(), self.scalar_type(), self, self);
+    if (out.numel() != 0 && !copy_on_device(self, out, g_launches)) out.copy_(self);
+    return out;
+  }
   if (value != 2.0 && value != 3.0) return std::nullopt;
   std::optional<at::Tensor> out = native_binary(BinaryOp::kMul, self, self, 1);
   if (!out || value == 2.0) return out;

@@ -33,7 +33,9 @@ namespace oclvm::torch_adapter {
 // alpha * (other - self), from the nearer end as the CPU's vectorised kernel; kSqrt: out =
 // sqrt(self), kRsqrt: out = 1 / sqrt(self), kNeg: out = -self, and the activations kGelu (erf's),
 // kGeluTanh (tanh's approximation) and kSilu (`other` is unused). Their backward ops take the
-// output's gradient as self and the activation's input as other.
+// output's gradient as self and the activation's input as other. kRelu: out = max(self, 0) (NaN
+// and -0.0 kept); kThresholdBackward: out = self <= alpha ? 0 : other, self the forward's input
+// and other the gradient.
 enum class BinaryOp : uint8_t {
   kAdd,
   kSub,
@@ -57,6 +59,8 @@ enum class BinaryOp : uint8_t {
   kGeluBackward,
   kGeluTanhBackward,
   kSiluBackward,
+  kRelu,
+  kThresholdBackward,
 };
 
 // self (op) other for an op other than kCopy, `alpha` scaling other for kAdd and kSub (1 for the
@@ -99,6 +103,12 @@ std::optional<at::Tensor> native_gelu(const at::Tensor& self, c10::string_view a
 std::optional<at::Tensor> native_silu(const at::Tensor& self);
 std::optional<at::Tensor> native_activation_backward(BinaryOp op, const at::Tensor& grad,
                                                      const at::Tensor& self);
+// relu of any dtype the kernels compute in, and threshold_backward(grad, self, threshold) of two
+// device tensors of one such dtype: one launch each; nullopt for other calls.
+std::optional<at::Tensor> native_relu(const at::Tensor& self);
+std::optional<at::Tensor> native_threshold_backward(const at::Tensor& grad,
+                                                    const at::Tensor& self,
+                                                    const at::Scalar& threshold);
 // mean.dim of a float32 or float64 tensor as the CPU computes it: native_sum, then one division
 // by the number of elements summed; nullopt when the native path does not take the call.
 std::optional<at::Tensor> native_mean(const at::Tensor& self, at::OptionalIntArrayRef dim,
@@ -121,7 +131,8 @@ std::optional<std::vector<at::Tensor>> native_foreach_sqrt(at::TensorList self);
 std::optional<at::Tensor> native_dropout_grad(const at::Tensor& grad, const at::Tensor& mask,
                                               double scale);
 // pow.Tensor_Scalar for a float32 or float64 self and an exponent of 2 or 3: the CPU kernel's
-// products (self * self, then * self), each a launch; nullopt for any other call.
+// products (self * self, then * self), each a launch; of 1: a copy of self, as the CPU's; nullopt
+// for any other call.
 std::optional<at::Tensor> native_pow(const at::Tensor& self, const at::Scalar& exponent);
 
 // dst := src for device tensors of one native-path device with the same dtype and the same
@@ -372,6 +383,19 @@ struct NativeKernel<at::_ops::silu_backward> {
   static constexpr bool exists = true;
   static std::optional<at::Tensor> call(const at::Tensor& grad, const at::Tensor& self) {
     return native_activation_backward(BinaryOp::kSiluBackward, grad, self);
+  }
+};
+template <>
+struct NativeKernel<at::_ops::relu> {
+  static constexpr bool exists = true;
+  static std::optional<at::Tensor> call(const at::Tensor& self) { return native_relu(self); }
+};
+template <>
+struct NativeKernel<at::_ops::threshold_backward> {
+  static constexpr bool exists = true;
+  static std::optional<at::Tensor> call(const at::Tensor& grad, const at::Tensor& self,
+                                        const at::Scalar& threshold) {
+    return native_threshold_backward(grad, self, threshold);
   }
 };
 template <>

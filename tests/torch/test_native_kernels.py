@@ -658,6 +658,32 @@ def test_gelu_silu_and_their_backward_are_one_launch_each(dtype):
 
 
 @native_only
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int64], ids=str)
+def test_relu_its_backward_and_x_to_the_first_are_the_cpus_bits(dtype):
+    g = torch.Generator().manual_seed(27)
+    x, grad = make((5, 6), dtype, g), make((5, 6), dtype, g)
+    if dtype.is_floating_point:
+        x[0, :3] = torch.tensor([-0.0, float("nan"), float("-inf")], dtype=dtype)
+    torch.opencl.reset_fallback_counts()
+    for view in [lambda t: t, lambda t: t.t()]:
+        before = launches()
+        got, expected = torch.relu(view(on_device_as(x))), torch.relu(view(x))
+        assert launches() == before + 1 and got.stride() == expected.stride()
+        expect_same(got, expected)
+        if dtype.is_floating_point:  # -0.0 stays -0.0
+            assert torch.equal(got.cpu().signbit(), expected.signbit())
+        before = launches()
+        got = torch.ops.aten.threshold_backward(view(on_device_as(grad)), view(on_device_as(x)), 0)
+        assert launches() == before + 1
+        expect_same(got, torch.ops.aten.threshold_backward(view(grad), view(x), 0))
+        if dtype.is_floating_point:
+            before = launches()
+            expect_same(torch.pow(view(on_device_as(x)), 1), torch.pow(view(x), 1))
+            assert launches() == before + 1  # a copy
+    assert torch.opencl.fallback_counts() == {}
+
+
+@native_only
 def test_arange_of_integers_is_one_launch():
     """Position ids: arange of integers into int64 or int32, resized as the CPU's."""
     torch.opencl.reset_fallback_counts()
