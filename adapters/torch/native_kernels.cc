@@ -16,6 +16,7 @@
 #include <ATen/ops/result_type.h>
 #include <c10/core/ScalarType.h>
 #include <c10/util/Exception.h>
+#include <c10/util/accumulate.h>
 
 #include <algorithm>
 #include <array>
@@ -356,13 +357,13 @@ KernelSource binary_source(const BinaryKernelKey& key) {
       key.op == BinaryOp::kGeluTanhBackward) {
     // tanh, exactly +-1 where the correctly rounded value is (|x| past 9.1 in float, 19.1 in
     // double), as the CPU's: a driver's tanh may stop an ulp short, which 1 - tanh^2 magnifies.
-    s += "inline " + tc + " oclvm_tanh(" + tc + " x) {\n  return fabs(x) > (" + tc + ")" +
+    s += tc + " oclvm_tanh(" + tc + " x) {\n  return fabs(x) > (" + tc + ")" +
          (key.compute == at::kDouble ? "19.1" : "9.1") + " ? copysign((" + tc +
          ")1, x) : tanh(x);\n}\n";
   }
   if (key.op == BinaryOp::kGeluTanhBackward) {
     // The CPU kernel's steps: d(0.5 * x * (1 + tanh(inner))) / dx, times dy.
-    s += "inline " + tc + " gelu_tanh_backward(" + tc + " dy, " + tc + " x) {\n";
+    s += tc + " gelu_tanh_backward(" + tc + " dy, " + tc + " x) {\n";
     s += "  const " + tc + " x_sq = x * x, x_cube = x_sq * x;\n";
     s += "  const " + tc + " inner = (" + tc + ")" + kGeluBeta + " * (x + (" + tc +
          ")0.044715 * x_cube);\n";
@@ -411,7 +412,8 @@ KernelSource binary_source(const BinaryKernelKey& key) {
   // and 3 ulp.
   const bool float_division =
       (key.op == BinaryOp::kDiv || key.op == BinaryOp::kAddcdiv || key.op == BinaryOp::kSqrt ||
-       key.op == BinaryOp::kRsqrt) &&
+       key.op == BinaryOp::kRsqrt || key.op == BinaryOp::kSilu ||
+       key.op == BinaryOp::kSiluBackward) &&
       key.compute == at::kFloat;
   return KernelSource{std::move(s), std::move(name),
                       float_division ? "-cl-fp32-correctly-rounded-divide-sqrt" : ""};
@@ -495,7 +497,7 @@ void launch(BinaryOp op, at::ScalarType compute, const at::Tensor& out, const at
   launches.fetch_add(1, std::memory_order_relaxed);
 }
 
-// The kernel for the call, or nullptr when the layout or the device refuses it.
+// The kernel for the call on self's device, or nullptr when the layout or the device refuses it.
 std::shared_ptr<const Kernel> kernel_for(BinaryOp op, at::ScalarType compute,
                                          const at::Tensor& out, const at::Tensor& self,
                                          const at::Tensor& other, Layout* layout,
@@ -509,7 +511,7 @@ std::shared_ptr<const Kernel> kernel_for(BinaryOp op, at::ScalarType compute,
   const BinaryKernelKey key{op,      out.scalar_type(), self.scalar_type(),
                             scalar ? compute : other.scalar_type(),
                             compute, scalar,            layout->rank};
-  return binary_kernel(out.device().index(), key);
+  return binary_kernel(self.device().index(), key);  // `out` may be a meta stand-in
 }
 
 // Whether no two elements of `t` share memory: its dimensions of more than one element, in
@@ -562,8 +564,12 @@ at::Tensor new_result(at::IntArrayRef sizes, at::ScalarType dtype, const at::Ten
       return at::empty(sizes, options);
     }
   }
-  const auto meta = [](const at::Tensor& t) {
-    return at::empty_strided(t.sizes(), t.strides(), at::dtype(at::kFloat).device(at::kMeta));
+  // Each operand first converted to the result's dtype, as the CPU's TensorIterator converts its
+  // inputs (.to(): a view with gaps becomes contiguous).
+  const auto meta = [&](const at::Tensor& t) {
+    at::Tensor m = at::empty_strided(t.sizes(), t.strides(),
+                                     at::dtype(t.scalar_type()).device(at::kMeta));
+    return t.scalar_type() == dtype ? m : m.to(dtype);
   };
   const at::Tensor layout = at::add(meta(self), meta(other));
   return at::empty_strided(sizes, layout.strides(), options);
@@ -779,9 +785,15 @@ std::optional<at::Tensor> where_into(const at::Tensor& condition, const at::Tens
   if (cl_type(type) == nullptr) return std::nullopt;
   const std::vector<int64_t> sizes =
       at::infer_size(at::infer_size(condition.sizes(), self.sizes()), other.sizes());
-  // The CPU's layout: TensorIterator's over the three inputs, found on meta tensors.
-  const auto meta = [](const at::Tensor& t) {
-    return at::empty_strided(t.sizes(), t.strides(), at::dtype(at::kFloat).device(at::kMeta));
+  // The CPU's layout: TensorIterator's over the three inputs, found on meta tensors, each value
+  // first converted to the result's dtype as the CPU converts it (.to(): a view with gaps becomes
+  // contiguous).
+  const auto meta = [&](const at::Tensor& t) {
+    at::Tensor m = at::empty_strided(t.sizes(), t.strides(),
+                                     at::dtype(t.scalar_type()).device(at::kMeta));
+    if (&t != &condition && t.scalar_type() != type) m = m.to(type);
+    // One dtype for all three: the iterator then asks no promotion of its own.
+    return at::empty_strided(m.sizes(), m.strides(), at::dtype(at::kFloat).device(at::kMeta));
   };
   at::TensorIterator iter = at::TensorIteratorConfig()
                                 .check_all_same_dtype(false)
@@ -790,9 +802,11 @@ std::optional<at::Tensor> where_into(const at::Tensor& condition, const at::Tens
                                 .add_owned_const_input(meta(self))
                                 .add_owned_const_input(meta(other))
                                 .build();
+  const at::IntArrayRef strides = iter.output().strides();
   at::Tensor out = out_arg;
+  bool resize = false;
   if (!out.defined()) {
-    out = at::empty_strided(sizes, iter.output().strides(), condition.options().dtype(type));
+    out = at::empty_strided(sizes, strides, condition.options().dtype(type));
   } else {
     // An out= tensor of the result's dtype on the condition's device, sharing no memory with the
     // inputs unless it is one of them (each element read before it is written, by the same
@@ -809,23 +823,33 @@ std::optional<at::Tensor> where_into(const at::Tensor& condition, const at::Tens
         !same_elements(condition) || !same_elements(self) || !same_elements(other)) {
       return std::nullopt;
     }
-    if (!out.sizes().equals(sizes)) {
-      if (out.numel() != 0) return std::nullopt;
-      out.resize_(sizes);
-      out.as_strided_(sizes, iter.output().strides());
-    }
-    if (!elements_are_distinct(out)) return std::nullopt;
+    resize = !out.sizes().equals(sizes);
+    if (resize && out.numel() != 0) return std::nullopt;
+    if (!resize && !elements_are_distinct(out)) return std::nullopt;
   }
-  if (out.numel() == 0) return out;
+  // Resized only once the call is sure to be taken: as the CPU's TensorIterator resizes it.
+  const auto resize_out = [&] {
+    if (!resize) return;
+    out.resize_(sizes);
+    out.as_strided_(sizes, strides);
+  };
+  if (c10::multiply_integers(sizes) == 0) {
+    resize_out();
+    return out;
+  }
   // The kernel takes a scalar as its second value only: a scalar `self` swaps the two.
   const bool swap = !is_device(self);
   const BinaryOp op = swap ? BinaryOp::kWhereNot : BinaryOp::kWhere;
   const at::Tensor& first = swap ? other : self;
   const at::Tensor& second = swap ? self : other;
+  // The layout of what `out` will be: a meta stand-in while it is not resized yet.
+  const at::Tensor target =
+      resize ? at::empty_strided(sizes, strides, at::dtype(type).device(at::kMeta)) : out;
   Layout layout;
   const std::shared_ptr<const Kernel> kernel =
-      kernel_for(op, type, out, first, second, &layout, &condition);
+      kernel_for(op, type, target, first, second, &layout, &condition);
   if (kernel == nullptr) return std::nullopt;
+  resize_out();
   launch(op, type, out, first, second, &condition, 1, layout, kernel);
   return out;
 }
@@ -967,24 +991,26 @@ bool native_arange_out(const at::Scalar& start, const at::Scalar& end, const at:
   }
   const int64_t a = start.toLong(), b = end.toLong(), s = step.toLong();
   constexpr int64_t kLimit = int64_t{1} << 40;  // no sum below overflows
-  if (s == 0 || (s > 0 && b < a) || (s < 0 && b > a) || std::abs(a) > kLimit ||
-      std::abs(b) > kLimit || std::abs(s) > kLimit) {
+  const auto within = [&](int64_t v) { return v >= -kLimit && v <= kLimit; };
+  if (s == 0 || (s > 0 && b < a) || (s < 0 && b > a) || !within(a) || !within(b) ||
+      !within(s)) {
     return false;  // the CPU's errors, and ranges near the limits of int64
   }
   const int64_t size = (b - a + s - (s > 0 ? 1 : -1)) / s;  // ceil((b - a) / s)
   if (out.numel() == size && !out.is_contiguous()) return false;  // the CPU copies into it
+  if (out.numel() != 0 && out.numel() != size) return false;  // the CPU's resize warning
   if (out.scalar_type() == at::kInt &&
       (std::max(a, a + s * std::max<int64_t>(size - 1, 0)) > INT32_MAX ||
        std::min(a, a + s * std::max<int64_t>(size - 1, 0)) < INT32_MIN)) {
     return false;  // values past int32: the CPU's conversion
   }
-  if (out.numel() != size) out.resize_({size});  // as the CPU's arange_out, without a warning
-  if (size == 0) return true;
   const char* type = cl_type(out.scalar_type());
   const std::shared_ptr<const Kernel> kernel =
       native_kernel(out.device().index(), NativeKernelFamily::kRange,
                     static_cast<uint64_t>(out.scalar_type()), [&] { return arange_source(type); });
   if (kernel == nullptr) return false;
+  if (out.numel() != size) out.resize_({size});  // an empty out, as the CPU's arange_out
+  if (size == 0) return true;
   run_native_kernel(kernel, out,
                     {blob_arg(out, KernelAccess::kWrite), LaunchArg::of(a), LaunchArg::of(s),
                      LaunchArg::of(static_cast<uint64_t>(size))},
@@ -1164,6 +1190,14 @@ std::optional<at::Tensor> native_triangle(const at::Tensor& self, int64_t diagon
   if (!self.defined() || !is_device(self) || !native_kernels(self.device().index()) ||
       self.layout() != at::kStrided || self.is_conj() || self.is_neg() || self.dim() < 2) {
     return std::nullopt;  // the CPU's error (fewer than two dimensions), or its kernel
+  }
+  switch (self.scalar_type()) {  // the CPU kernel's dtypes
+    case at::kByte: case at::kChar: case at::kShort: case at::kInt: case at::kLong:
+    case at::kFloat: case at::kDouble: case at::kHalf: case at::kBFloat16: case at::kBool:
+    case at::kComplexHalf: case at::kComplexFloat:
+      break;
+    default:
+      return std::nullopt;  // its error, or complex128 (16 bytes)
   }
   const char* bits = nullptr;  // an integer type of the element's size
   switch (self.itemsize()) {

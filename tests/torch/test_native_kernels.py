@@ -276,8 +276,11 @@ def test_results_have_the_cpus_strides():
         "one-element dimensions": lambda t: (t["pooled"], t["pooled"]),
         "one-element dimensions and a number": lambda t: (t["pooled"], 2.5),
         "one-element dimensions broadcast": lambda t: (t["pooled"], t["bias"][:1]),
+        # promoted first, as the CPU converts its inputs: the int slice becomes contiguous
+        "promoted slice": lambda t: (t["ints"].t()[:, ::2], t["base"].t()[:, 1::2]),
     }
-    cpu = {"base": base, "image": image, "bias": bias, "pooled": pooled}
+    cpu = {"base": base, "image": image, "bias": bias, "pooled": pooled,
+           "ints": torch.arange(48, dtype=torch.int32).view(6, 8)}
     device = {name: t.to("opencl") for name, t in cpu.items()}
     for name, operands in cases.items():
         before = launches()
@@ -518,6 +521,14 @@ def test_where_is_one_launch_with_promotion_numbers_and_out(dtype):
     torch.where(condition.to("opencl"), zero, x, out=x)
     assert launches() == before + 1
     expect_same(x, torch.where(condition, torch.zeros((), dtype=a.dtype), a))
+    # A value of another dtype with gaps: converted first (contiguous), as the CPU converts it.
+    gaps = torch.arange(24, dtype=torch.int32).view(8, 3)[::2].t()
+    for values in [(gaps, 1.5), (1.5, gaps), (gaps, b[:3])]:
+        got = torch.where(torch.tensor(True, device="opencl"),
+                          *[on_device_as(v) if isinstance(v, torch.Tensor) else v for v in values])
+        expected = torch.where(torch.tensor(True), *values)
+        assert got.stride() == expected.stride()
+        expect_same(got, expected)
     assert torch.opencl.fallback_counts() == {}
     with pytest.raises(RuntimeError, match="same device"):
         torch.where(condition.to("opencl"), x, torch.ones(6, dtype=a.dtype))
@@ -570,6 +581,8 @@ def test_tril_and_triu_are_one_launch_each(dtype):
     assert torch.opencl.fallback_counts() == {}
     with pytest.raises(RuntimeError, match="at least 2 dimensions"):
         torch.tril(torch.ones(3, device="opencl"))
+    with pytest.raises(NotImplementedError, match="UInt16"):  # a dtype the CPU kernel lacks
+        torch.tril(torch.ones(2, 2, dtype=torch.uint16, device="opencl"))
 
 
 @native_only
@@ -700,6 +713,10 @@ def test_arange_of_integers_is_one_launch():
     expect_same(out, expected)
     assert torch.opencl.fallback_counts() == {"aten::arange.start_out": 1}
     expect_same(torch.arange(0.5, 3, 0.7, device="opencl"), torch.arange(0.5, 3, 0.7))
+    resized = torch.empty(2, dtype=torch.int64, device="opencl")  # the CPU's warning, and call
+    with pytest.warns(UserWarning, match="out tensor of shape"):
+        torch.arange(5, out=resized)
+    expect_same(resized, torch.arange(5))
     with pytest.raises(RuntimeError, match="step must be nonzero"):
         torch.arange(0, 5, 0, device="opencl")
     with pytest.raises(RuntimeError, match="inconsistent with step sign"):
