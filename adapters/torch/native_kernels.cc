@@ -1,7 +1,7 @@
-// adapters/torch/native_kernels.cc — elementwise arithmetic, where and isneginf as OpenCL kernels
-// generated per (operator, dtypes, rank) and launched through the VM, the strided copy made of
-// the same kernels, the operators built from them (cat, the _foreach_ arithmetic), and tril and
-// triu (native_kernels.h).
+// adapters/torch/native_kernels.cc — elementwise arithmetic, activations, where and isneginf as
+// OpenCL kernels generated per (operator, dtypes, rank) and launched through the VM, the strided
+// copy made of the same kernels, the operators built from them (cat, mean, the _foreach_
+// arithmetic), and tril, triu and arange (native_kernels.h).
 
 #include "adapters/torch/native_kernels.h"
 
@@ -85,8 +85,8 @@ namespace oclvm::torch_adapter {
 // exactly one of its inputs, each element read before the same work-item writes it.
 //
 // The in-place _foreach_ arithmetic (native_foreach_) is the in-place kernel once per tensor, in
-// list order as the CPU's per-tensor loop; a tensor it does not take goes to its own in-place
-// operator, so the list's values and errors stay the CPU's.
+// list order as the CPU's per-tensor loop; a tensor it does not take goes to the device's kernel
+// of its own in-place operator, so the list's values and errors stay the CPU's.
 
 namespace {
 

@@ -216,6 +216,46 @@ KernelSource sum_source(at::ScalarType in, at::ScalarType out, size_t kept, size
   return KernelSource{std::move(s), name, ""};
 }
 
+// Launches the sum kernel (`all`: its logical-and form) of `self` over the dimensions `reduced`
+// marks into `out`, the result of the CPU's shape (`keepdim`) and contiguous layout, one work-item
+// per element of `out`; false, having launched nothing, when the layout or the device refuses it.
+bool launch_reduction(const at::Tensor& self, const std::vector<bool>& reduced, bool keepdim,
+                      const at::Tensor& out, bool all) {
+  Walk kept, summed;
+  int64_t out_dim = 0, m = 1;
+  for (int64_t d = 0; d < self.dim(); ++d) {
+    bool fits;
+    if (reduced[d]) {
+      fits = add_dimension(summed, self.size(d), {0, self.stride(d), 0});
+      m *= self.size(d);
+    } else {
+      fits = add_dimension(kept, self.size(d), {out.stride(out_dim), self.stride(d), 0});
+    }
+    if (!fits) return false;
+    if (!reduced[d] || keepdim) ++out_dim;
+  }
+  const at::ScalarType in = self.scalar_type(), out_type = out.scalar_type();
+  const std::shared_ptr<const Kernel> kernel = native_kernel(
+      self.device().index(), NativeKernelFamily::kReduction,
+      kernel_id(all ? RowOp::kAll : RowOp::kSum, in, out_type, kept.rank, summed.rank),
+      [&] { return sum_source(in, out_type, kept.rank, summed.rank, all); });
+  if (kernel == nullptr) return false;
+  // The CPU's cascade step (2^power elements) for floating sums: ceil(log2(m)) / 4, and at least
+  // 4; the other kernels do not read it.
+  uint64_t log2 = 0;
+  while ((uint64_t{1} << log2) < static_cast<uint64_t>(m)) ++log2;
+  std::vector<LaunchArg> tail{LaunchArg::of(static_cast<uint64_t>(out.numel())),
+                              LaunchArg::of(static_cast<uint64_t>(m)),
+                              LaunchArg::of(std::max<uint64_t>(4, log2 / 4))};
+  push_kept(tail, kept);
+  for (size_t d = 0; d < summed.rank; ++d) {
+    tail.push_back(LaunchArg::of(summed.sizes[d]));
+    tail.push_back(LaunchArg::of(summed.strides[1][d]));
+  }
+  launch_rows(kernel, out, {&self}, std::move(tail), static_cast<uint64_t>(out.numel()));
+  return true;
+}
+
 // The source of softmax (`log`: log_softmax) over one dimension (`backward`: its gradient from the
 // output and the output's gradient), one row of `m` elements per work-item: the row's elements
 // lie `sa` (and `sb`) apart in the inputs and `so` apart in the result.
@@ -348,37 +388,7 @@ std::optional<at::Tensor> native_sum(const at::Tensor& self, at::OptionalIntArra
   at::Tensor out = at::empty(sizes, self.options().dtype(out_type));
   if (out.numel() == 0) return out;
   if (self.numel() == 0) return out.zero_();  // sums over no elements; self has no blob
-  Walk kept, summed;
-  int64_t out_dim = 0, m = 1;
-  for (int64_t d = 0; d < rank; ++d) {
-    const bool in_out = !reduced[d] || keepdim;
-    bool fits;
-    if (reduced[d]) {
-      fits = add_dimension(summed, self.size(d), {0, self.stride(d), 0});
-      m *= self.size(d);
-    } else {
-      fits = add_dimension(kept, self.size(d), {out.stride(out_dim), self.stride(d), 0});
-    }
-    if (!fits) return std::nullopt;
-    if (in_out) ++out_dim;
-  }
-  const std::shared_ptr<const Kernel> kernel = native_kernel(
-      device, NativeKernelFamily::kReduction,
-      kernel_id(RowOp::kSum, in, out_type, kept.rank, summed.rank),
-      [&] { return sum_source(in, out_type, kept.rank, summed.rank); });
-  if (kernel == nullptr) return std::nullopt;
-  // The CPU's cascade step (2^power elements): ceil(log2(m)) / 4, and at least 4.
-  uint64_t log2 = 0;
-  while ((uint64_t{1} << log2) < static_cast<uint64_t>(m)) ++log2;
-  std::vector<LaunchArg> tail{LaunchArg::of(static_cast<uint64_t>(out.numel())),
-                              LaunchArg::of(static_cast<uint64_t>(m)),
-                              LaunchArg::of(std::max<uint64_t>(4, log2 / 4))};
-  push_kept(tail, kept);
-  for (size_t d = 0; d < summed.rank; ++d) {
-    tail.push_back(LaunchArg::of(summed.sizes[d]));
-    tail.push_back(LaunchArg::of(summed.strides[1][d]));
-  }
-  launch_rows(kernel, out, {&self}, std::move(tail), static_cast<uint64_t>(out.numel()));
+  if (!launch_reduction(self, reduced, keepdim, out, /*all=*/false)) return std::nullopt;
   return out;
 }
 
@@ -404,29 +414,9 @@ std::optional<at::Tensor> native_all(const at::Tensor& self, int64_t dim, bool k
   at::Tensor out = at::empty(sizes, self.options().dtype(out_type));
   if (out.numel() == 0) return out;
   if (self.numel() == 0) return out.fill_(1);  // all of no elements; self has no blob
-  Walk kept, reduced;
-  int64_t out_dim = 0;
-  for (int64_t d = 0; d < self.dim(); ++d) {
-    const bool fits =
-        d == dim ? add_dimension(reduced, self.size(d), {0, self.stride(d), 0})
-                 : add_dimension(kept, self.size(d), {out.stride(out_dim), self.stride(d), 0});
-    if (!fits) return std::nullopt;
-    if (d != dim || keepdim) ++out_dim;
-  }
-  const std::shared_ptr<const Kernel> kernel = native_kernel(
-      device, NativeKernelFamily::kReduction,
-      kernel_id(RowOp::kAll, in, out_type, kept.rank, reduced.rank),
-      [&] { return sum_source(in, out_type, kept.rank, reduced.rank, /*all=*/true); });
-  if (kernel == nullptr) return std::nullopt;
-  std::vector<LaunchArg> tail{LaunchArg::of(static_cast<uint64_t>(out.numel())),
-                              LaunchArg::of(static_cast<uint64_t>(self.size(dim))),
-                              LaunchArg::of(uint64_t{0})};  // the cascade's step: sums only
-  push_kept(tail, kept);
-  for (size_t d = 0; d < reduced.rank; ++d) {
-    tail.push_back(LaunchArg::of(reduced.sizes[d]));
-    tail.push_back(LaunchArg::of(reduced.strides[1][d]));
-  }
-  launch_rows(kernel, out, {&self}, std::move(tail), static_cast<uint64_t>(out.numel()));
+  std::vector<bool> reduced(static_cast<size_t>(self.dim()), false);
+  reduced[static_cast<size_t>(dim)] = true;
+  if (!launch_reduction(self, reduced, keepdim, out, /*all=*/true)) return std::nullopt;
   return out;
 }
 
