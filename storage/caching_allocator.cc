@@ -59,7 +59,7 @@ size_t quantum_for(const CachingAllocatorOptions& options, const MemoryBackend& 
 // below the oversize threshold; 0 turns parking off.
 size_t quick_until_for(const CachingAllocatorOptions& options, size_t quantum,
                        size_t oversize_from) {
-  const size_t limit = std::min({options.quick_reuse_bytes, kSmallSize, oversize_from - 1});
+  const size_t limit = std::min({options.quick_reuse_bytes, kSmallSize - 1, oversize_from - 1});
   return limit & ~(quantum - 1);
 }
 
@@ -261,6 +261,13 @@ size_t CachingAllocator::step_up(size_t size) const {
 CachingAllocator::Block* CachingAllocator::take_best_fit(StatType pool, size_t size) {
   FreeSet& free = free_set(pool);
   auto it = free.lower_bound(size, SizeOrder{});
+  // Note [Segments kept whole]: a wholly free large segment more than three times the request is
+  // passed over. Only such segments are skipped, so the walk is bounded by the pool's segments.
+  if (pool == StatType::kLargePool && options_.keep_large_segments_whole) {
+    while (it != free.end() && it->whole() && it->size - size > 2 * size) ++it;
+  } else if (pool == StatType::kSmallPool && memory_limit_ != 0) {
+    it = first_fit(free, it);
+  }
   if (it == free.end()) return nullptr;
   Block* block = &*it;
   // Note [Oversize blocks]: the best fit is the smallest that fits, so when it is out of reach
@@ -288,6 +295,20 @@ CachingAllocator::Block* CachingAllocator::take_best_fit(StatType pool, size_t s
   note_entering(rest, delta);
   commit(pool, delta);
   return block;
+}
+
+// Note [First fit under a limit]: of the blocks from `from` (the best fit) to the end of the
+// size order, the one at the lowest (segment id, offset). O(free blocks of the pool).
+CachingAllocator::FreeSet::iterator CachingAllocator::first_fit(FreeSet& free,
+                                                                FreeSet::iterator from) {
+  auto first = from;
+  for (auto it = from; it != free.end(); ++it) {
+    if (it->segment_id < first->segment_id ||
+        (it->segment_id == first->segment_id && it->offset < first->offset)) {
+      first = it;
+    }
+  }
+  return first;
 }
 
 // Shortens `block` to `size` and links a new record for the rest right after it. Touches neither

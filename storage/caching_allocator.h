@@ -19,19 +19,43 @@
 //   - Every request is rounded up to the allocation quantum: max(round_bytes, the device's
 //     base_addr_align_bytes), both powers of two. Every block offset and every block size is a
 //     multiple of it, so every block satisfies the Allocator alignment contract.
-//   - Two pools that never exchange blocks: small (rounded size <= kSmallSize, 1 MiB) and large.
+//   - Two pools that never exchange blocks: small (rounded size < kSmallSize, 1 MiB) and large.
 //     Small segments are small_segment_bytes (2 MiB) each; a large segment is the rounded request
 //     rounded up to large_segment_round (1 MiB), capped by the device's max_alloc_bytes.
 //   - Best fit within the pool: the smallest free block that is large enough, ties broken by the
-//     lowest (segment id, offset). The free index is an ordered tree keyed by
-//     (size, segment id, offset), so a lookup is O(log free blocks).
+//     lowest (segment id, offset), except that a large request passes over a wholly free segment
+//     more than three times its size (Note [Segments kept whole]). The free index is an ordered tree
+//     keyed by (size, segment id, offset), so a lookup is O(log free blocks).
 //   - A block is split when the remainder is at least one quantum (both pools). On free a block
 //     merges with its free neighbours in the segment (blocks are doubly linked in address order).
-//   - When nothing fits in the pool a segment is created. Before creating a large segment, every
-//     wholly free large segment is released first (release_unfit_on_grow): none of them fits.
-//   Replayed on the shipped traces (traces/), this reserves 1.064x the live peak on
-//   transformer_train.trace and 1.400x on cnn_train.trace; release_unfit_on_grow lowers the
-//   second (1.543x without it) and raises the first (1.039x without it).
+//   - When nothing fits in the pool a segment is created. Before creating a large segment, wholly
+//     free large segments go back to the driver, the largest first, as far as keeps reserved
+//     bytes at their high-water mark (release_unfit_on_grow; Note [Unfit segments given back] in
+//     caching_allocator_segments.cc).
+//   design/storage.md ("The caching policy on the shipped traces") gives what each rule does on
+//   the traces in traces/.
+//
+// Note [Segments kept whole]
+//   A convolutional network frees a large activation and then asks for blocks of a quarter and a
+//   half of its size (a pooling layer's output and indices). Best fit alone carves them out of
+//   the freed activation's segment, and while they live the next activation of the first size
+//   finds no segment wholly free, so a new one is made: the old one is left in slivers. So a
+//   large request passes over a wholly free large segment more than three times its size; it
+//   takes a block of a segment already split, or a new segment of its own size, and the whole
+//   segment stays for a request of its size. (Passing over segments more than twice the request
+//   does as well on the CNN and, on a transformer's trace, makes and releases more segments in
+//   later steps: design/storage.md.) The walk past such segments is bounded by the number of
+//   segments. Under a memory limit nothing is refused for it: the ladder gives the passed-over
+//   segments back before a request fails.
+//
+// Note [First fit under a limit]
+//   Under a memory limit a small pool's segments may not grow, and where blocks land decides
+//   what fits later. Best fit scatters long-lived small blocks over the holes that short-lived
+//   ones left, until no hole fits a later request although the bytes are there (a trace of a
+//   small MLP, traces/mlp_sgd.trace, failed 19 requests under 1.15 times its live peak). So under
+//   a limit a small request takes, of the free blocks large enough, the one at the lowest
+//   (segment id, offset): long-lived blocks gather at the low end and the high end stays whole.
+//   It costs a walk of the pool's free blocks at least the request's size, only under a limit.
 //
 // Note [Free index updated in place]
 //   A split and a merge change one free block into another whose key is close to the old one:
@@ -112,9 +136,13 @@ struct CachingAllocatorOptions {
   size_t small_segment_bytes = 2 << 20;
   // A large-pool segment is the rounded request rounded up to this (a power of two).
   size_t large_segment_round = 1 << 20;
-  // Before creating a new large segment, give back the wholly free large segments (best fit
-  // found none of them large enough). See Note [Caching policy].
+  // Before creating a new large segment, give back wholly free large segments that best fit
+  // passed over, as far as keeps reserved bytes under their high-water mark (Note [Unfit segments
+  // given back] in caching_allocator_segments.cc).
   bool release_unfit_on_grow = true;
+  // Note [Segments kept whole]: a large request passes over a wholly free large segment more
+  // than three times its size.
+  bool keep_large_segments_whole = true;
   // Note [Quick reuse]: a freed small-pool block of at most this many bytes is parked in a list of
   // its size instead of merging with its neighbours, and the next request of that size takes it
   // back. Used up to kSmallSize (1 MiB) and below max_split_bytes; 0: off.
@@ -276,6 +304,7 @@ class CachingAllocator final : public BackendAllocator {
   // Note [Oversize blocks]. One comparison: the hit path asks it three times.
   bool oversize(size_t size) const { return size >= oversize_from_; }
   Block* take_best_fit(StatType pool, size_t size);
+  static FreeSet::iterator first_fit(FreeSet& free, FreeSet::iterator from);
   Allocation take_parked(Block*& head, size_t requested);
   void park(Block* block);
   // Everything but a parked hit: best fit, merging the parked blocks, a new segment.
@@ -314,6 +343,7 @@ class CachingAllocator final : public BackendAllocator {
   Block* adopt_segment(Segment* segment, StatType pool);
   void flush_parked();
   void release_free_segments(StatType pool);
+  void release_unfit_segments(size_t incoming);
   void collect_garbage(uint64_t threshold, size_t incoming);
   void release_segment(Block* whole_block);
   void grow_block_pool();
@@ -364,6 +394,9 @@ class CachingAllocator final : public BackendAllocator {
   std::vector<uint64_t> parked_bits_;
   size_t parked_count_ = 0;
   uint64_t next_id_ = 1;
+  // The most bytes ever reserved at once (unlike the statistics' peak, never reset): Note [Unfit
+  // segments given back].
+  uint64_t reserved_high_water_ = 0;
 };
 
 }  // namespace oclvm

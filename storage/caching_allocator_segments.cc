@@ -5,6 +5,7 @@
 #include "oclvm/storage/caching_allocator.h"
 
 #include <algorithm>
+#include <iterator>
 
 #include "oclvm/storage/errors.h"
 #include "oclvm/storage/options.h"
@@ -61,7 +62,7 @@ CachingAllocator::Block* CachingAllocator::grow_and_take(StatType pool, size_t s
     throw_out_of_memory(requested, size, "");
   }
   if (pool == StatType::kLargePool && options_.release_unfit_on_grow) {
-    release_free_segments(StatType::kLargePool);
+    release_unfit_segments(segment_bytes);
   }
   if (limit != 0 && options_.garbage_collection_threshold > 0.0) {
     collect_garbage(static_cast<uint64_t>(options_.garbage_collection_threshold *
@@ -161,6 +162,8 @@ CachingAllocator::Block* CachingAllocator::adopt_segment(Segment* segment, StatT
   block->prev = nullptr;
   block->next = nullptr;
   tracker_.on_segment_create(pool, segment->size);
+  reserved_high_water_ =
+      std::max(reserved_high_water_, static_cast<uint64_t>(tracker_.reserved_bytes()));
   if (oversize(segment->size)) tracker_.on_oversize_segment(pool, +1);
   return block;
 }
@@ -210,6 +213,31 @@ void CachingAllocator::collect_garbage(uint64_t threshold, size_t incoming) {
   for (Block* block : whole_free) {
     if (reserved() + incoming <= threshold) break;
     release_segment(block);
+  }
+}
+
+// Note [Unfit segments given back]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Before a large segment of `incoming` bytes is made, best fit has found no wholly free large
+// segment it could take: each is too small, or more than three times the request (Note
+// [Segments kept whole]). Giving them back lowers what is reserved, but a later request of their size then
+// costs a driver allocation again. So they go back, the largest first, only as far as keeps
+// reserved bytes at or under the most the allocator has held before (reserved_high_water_); when
+// the new segment raises that mark anyway, every one of them goes back. O(free large blocks).
+void CachingAllocator::release_unfit_segments(size_t incoming) {
+  if (whole_free_bytes_[stat_index(StatType::kLargePool)] == 0) return;
+  const auto over = [&] {
+    return static_cast<uint64_t>(tracker_.reserved_bytes()) + incoming > reserved_high_water_;
+  };
+  FreeSet& free = large_free_;
+  // `it` follows the last block kept; erasing the block before it leaves it valid.
+  for (auto it = free.end(); it != free.begin() && over();) {
+    const auto block = std::prev(it);
+    if (block->whole()) {
+      release_segment(&*block);
+    } else {
+      it = block;
+    }
   }
 }
 

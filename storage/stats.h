@@ -29,17 +29,20 @@
 
 namespace oclvm {
 
-// Which pool a block or segment belongs to. Requests of at most kSmallSize bytes are "small".
+// Which pool a block or segment belongs to. Requests of fewer than kSmallSize bytes are "small".
 enum class StatType : uint8_t { kAggregate = 0, kSmallPool = 1, kLargePool = 2 };
 inline constexpr size_t kNumStatTypes = 3;
-inline constexpr size_t kSmallSize = 1 << 20;  // 1 MiB, PyTorch's small/large boundary.
+// 1 MiB. PyTorch counts a request of exactly 1 MiB as small; here it is large: in a 2 MiB small
+// segment it would leave room for one more such block only while no smaller block lands in the
+// other half (design/storage.md, "The pool boundary").
+inline constexpr size_t kSmallSize = 1 << 20;
 
 // The position of `type` in anything indexed by StatType: a StatArray, an allocator's own per-pool
 // tallies. The one place that turns a StatType into a number.
 constexpr size_t stat_index(StatType type) { return static_cast<size_t>(type); }
 
 inline StatType pool_of_size(size_t bytes) {
-  return bytes <= kSmallSize ? StatType::kSmallPool : StatType::kLargePool;
+  return bytes < kSmallSize ? StatType::kSmallPool : StatType::kLargePool;
 }
 
 struct Stat {

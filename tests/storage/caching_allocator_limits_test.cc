@@ -63,7 +63,7 @@ TEST_F(CachingAllocatorLimitsTest, OutOfMemoryUnderALimitChangesOnlyNumOoms) {
   allocator.check_invariants();
 
   // Still works: a small request is served from the cached small segment.
-  Allocation again = allocator.allocate(kMiB);
+  Allocation again = allocator.allocate(kMiB / 2);
   allocator.check_invariants();
   EXPECT_EQ(allocator.stats().num_device_alloc, 2);
   allocator.deallocate(again);
@@ -75,7 +75,7 @@ TEST_F(CachingAllocatorLimitsTest, LimitRetryReleasesCachedSegmentsAndSucceeds) 
   CachingAllocatorOptions options;
   options.memory_limit = 8 * kMiB;
   CachingAllocator allocator(device(), options);
-  Allocation small = allocator.allocate(kMiB);      // 2 MiB small segment
+  Allocation small = allocator.allocate(kMiB / 2);  // 2 MiB small segment
   Allocation big = allocator.allocate(6 * kMiB);    // 6 MiB large segment: 8 MiB reserved
   allocator.deallocate(small);                      // the small segment is cached, wholly free
   allocator.check_invariants();
@@ -135,7 +135,7 @@ TEST_F(CachingAllocatorLimitsTest, AShrunkSegmentKeepsTheCachedSegments) {
   options.memory_limit = 3 * kMiB + kMiB / 2;
   CachingAllocator allocator(device(), options);
   allocator.deallocate(allocator.allocate(2 * kMiB));  // a wholly free 2 MiB large segment
-  Allocation small = allocator.allocate(kMiB);  // 2 MiB would pass: 1.5 MiB instead
+  Allocation small = allocator.allocate(kMiB - 512);  // 2 MiB would pass: 1.5 MiB instead
   allocator.check_invariants();
   DeviceStats s = allocator.stats();
   EXPECT_EQ(s.reserved_bytes[kSmall].current, i64(kMiB + kMiB / 2));
@@ -143,7 +143,7 @@ TEST_F(CachingAllocatorLimitsTest, AShrunkSegmentKeepsTheCachedSegments) {
   EXPECT_EQ(s.num_device_free, 0);
   EXPECT_EQ(s.num_alloc_retries, 0);
 
-  // 768 KiB fits neither the 512 KiB left in the small segment nor the room under the limit: the
+  // 768 KiB fits neither the 512.5 KiB left in the small segment nor the room under the limit: the
   // cached large segment goes back first, then a small segment of the usual size fits.
   Allocation more = allocator.allocate(768 * 1024);
   allocator.check_invariants();
@@ -309,7 +309,8 @@ TEST_F(CachingAllocatorLimitsTest, MaxSplitSizeKeepsOversizeBlocksWhole) {
 }
 
 TEST_F(CachingAllocatorLimitsTest, GarbageCollectionThresholdGivesBackTheOldestFreeSegments) {
-  // Ten 1 MiB blocks in five 2 MiB small segments; the first four segments then wholly free.
+  // Ten blocks of 1 MiB - 512 (the largest small size) in five 2 MiB small segments; the first
+  // four segments then wholly free.
   // A 4 MiB large block comes next, under a 16 MiB limit: the default policy keeps the cache
   // (14 MiB fits the limit); with a threshold of 0.5 (8 MiB), three of the four free segments
   // go back first, the oldest first, so that 4 + 4 MiB stays at the threshold.
@@ -319,7 +320,7 @@ TEST_F(CachingAllocatorLimitsTest, GarbageCollectionThresholdGivesBackTheOldestF
     options.garbage_collection_threshold = threshold;
     CachingAllocator allocator(device(), options);
     std::vector<Allocation> blocks;
-    for (int i = 0; i < 10; ++i) blocks.push_back(allocator.allocate(1 * kMiB));
+    for (int i = 0; i < 10; ++i) blocks.push_back(allocator.allocate(kMiB - 512));
     ASSERT_EQ(allocator.segment_count(), 5u);
     for (int i = 0; i < 8; ++i) allocator.deallocate(blocks[static_cast<size_t>(i)]);
     const void* newest_free = blocks[6].segment;
@@ -333,7 +334,7 @@ TEST_F(CachingAllocatorLimitsTest, GarbageCollectionThresholdGivesBackTheOldestF
       EXPECT_EQ(s.num_device_free, 3);
       EXPECT_EQ(s.reserved_bytes.aggregate().current, i64(8 * kMiB));
       // The free segment kept is the newest of the four.
-      Allocation again = allocator.allocate(1 * kMiB);
+      Allocation again = allocator.allocate(kMiB - 512);
       EXPECT_EQ(again.segment, newest_free);
       allocator.deallocate(again);
     }

@@ -213,10 +213,13 @@ TEST_F(CachingAllocatorTest, SplitAndCoalesceKeepInactiveSplitExact) {
 }
 
 TEST_F(CachingAllocatorTest, BestFitPrefersSmallestThenLowestSegmentAndOffset) {
-  CachingAllocator allocator(device(), merge_at_once());
-  // Two full small segments of two 1 MiB blocks each.
-  Allocation a1 = allocator.allocate(kMiB), a2 = allocator.allocate(kMiB);
-  Allocation b1 = allocator.allocate(kMiB), b2 = allocator.allocate(kMiB);
+  // Two full small segments of two blocks each (the largest small size, 1 MiB - 512).
+  constexpr size_t kHalf = kMiB - 512;
+  CachingAllocatorOptions options = merge_at_once();
+  options.small_segment_bytes = 2 * kHalf;
+  CachingAllocator allocator(device(), options);
+  Allocation a1 = allocator.allocate(kHalf), a2 = allocator.allocate(kHalf);
+  Allocation b1 = allocator.allocate(kHalf), b2 = allocator.allocate(kHalf);
   ASSERT_EQ(allocator.segment_count(), 2u);
   ASSERT_EQ(a1.segment, a2.segment);
   ASSERT_EQ(b1.segment, b2.segment);
@@ -224,9 +227,9 @@ TEST_F(CachingAllocatorTest, BestFitPrefersSmallestThenLowestSegmentAndOffset) {
   allocator.deallocate(b1);  // segment 2, offset 0
   allocator.deallocate(a2);  // segment 1, offset 1 MiB: lower segment id wins the tie
   allocator.check_invariants();
-  Allocation x = allocator.allocate(kMiB);
+  Allocation x = allocator.allocate(kHalf);
   EXPECT_EQ(x.ptr, a2.ptr);
-  Allocation y = allocator.allocate(kMiB);
+  Allocation y = allocator.allocate(kHalf);
   EXPECT_EQ(y.ptr, b1.ptr);
   allocator.check_invariants();
 
@@ -255,7 +258,7 @@ TEST_F(CachingAllocatorTest, BestFitPrefersSmallestThenLowestSegmentAndOffset) {
 
 TEST_F(CachingAllocatorTest, SmallAndLargePoolsAreKeptApart) {
   CachingAllocator allocator(device());
-  Allocation small = allocator.allocate(kMiB);      // rounds to exactly 1 MiB: small
+  Allocation small = allocator.allocate(kMiB - 1000);  // rounds to 1 MiB - 512: small
   Allocation large = allocator.allocate(kMiB + 1);  // 1 MiB + 512: large, 2 MiB segment
   allocator.check_invariants();
   DeviceStats s = allocator.stats();
@@ -264,9 +267,9 @@ TEST_F(CachingAllocatorTest, SmallAndLargePoolsAreKeptApart) {
   expect_stat(s.segment.aggregate(), 2, 2, 2, 0);
   EXPECT_EQ(s.reserved_bytes[kSmall].current, static_cast<int64_t>(2 * kMiB));
   EXPECT_EQ(s.reserved_bytes[kLarge].current, static_cast<int64_t>(2 * kMiB));
-  EXPECT_EQ(s.allocated_bytes[kSmall].current, static_cast<int64_t>(kMiB));
+  EXPECT_EQ(s.allocated_bytes[kSmall].current, static_cast<int64_t>(kMiB - 512));
   EXPECT_EQ(s.allocated_bytes[kLarge].current, static_cast<int64_t>(kMiB + 512));
-  EXPECT_EQ(s.requested_bytes[kSmall].current, static_cast<int64_t>(kMiB));
+  EXPECT_EQ(s.requested_bytes[kSmall].current, static_cast<int64_t>(kMiB - 1000));
   EXPECT_EQ(s.requested_bytes[kLarge].current, static_cast<int64_t>(kMiB + 1));
   EXPECT_EQ(s.allocation[kSmall].current, 1);
   EXPECT_EQ(s.allocation[kLarge].current, 1);
@@ -274,7 +277,7 @@ TEST_F(CachingAllocatorTest, SmallAndLargePoolsAreKeptApart) {
   EXPECT_EQ(s.inactive_split[kLarge].current, 1);
   EXPECT_EQ(s.inactive_split_bytes[kLarge].current, static_cast<int64_t>(kMiB - 512));
   EXPECT_EQ(s.inactive_split[kSmall].current, 1);
-  EXPECT_EQ(s.inactive_split_bytes[kSmall].current, static_cast<int64_t>(kMiB));
+  EXPECT_EQ(s.inactive_split_bytes[kSmall].current, static_cast<int64_t>(kMiB + 512));
 
   // A small request never takes large-pool space, even though the large segment has a free 1 MiB
   // tail: it comes from the small segment.
@@ -295,6 +298,12 @@ TEST_F(CachingAllocatorTest, SmallAndLargePoolsAreKeptApart) {
   EXPECT_EQ(s.num_device_alloc, 3);
   EXPECT_EQ(s.segment[kSmall].current, 1);
   EXPECT_EQ(s.segment[kLarge].current, 2);
+  // A request of exactly 1 MiB is large (storage/stats.h, kSmallSize): it takes the tail of
+  // neither the small segment nor a new one.
+  Allocation exact = allocator.allocate(kMiB);
+  EXPECT_EQ(allocator.stats().allocation[kLarge].current, 3);
+  EXPECT_NE(exact.segment, small.segment);
+  allocator.deallocate(exact);
   allocator.deallocate(l1);
   allocator.deallocate(l2);
   testing::expect_nothing_live(allocator);

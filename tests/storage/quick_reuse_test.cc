@@ -116,9 +116,9 @@ TEST_F(QuickReuseTest, ParkedBlocksMergeBeforeANewSegmentIsMade) {
   EXPECT_EQ(s.inactive_split[kSmall].current, static_cast<int64_t>(kBlocks));
   EXPECT_EQ(s.inactive_split_bytes[kSmall].current, static_cast<int64_t>(2 * kMiB));
 
-  // Nothing of 1 MiB is parked or in the free index: the parked blocks merge back into the whole
-  // segment, which serves the request, and no segment is made.
-  Allocation big = allocator.allocate(kMiB);
+  // Nothing of 1 MiB - 512 (the largest small size) is parked or in the free index: the parked
+  // blocks merge back into the whole segment, which serves the request, and no segment is made.
+  Allocation big = allocator.allocate(kMiB - 512);
   allocator.check_invariants();
   s = allocator.stats();
   EXPECT_EQ(allocator.parked_block_count(), 0u);
@@ -126,7 +126,7 @@ TEST_F(QuickReuseTest, ParkedBlocksMergeBeforeANewSegmentIsMade) {
   EXPECT_EQ(big.segment, live[0].segment);
   EXPECT_EQ(big.offset, 0u);
   EXPECT_EQ(s.inactive_split[kSmall].current, 1);
-  EXPECT_EQ(s.inactive_split_bytes[kSmall].current, static_cast<int64_t>(kMiB));
+  EXPECT_EQ(s.inactive_split_bytes[kSmall].current, static_cast<int64_t>(kMiB + 512));
   allocator.deallocate(big);
   testing::expect_nothing_live(allocator);
 }
@@ -157,8 +157,8 @@ TEST_F(QuickReuseTest, UnderALimitParkedBlocksMergeBeforeOutOfMemory) {
   for (int k = 0; k < 16; ++k) live.push_back(allocator.allocate(128 * kKiB));
   for (const Allocation& a : live) allocator.deallocate(a);
   EXPECT_EQ(allocator.parked_block_count(), 16u);
-  // 1 MiB fits only in the merged segment; the limit leaves no room for another one.
-  Allocation big = allocator.allocate(kMiB);
+  // 1 MiB - 512 fits only in the merged segment; the limit leaves no room for another one.
+  Allocation big = allocator.allocate(kMiB - 512);
   EXPECT_EQ(big.offset, 0u);
   allocator.check_invariants();
   EXPECT_EQ(allocator.stats().num_device_alloc, 1);

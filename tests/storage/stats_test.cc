@@ -63,8 +63,8 @@ TEST(StatTest, Resets) {
 TEST(StatsTest, PoolOfSizeSplitsAtOneMiB) {
   EXPECT_EQ(pool_of_size(0), StatType::kSmallPool);
   EXPECT_EQ(pool_of_size(512), StatType::kSmallPool);
-  EXPECT_EQ(pool_of_size(kSmallSize), StatType::kSmallPool);
-  EXPECT_EQ(pool_of_size(kSmallSize + 1), StatType::kLargePool);
+  EXPECT_EQ(pool_of_size(kSmallSize - 1), StatType::kSmallPool);
+  EXPECT_EQ(pool_of_size(kSmallSize), StatType::kLargePool);
 }
 
 TEST(DeviceStatsTrackerTest, StartsAtZero) {
