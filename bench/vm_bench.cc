@@ -26,6 +26,9 @@
 //   BM_KernelChainVm/D       the same 10,000 LaunchKernels built and run as one vm::Run
 //   BM_KernelChainLists/D    the same as ten vm::Runs of 1,000 (Note [Lists of a thousand])
 //   BM_KernelChainSubmits/D  the same, one vm::Submit per kernel, waiting for the last ticket
+//   BM_KernelChainSubmitsHere/D  the same with vm::SubmitHere (Note [Submitted here]): each
+//                            kernel dispatched on this thread while the device is idle, as an
+//                            eager runtime's operators launch
 //   BM_AllocKernelRelease/D/F  100 operators on opencl:D as an eager runtime runs them (Note
 //                            [Allocate, launch, release]); F=0 stream-ordered releases, F=1
 //                            OCLVM_RELEASE=finish. `ratio alloc_kernel_release_finish_vs_stream_*`
@@ -416,6 +419,18 @@ void BM_KernelChainSubmits(benchmark::State& state) {
   });
 }
 
+void BM_KernelChainSubmitsHere(benchmark::State& state) {
+  chain_on_vm(state, [](InstructionsBuilder& builder, vm::Stream& stream,
+                        const std::shared_ptr<const Kernel>& kernel, const ChainBlobs& blobs) {
+    std::optional<vm::Ticket> last;
+    for (int i = 0; i < kChainLaunches; ++i) {
+      build_chain(builder, stream, kernel, blobs, i, 1);
+      last.emplace(builder.vm().submit_here(builder.take()));
+    }
+    last->wait();
+  });
+}
+
 // A first use of a program: the in-memory cache dropped, the disk cache in `dir` ("" : none).
 void first_use(benchmark::State& state, const std::string& dir) {
   MemoryBackend& backend = DeviceManager::instance().backend(device_for(0));
@@ -454,6 +469,7 @@ BENCHMARK(BM_KernelChainRaw)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->Rep
 BENCHMARK(BM_KernelChainVm)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->Repetitions(5)->ReportAggregatesOnly(true);
 BENCHMARK(BM_KernelChainLists)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->Repetitions(5)->ReportAggregatesOnly(true);
 BENCHMARK(BM_KernelChainSubmits)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->Repetitions(5)->ReportAggregatesOnly(true);
+BENCHMARK(BM_KernelChainSubmitsHere)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->Repetitions(5)->ReportAggregatesOnly(true);
 BENCHMARK(BM_AllocKernelRelease)->ArgsProduct({{0, 1}, {0, 1}})->Unit(benchmark::kMicrosecond)->Repetitions(5)->ReportAggregatesOnly(true);
 BENCHMARK(BM_KernelBuild)->Unit(benchmark::kMillisecond)->Repetitions(5)->ReportAggregatesOnly(true);
 BENCHMARK(BM_KernelBuildCached)->Unit(benchmark::kMillisecond)->Repetitions(5)->ReportAggregatesOnly(true);
@@ -523,16 +539,20 @@ class RatioReporter : public benchmark::ConsoleReporter {
       const double on_vm = find("BM_KernelChainVm" + arg, "", medians_);
       const double lists = find("BM_KernelChainLists" + arg, "", medians_);
       const double submits = find("BM_KernelChainSubmits" + arg, "", medians_);
+      const double here = find("BM_KernelChainSubmitsHere" + arg, "", medians_);
       if (raw <= 0) continue;
       const std::string driver = label_of(raw_name);
       std::printf("  %d kernels on opencl:%d (%s): raw %.2f ms, one vm::Run %.2f ms, "
-                  "ten of 1000 %.2f ms, a submit each %.2f ms\n",
+                  "ten of 1000 %.2f ms, a submit each %.2f ms, a submit_here each %.2f ms\n",
                   kChainLaunches, device, driver.c_str(), raw * 1e3, on_vm * 1e3, lists * 1e3,
-                  submits * 1e3);
+                  submits * 1e3, here * 1e3);
       if (lists > 0) std::printf("ratio kernel_chain_%s %.2f\n", driver.c_str(), lists / raw);
       if (on_vm > 0) std::printf("ratio kernel_chain_one_list_%s %.2f\n", driver.c_str(), on_vm / raw);
       if (submits > 0) {
         std::printf("ratio kernel_chain_submits_%s %.2f\n", driver.c_str(), submits / raw);
+      }
+      if (here > 0) {
+        std::printf("ratio kernel_chain_submits_here_%s %.2f\n", driver.c_str(), here / raw);
       }
     }
     for (int device = 0; device < 2; ++device) {

@@ -230,6 +230,7 @@ class Barrier final : public vm::Instruction {
  public:
   Barrier(vm::Stream& stream, std::function<void()> callback);
   const char* name() const override { return "Barrier"; }
+  bool waits_on_host() const override { return true; }
   // Finishes the stream's queue, then calls the callback on the executing thread. An exception
   // from the callback is the instruction's error. The callback runs on the device's worker (or a
   // caller holding its execution right): it must not run lists on the VM nor drop the last owner
@@ -247,6 +248,7 @@ class AccessBlobByCallback final : public vm::Instruction {
   AccessBlobByCallback(vm::Stream& stream, std::shared_ptr<BlobObject> blob, size_t offset,
                        size_t bytes, HostAccess mode, Callback callback);
   const char* name() const override { return "AccessBlobByCallback"; }
+  bool waits_on_host() const override { return true; }
   // Maps the range (blocking, after every earlier command of the stream), calls the callback with
   // the host pointer and the size, and unmaps — also when the callback throws, whose exception is
   // then the instruction's error. A 0-byte range calls back with (nullptr, 0). The callback

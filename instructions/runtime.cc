@@ -243,6 +243,10 @@ vm::Ticket Runtime::submit(vm::InstructionList&& list) {
   return core_->vm.submit(std::move(list));
 }
 
+vm::Ticket Runtime::submit_here(vm::InstructionList&& list) {
+  return core_->vm.submit_here(std::move(list));
+}
+
 // ---------------------------------------------------------------------------------------------
 // Statistics and allocator control
 

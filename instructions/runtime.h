@@ -132,6 +132,11 @@ class Runtime {
   void run(vm::InstructionList&& list);
   // Asynchronous: returns at once (or after backpressure); Ticket::wait() is the sync point.
   [[nodiscard]] vm::Ticket submit(vm::InstructionList&& list);
+  // Asynchronous too, and dispatched on the calling thread when the list's one device is idle:
+  // returns once the commands are enqueued (Note [Submitted here] in vm/virtual_machine.cc).
+  // What an eager runtime launches its kernels with; Ticket::rethrow_if_failed reports a failed
+  // dispatch without waiting.
+  [[nodiscard]] vm::Ticket submit_here(vm::InstructionList&& list);
 
   // ---- Host access (Note [Host sections] in vm/host_section.h) ---------------------------------
   // Waits until `device`'s worker is idle and holds it: while the section lives, no instruction

@@ -198,6 +198,15 @@ Options Options::from_environment() {
                             std::string(path) + "'");
     }
   }
+  if (const char* blocking = std::getenv("OCLVM_LAUNCH_BLOCKING")) {
+    const std::string_view value(blocking);
+    if (value == "1") {
+      options.launch_blocking = true;
+    } else if (value != "0" && !value.empty()) {
+      throw InvalidArgument("Expected OCLVM_LAUNCH_BLOCKING to be '1' or '0', but got '" +
+                            std::string(value) + "'");
+    }
+  }
   if (const char* conf = std::getenv("PYTORCH_ALLOC_CONF")) {
     options.alloc_conf = AllocConf::parse(conf, "PYTORCH_ALLOC_CONF");
   }

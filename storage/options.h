@@ -13,6 +13,9 @@
 //                        its stream, or after finishing the queue        (default: stream)
 //   OCLVM_KERNELS        native | host: where a tensor library's operators compute, on every
 //                        device (default: native on GPUs and accelerators, host on CPU devices)
+//   OCLVM_LAUNCH_BLOCKING 1 | 0: a tensor library's native launches wait for the device one by
+//                        one, so that a failure names the operator that caused it, as
+//                        CUDA_LAUNCH_BLOCKING does                       (default: 0)
 //   PYTORCH_ALLOC_CONF   PyTorch's allocator settings; those the caching allocator has (AllocConf)
 //   OCL_ICD_VENDORS, OCL_ICD_FILENAMES  read by the OpenCL ICD loader itself; named (with
 //                        POCL_DEVICES) in the error that says why no device was found.
@@ -81,6 +84,9 @@ struct Options {
   ReleaseMode release = ReleaseMode::kStreamOrdered;
   // OCLVM_KERNELS: one path for every device, or each device's own (DeviceManager::native_kernels).
   KernelPath kernels = KernelPath::kAuto;
+  // OCLVM_LAUNCH_BLOCKING=1: the torch adapter runs each native launch synchronously instead of
+  // submitting it (design/torch.md, "Launches that do not wait").
+  bool launch_blocking = false;
   // PYTORCH_ALLOC_CONF's settings for the caching allocator.
   AllocConf alloc_conf;
   // The OpenCL loader's and PoCL's own variables that are set, as "NAME='value'" joined by ", "

@@ -97,6 +97,10 @@ class Instruction {
   // instruction's effect to be complete; false for instructions that enqueue nothing a caller
   // waits for (allocations, releases: Note [Stream-ordered release]).
   virtual bool needs_finish() const { return true; }
+  // True for instructions whose execution may wait on something the host does (a Barrier's or a
+  // callback's): VirtualMachine::submit_here leaves a list with one to the worker, since
+  // dispatched on the submitting thread it could wait for that thread.
+  virtual bool waits_on_host() const { return false; }
 
   Stream& stream() const { return *stream_; }
   // Two operands live inline (every instruction but LaunchKernel has two or fewer).

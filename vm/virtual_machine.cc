@@ -20,6 +20,16 @@ void Ticket::wait() {
   if (batch_ != nullptr) wait_for(*batch_);
 }
 
+void Ticket::rethrow_if_failed() const {
+  if (batch_ == nullptr) return;
+  std::exception_ptr error;
+  {
+    MutexLock lock(batch_->mutex);
+    error = batch_->first_error;
+  }
+  if (error) std::rethrow_exception(error);
+}
+
 void Ticket::wait_for(Batch& batch) {
   if (batch.remaining.load() != 0 && DeviceWorker::holds_execution_right_on_this_thread()) {
     throw Error(
@@ -298,6 +308,24 @@ Ticket VirtualMachine::submit_impl(InstructionList&& list, bool caller_runs) {
   admit(count);
   enqueue_batch(*batch, items, caller_runs, /*admitted=*/true);
   return Ticket(std::move(batch));
+}
+
+// Note [Submitted here]
+// ~~~~~~~~~~~~~~~~~~~~
+// An eager runtime launches one small list per operator and waits only where the host needs a
+// result. submit() hands every list to the worker thread, which costs a wake-up per list when the
+// worker sleeps; run() dispatches on the caller's thread but waits for the device. submit_here()
+// takes the caller's path of run() (Note [Caller runs]: one device, idle, nobody holding its
+// right) with a ticket's batch: the commands are enqueued on this thread, the batch ends with a
+// marker on each queue it used instead of a finish (Note [Batches that end with a marker] in
+// vm/device_worker.cc), and the call returns. A failure in dispatch is in the ticket at once
+// (Ticket::rethrow_if_failed); a failed device command only when it is waited for. A list the
+// caller cannot dispatch at once goes to the worker as with submit(), and so does one with an
+// instruction that waits on the host, which on this thread could wait for the caller itself.
+Ticket VirtualMachine::submit_here(InstructionList&& list) {
+  bool here = vm_options_.caller_runs;
+  for (const Instruction& instruction : list.items()) here = here && !instruction.waits_on_host();
+  return submit_impl(std::move(list), here);
 }
 
 // Note [Lists dispatched at once are not admitted]

@@ -129,6 +129,9 @@ class Ticket {
   // end with a marker]); rethrows the first error, a failed command's among them. Idempotent: a
   // second wait returns at once (rethrowing the same error).
   void wait();
+  // Never waits: rethrows the first error if one is already recorded (an instruction that failed
+  // when it was dispatched, before this call); returns otherwise, whatever is still to run.
+  void rethrow_if_failed() const;
   bool valid() const { return batch_ != nullptr; }
   // What wait() does, for a batch that run() keeps on its stack.
   static void wait_for(Batch& batch);
@@ -165,6 +168,12 @@ class VirtualMachine {
   // Asynchronous: hands the instructions to their workers and returns at once (it may block for
   // backpressure only). Dropping the ticket is safe; the error, if any, is then lost.
   [[nodiscard]] Ticket submit(InstructionList&& list) { return submit_impl(std::move(list), false); }
+  // Asynchronous like submit(), but a list whose instructions are all of one idle device is
+  // dispatched on the calling thread (Note [Caller runs]), as run() would: it returns once their
+  // commands are enqueued, with no thread hand-off and no wait for the device (Note [Submitted
+  // here]). Otherwise, and for a list with an instruction that waits on the host
+  // (Instruction::waits_on_host), it is submit().
+  [[nodiscard]] Ticket submit_here(InstructionList&& list);
   // For releases from destructors that may run while this thread holds a device's execution
   // right (an instruction dropped the last tensor reference): never waits, never blocks for
   // backpressure, never dispatches inline. Errors are printed on stderr.

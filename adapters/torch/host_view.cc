@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "adapters/torch/allocator.h"
+#include "adapters/torch/native_launches.h"
 #include "adapters/torch/registration.h"
 #include "adapters/torch/streams.h"
 #include "oclvm/storage/hot_thread_local.h"
@@ -103,6 +104,7 @@ bool copy_on_host(const at::Tensor& device, void* host, size_t bytes, bool to_de
 
 void device_to_host(const at::Tensor& src, void* host, size_t bytes) {
   if (bytes == 0) return;
+  wait_native_launches(src.device().index());  // Note [Launches that do not wait]
   if (copy_on_host(src, host, bytes, /*to_device=*/false)) return;
   const BlobRef from = element0(src);
   translate_errors([&] {

@@ -27,6 +27,8 @@
 //   native_copy_calls() -> int      launches of the native strided copy, since start (ditto)
 //   native_operator_calls() -> int  operator calls a native kernel answered, since start (ditto;
 //                              the bench's share of calls computed on the device)
+//   pending_native_launches() -> int  lists the native path submitted and no sync point has
+//                              waited for yet (Note [Launches that do not wait]; tests)
 //   native_matrix_products() -> bool  whether the module was built with CLBlast, which the
 //                              native path's mm, bmm and addmm use (native_blas.cc; tests)
 //   fallback_counts() -> dict  {operator name: calls} of the calls that ran a CPU kernel since
@@ -91,6 +93,7 @@
 #include "adapters/torch/host_view.h"
 #include "adapters/torch/memory_history.h"
 #include "adapters/torch/native_kernels.h"
+#include "adapters/torch/native_launches.h"
 #include "adapters/torch/trace_recorder.h"
 
 namespace oclvm::torch_adapter {
@@ -308,6 +311,10 @@ PyObject* py_native_copy_calls(PyObject*, PyObject*) {
 
 PyObject* py_native_operator_calls(PyObject*, PyObject*) {
   return PyLong_FromUnsignedLongLong(native_operator_calls());
+}
+
+PyObject* py_pending_native_launches(PyObject*, PyObject*) {
+  return PyLong_FromSize_t(pending_native_launches());
 }
 
 PyObject* py_native_matrix_products(PyObject*, PyObject*) {
@@ -642,6 +649,8 @@ PyMethodDef kMethods[] = {
      "Launches of the native strided copy, since start."},
     {"native_operator_calls", py_native_operator_calls, METH_NOARGS,
      "Operator calls a native kernel answered, since start."},
+    {"pending_native_launches", py_pending_native_launches, METH_NOARGS,
+     "Lists the native path submitted that no sync point has waited for yet."},
     {"native_matrix_products", py_native_matrix_products, METH_NOARGS,
      "Whether the module was built with CLBlast, for the native path's matrix products."},
     {"fallback_counts", py_fallback_counts, METH_NOARGS,

@@ -18,6 +18,7 @@
 #include "adapters/torch/host_view.h"
 #include "adapters/torch/native_kernel_table.h"
 #include "adapters/torch/native_kernels.h"
+#include "adapters/torch/native_launches.h"
 #include "oclvm/instructions/builder.h"
 #include "oclvm/instructions/instructions.h"
 #include "oclvm/storage/errors.h"
@@ -139,8 +140,8 @@ void enqueue_product(const at::Tensor& out, const Operand& a, const Operand& b, 
   call.c.batch_stride = call.m * call.n;
   const size_t element = item_bytes(out);
   const std::string label = call.batch == 1 ? "clblast::Gemm" : "clblast::GemmStridedBatched";
+  InstructionsBuilder builder = runtime().builder();
   translate_errors([&] {
-    InstructionsBuilder builder = runtime().builder();
     builder.native(
         stream_of(out), label,
         {native_arg(out, beta == 0 ? KernelAccess::kWrite : KernelAccess::kReadWrite),
@@ -161,8 +162,8 @@ void enqueue_product(const at::Tensor& out, const Operand& a, const Operand& b, 
           }
           opencl::enqueue_gemm(context.queue, call, context.device.str());
         });
-    runtime().run(builder.take());
   });
+  submit_native(out.device().index(), builder.take());
 }
 
 // The device of a product of `a` and `b` when the native path takes it (checks shared by the

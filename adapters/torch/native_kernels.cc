@@ -35,6 +35,7 @@
 #include "adapters/torch/device.h"
 #include "adapters/torch/host_view.h"
 #include "adapters/torch/native_kernel_table.h"
+#include "adapters/torch/native_launches.h"
 #include "oclvm/instructions/builder.h"
 #include "oclvm/instructions/instructions.h"
 
@@ -1268,11 +1269,9 @@ void run_native_kernel(const std::shared_ptr<const Kernel>& kernel, const at::Te
                        const std::vector<LaunchArg>& args, size_t work_items) {
   LaunchRange range;
   range.global[0] = work_items;
-  translate_errors([&] {
-    InstructionsBuilder builder = runtime().builder();
-    builder.launch(stream_of(out), kernel, range, args);
-    runtime().run(builder.take());
-  });
+  InstructionsBuilder builder = runtime().builder();
+  translate_errors([&] { builder.launch(stream_of(out), kernel, range, args); });
+  submit_native(out.device().index(), builder.take());
 }
 
 uint64_t native_copy_calls() { return g_copies.load(std::memory_order_relaxed); }

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "adapters/torch/device.h"
+#include "adapters/torch/native_launches.h"
 #include "oclvm/instructions/builder.h"
 #include "oclvm/instructions/instructions.h"
 #include "oclvm/storage/errors.h"
@@ -167,7 +168,12 @@ c10::Stream exchange_stream(const c10::Stream& stream) {
   return previous;
 }
 
-void synchronize_stream(const c10::Stream& stream) { finish_streams({&vm_stream(stream)}); }
+// Synchronizing also reports what the native path's lists failed at since the last sync point
+// (Note [Launches that do not wait] in native_launches.cc).
+void synchronize_stream(const c10::Stream& stream) {
+  finish_streams({&vm_stream(stream)});
+  wait_native_launches(stream.device_index());
+}
 
 bool query_stream(const c10::Stream& stream) {
   auto probe = std::make_shared<StreamEvent>();
@@ -183,6 +189,7 @@ void synchronize_device(c10::DeviceIndex index) {
     if (stream->device() == to_oclvm(d)) streams.push_back(stream);
   }
   finish_streams(streams);
+  wait_native_launches(d);
 }
 
 // ---------------------------------------------------------------------------------------------

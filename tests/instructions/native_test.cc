@@ -1,15 +1,18 @@
 // tests/instructions/native_test.cc — NativeCall on PoCL: a body enqueues plain OpenCL commands on
 // the stream's queue and the blobs' cl_mem ranges, in stream order with the VM's own commands;
 // the builder's checks; a body's failure and the injected `launch` fault reach the sync point and
-// change nothing else. This suite talks to the driver itself, as a BLAS library would.
+// change nothing else; submit_here dispatches on the submitting thread (a body tells where it
+// runs). This suite talks to the driver itself, as a BLAS library would.
 #include <gtest/gtest.h>
 
 #include <CL/cl.h>
 
 #include <cstdint>
+#include <future>
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "oclvm/instructions/builder.h"
@@ -163,6 +166,77 @@ TEST_F(NativeCallTest, ABodysFailureAndAnInjectedFaultReachTheSyncPoint) {
   EXPECT_EQ(download(b, 8), std::vector<int32_t>(8, 1)) << "the VM went on";
   release(a);
   release(b);
+}
+
+// Note [Submitted here]: on an idle device the body runs on the submitting thread and the call
+// returns with its copy enqueued; submit() runs it on the worker. Either way the ticket waits for
+// the device, and what the copy wrote is there after it.
+TEST_F(NativeCallTest, SubmitHereDispatchesOnTheCallingThread) {
+  auto a = upload(std::vector<int32_t>(8, 7));
+  auto b = upload(std::vector<int32_t>(8, 0));
+  for (bool here : {true, false}) {
+    SCOPED_TRACE(here ? "submit_here" : "submit");
+    std::thread::id ran_on;
+    InstructionsBuilder builder(*vm_);
+    builder.native(builder.stream(kOpenCL0), "copy", copy_args(a, 0, b, 0, 8),
+                   [&](const NativeCallContext& call) {
+                     ran_on = std::this_thread::get_id();
+                     copy_with_opencl(call);
+                   });
+    vm::Ticket ticket = here ? vm_->submit_here(builder.take()) : vm_->submit(builder.take());
+    ticket.wait();
+    EXPECT_EQ(ran_on == std::this_thread::get_id(), here);
+    EXPECT_EQ(download(b, 8), std::vector<int32_t>(8, 7));
+    builder.fill(b, 0, 32, 0);
+    vm_->run(builder.take());
+  }
+  release(a);
+  release(b);
+}
+
+// A failed dispatch is in the ticket when submit_here returns: rethrow_if_failed reports it
+// without waiting, and the VM goes on.
+TEST_F(NativeCallTest, SubmitHereReportsAFailedDispatchAtOnce) {
+  auto a = upload(std::vector<int32_t>(8, 1));
+  auto b = upload(std::vector<int32_t>(8, 2));
+  InstructionsBuilder builder(*vm_);
+  builder.native(builder.stream(kOpenCL0), "failing", copy_args(a, 0, b, 0, 8),
+                 [](const NativeCallContext&) { throw std::runtime_error("the library refused"); });
+  vm::Ticket ticket = vm_->submit_here(builder.take());
+  const auto what_of = [](auto&& call) -> std::string {
+    try {
+      call();
+    } catch (const std::exception& e) {
+      return e.what();
+    }
+    return "(nothing thrown)";
+  };
+  EXPECT_CONTAINS(what_of([&] { ticket.rethrow_if_failed(); }), "the library refused");
+  EXPECT_CONTAINS(what_of([&] { ticket.wait(); }), "the library refused");
+  builder.native(builder.stream(kOpenCL0), "copy", copy_args(a, 0, b, 0, 8), copy_with_opencl);
+  vm::Ticket next = vm_->submit_here(builder.take());
+  next.rethrow_if_failed();
+  next.wait();
+  EXPECT_EQ(download(b, 8), std::vector<int32_t>(8, 1));
+  release(a);
+  release(b);
+}
+
+// A list with a Barrier goes to the worker: dispatched on the submitting thread, its callback
+// would wait for this very thread to let it go.
+TEST_F(NativeCallTest, SubmitHereLeavesAListThatWaitsOnTheHostToTheWorker) {
+  std::promise<void> go;
+  std::shared_future<void> gate = go.get_future().share();
+  std::thread::id ran_on;
+  InstructionsBuilder builder(*vm_);
+  builder.barrier(builder.stream(kOpenCL0), [&] {
+    ran_on = std::this_thread::get_id();
+    gate.wait();
+  });
+  vm::Ticket ticket = vm_->submit_here(builder.take());
+  go.set_value();
+  ticket.wait();
+  EXPECT_NE(ran_on, std::this_thread::get_id());
 }
 
 }  // namespace

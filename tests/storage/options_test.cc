@@ -116,7 +116,7 @@ class OptionsEnvironmentTest : public ::testing::Test {
   static constexpr const char* kVariables[] = {"OCLVM_MEMORY_LIMIT", "OCLVM_ALLOCATOR",
                                                "OCLVM_PLATFORM", "OCLVM_FAULTS",
                                                "OCLVM_RELEASE", "OCLVM_KERNELS",
-                                               "PYTORCH_ALLOC_CONF"};
+                                               "OCLVM_LAUNCH_BLOCKING", "PYTORCH_ALLOC_CONF"};
 
   void SetUp() override {
     for (const char* name : kVariables) {
@@ -189,6 +189,21 @@ TEST_F(OptionsEnvironmentTest, ReadsTheKernelPath) {
     ADD_FAILURE() << "OCLVM_KERNELS=gpu was accepted";
   } catch (const InvalidArgument& e) {
     EXPECT_CONTAINS(e.what(), "'native' or 'host', but got 'gpu'");
+  }
+}
+
+TEST_F(OptionsEnvironmentTest, ReadsLaunchBlocking) {
+  EXPECT_FALSE(Options::from_environment().launch_blocking);
+  setenv("OCLVM_LAUNCH_BLOCKING", "1", 1);
+  EXPECT_TRUE(Options::from_environment().launch_blocking);
+  setenv("OCLVM_LAUNCH_BLOCKING", "0", 1);
+  EXPECT_FALSE(Options::from_environment().launch_blocking);
+  setenv("OCLVM_LAUNCH_BLOCKING", "yes", 1);
+  try {
+    Options::from_environment();
+    ADD_FAILURE() << "OCLVM_LAUNCH_BLOCKING=yes was accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_CONTAINS(e.what(), "'1' or '0', but got 'yes'");
   }
 }
 

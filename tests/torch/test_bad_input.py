@@ -455,7 +455,10 @@ def test_unknown_allocator_in_the_environment():
      "Expected PYTORCH_ALLOC_CONF to be key:value pairs separated by commas, with the keys "
      "max_split_size_mb, roundup_power2_divisions and garbage_collection_threshold, but got "
      "'max_split_mb:64' in 'max_split_mb:64' (unknown key 'max_split_mb')"),
-], ids=["memory_limit", "empty_memory_limit", "platform", "faults", "alloc_conf"])
+    ("OCLVM_LAUNCH_BLOCKING", "yes", "Expected OCLVM_LAUNCH_BLOCKING to be '1' or '0', but got "
+                                     "'yes'"),
+], ids=["memory_limit", "empty_memory_limit", "platform", "faults", "alloc_conf",
+        "launch_blocking"])
 def test_malformed_environment_is_named_in_the_error(variable, value, reason):
     out = run_python(_CREATE, **{variable: value})
     assert out.returncode == 0, out.stderr
