@@ -100,7 +100,9 @@ class DeviceQueue {
   // no such object (the host device), and what `commands` throws.
   void enqueue_native(const std::function<void(void* native_queue)>& commands);
 
-  // A marker after every command enqueued so far.
+  // A marker after every command enqueued so far. The queue is flushed with it: a marker ends
+  // work the host does not wait for at once (an asynchronous batch, a release), and a driver may
+  // otherwise hold those commands back until its next blocking call.
   virtual std::shared_ptr<QueueMarker> record_marker() = 0;
   // Makes later commands of this queue wait for `marker`: on the device when the marker was
   // recorded on a queue of the same device, otherwise by waiting for it on the calling thread.

@@ -143,6 +143,7 @@ at::Tensor with_bits_of(const at::Tensor& like, at::Tensor host) {
 
 HostOperands stage_on_host(c10::ArrayRef<at::Tensor> devices, c10::ArrayRef<Staging> how) {
   TORCH_INTERNAL_ASSERT(how.empty() || how.size() == devices.size());
+  for (const at::Tensor& device : devices) wait_native_launches(device.device().index());
   HostOperands operands;
   operands.hosts.reserve(devices.size());
   InstructionsBuilder builder = runtime().builder();
@@ -403,6 +404,7 @@ OCLVM_HOT_TLS thread_local std::shared_ptr<const MemoryContext> t_section_contex
 }  // namespace
 
 std::optional<vm::HostSection> host_section(c10::DeviceIndex index) {
+  wait_native_launches(index);  // Note [Launches that do not wait]
   return translate_errors([&] {
     t_section_context = runtime().vm().capture_memory_context(false);
     return runtime().host_section(to_oclvm(index));

@@ -3,11 +3,11 @@
 //
 // Every native operator's LaunchKernels and NativeCalls go through submit_native. The list is
 // dispatched on the calling thread when its device is idle (Runtime::submit_here) and the call
-// returns once the commands are enqueued; its ticket is kept, per device, until a sync point
-// (synchronize, a copy to the host, .item()) waits for it and reports its failure.
+// returns without waiting for the device; its ticket is kept, per device, until a sync point
+// (synchronize, a copy to the host, .item(), a host section) waits for it and throws its failure.
 //
-// Thread-safety: any thread. The kept tickets of every device sit under one mutex, which no wait
-// holds.
+// Thread-safety: any thread. The kept tickets and failures of every device sit under one mutex,
+// which no wait holds.
 #pragma once
 
 #include <c10/core/Device.h>
@@ -19,14 +19,15 @@
 namespace oclvm::torch_adapter {
 
 // Submits `list`, whose instructions are all on device `index`. Throws (as translate_errors does)
-// at once when the list failed as it was dispatched, and then keeps nothing of it; a failure
-// found later is thrown by a later wait_native_launches of the device. With
+// at once when the list failed as it was dispatched on this thread, and then keeps nothing of
+// it; a failure found later is thrown by a later wait_native_launches of the device. With
 // OCLVM_LAUNCH_BLOCKING=1, runs the list synchronously instead.
 void submit_native(c10::DeviceIndex index, vm::InstructionList&& list);
 
 // Waits for every list submit_native kept for device `index` (every device for -1), and throws
-// the first failure among them; the others are dropped with it. Returns at once when none is
-// kept.
+// the oldest failure among them and those kept since the last call (as translate_errors does);
+// each other one goes to the log. Returns at once when none is kept, and on a thread that holds
+// a device's execution right (inside a host section or an instruction's callback).
 void wait_native_launches(c10::DeviceIndex index);
 
 // The lists kept and not yet waited for, on every device (tests).

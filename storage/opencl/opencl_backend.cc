@@ -177,6 +177,7 @@ std::shared_ptr<QueueMarker> OpenCLQueue::record_marker() {
   check_cl(queue_.enqueueMarkerWithWaitList(nullptr, &event), "clEnqueueMarkerWithWaitList",
            where_);
   count_command();  // a later finish must cover the marker itself: a query expects it complete
+  check_cl(queue_.flush(), "clFlush", where_);
   return std::make_shared<OpenCLMarker>(device(), std::move(event), queue_, where_);
 }
 
