@@ -24,8 +24,8 @@
 //     rounded up to large_segment_round (1 MiB), capped by the device's max_alloc_bytes.
 //   - Best fit within the pool: the smallest free block that is large enough, ties broken by the
 //     lowest (segment id, offset), except that a large request passes over a wholly free segment
-//     more than three times its size (Note [Segments kept whole]). The free index is an ordered tree
-//     keyed by (size, segment id, offset), so a lookup is O(log free blocks).
+//     more than three times its size (Note [Segments kept whole]). The free index is an ordered
+//     tree keyed by (size, segment id, offset), so a lookup is O(log free blocks).
 //   - A block is split when the remainder is at least one quantum (both pools). On free a block
 //     merges with its free neighbours in the segment (blocks are doubly linked in address order).
 //   - When nothing fits in the pool a segment is created. Before creating a large segment, wholly

@@ -220,10 +220,11 @@ void CachingAllocator::collect_garbage(uint64_t threshold, size_t incoming) {
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // Before a large segment of `incoming` bytes is made, best fit has found no wholly free large
 // segment it could take: each is too small, or more than three times the request (Note
-// [Segments kept whole]). Giving them back lowers what is reserved, but a later request of their size then
-// costs a driver allocation again. So they go back, the largest first, only as far as keeps
-// reserved bytes at or under the most the allocator has held before (reserved_high_water_); when
-// the new segment raises that mark anyway, every one of them goes back. O(free large blocks).
+// [Segments kept whole]). Giving them back lowers what is reserved, but a later request of their
+// size then costs a driver allocation again. So they go back, the largest first, only as far as
+// keeps reserved bytes at or under the most the allocator has held before (reserved_high_water_);
+// when the new segment raises that mark anyway, every one of them goes back. O(free large
+// blocks).
 void CachingAllocator::release_unfit_segments(size_t incoming) {
   if (whole_free_bytes_[stat_index(StatType::kLargePool)] == 0) return;
   const auto over = [&] {

@@ -143,7 +143,13 @@ at::Tensor with_bits_of(const at::Tensor& like, at::Tensor host) {
 
 HostOperands stage_on_host(c10::ArrayRef<at::Tensor> devices, c10::ArrayRef<Staging> how) {
   TORCH_INTERNAL_ASSERT(how.empty() || how.size() == devices.size());
-  for (const at::Tensor& device : devices) wait_native_launches(device.device().index());
+  // Note [Launches that do not wait]: once per device (the operands are usually of one).
+  c10::DeviceIndex waited = -1;
+  for (const at::Tensor& device : devices) {
+    if (device.device().index() == waited) continue;
+    waited = device.device().index();
+    wait_native_launches(waited);
+  }
   HostOperands operands;
   operands.hosts.reserve(devices.size());
   InstructionsBuilder builder = runtime().builder();

@@ -1,6 +1,7 @@
 // adapters/torch/native_kernel_table.h — what the native path's generated kernels share
-// (native_kernels.cc, native_reduce.cc, native_norm.cc): the OpenCL C type of a dtype, the rank limit of an
-// iteration space, and the table of compiled kernels.
+// (native_kernels.cc, native_elementwise_source.cc, native_composite.cc, native_reduce.cc,
+// native_norm.cc): the OpenCL C type of a dtype, the rank limit of an iteration space, the table
+// of compiled kernels, and the key and source of an elementwise kernel.
 //
 // Thread-safety: any thread; the table is under a mutex.
 #pragma once
@@ -14,6 +15,7 @@
 #include <memory>
 #include <vector>
 
+#include "adapters/torch/native_kernels.h"
 #include "oclvm/instructions/instructions.h"
 #include "oclvm/storage/kernel.h"
 
@@ -51,5 +53,25 @@ LaunchArg blob_arg(const at::Tensor& t, KernelAccess access);
 // and waits for it; oclvm's errors become the matching c10 errors. Counts nothing.
 void run_native_kernel(const std::shared_ptr<const Kernel>& kernel, const at::Tensor& out,
                        const std::vector<LaunchArg>& args, size_t work_items);
+
+// What a generated elementwise kernel is made for (Note [Native elementwise kernels] in
+// native_kernels.cc): the operator, the dtypes of the result, of each operand and of the
+// computation, whether `other` is a scalar argument, and the rank of the iteration space.
+struct BinaryKernelKey {
+  BinaryOp op;
+  at::ScalarType out, self, other, compute;
+  bool other_is_scalar;
+  size_t rank;
+};
+
+// Whether `op` reads a third input (a bool condition, for the two forms of where; the divisor or
+// second factor of addcdiv and addcmul, of the computation's type).
+bool third_input(BinaryOp op);
+
+// The operator's name in kernel names and messages ("add", "gelu_tanh_backward").
+const char* op_name(BinaryOp op);
+
+// The OpenCL C of the kernel for `key` (native_elementwise_source.cc).
+KernelSource binary_source(const BinaryKernelKey& key);
 
 }  // namespace oclvm::torch_adapter

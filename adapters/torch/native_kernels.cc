@@ -1,7 +1,8 @@
 // adapters/torch/native_kernels.cc — elementwise arithmetic, activations, where and isneginf as
 // OpenCL kernels generated per (operator, dtypes, rank) and launched through the VM, the strided
-// copy made of the same kernels, the operators built from them (cat, mean, the _foreach_
-// arithmetic), and tril, triu and arange (native_kernels.h).
+// copy made of the same kernels, cat and pow built from them (native_kernels.h), and the table
+// of every family's compiled kernels (native_kernel_table.h). The kernels' OpenCL C is
+// native_elementwise_source.cc's; the operators composed of these are native_composite.cc's.
 
 #include "adapters/torch/native_kernels.h"
 
@@ -12,7 +13,6 @@
 #include <ATen/ops/add.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_strided.h>
-#include <ATen/ops/mul.h>
 #include <ATen/ops/result_type.h>
 #include <c10/core/ScalarType.h>
 #include <c10/util/Exception.h>
@@ -22,7 +22,6 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
-#include <cstdlib>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -84,10 +83,6 @@ namespace oclvm::torch_adapter {
 // the two values swap). Its result takes the layout the CPU's TensorIterator gives its three
 // inputs, computed on meta tensors; its out= form (native_where_out) takes an out that is
 // exactly one of its inputs, each element read before the same work-item writes it.
-//
-// The in-place _foreach_ arithmetic (native_foreach_) is the in-place kernel once per tensor, in
-// list order as the CPU's per-tensor loop; a tensor it does not take goes to the device's kernel
-// of its own in-place operator, so the list's values and errors stay the CPU's.
 
 namespace {
 
@@ -220,204 +215,6 @@ bool make_layout(at::IntArrayRef out_sizes, const std::array<const at::Tensor*, 
   }
   layout->rank = rank;
   return true;
-}
-
-// What a generated kernel is made for.
-struct BinaryKernelKey {
-  BinaryOp op;
-  at::ScalarType out, self, other, compute;
-  bool other_is_scalar;
-  size_t rank;
-};
-
-// Whether `op` reads a third input (a bool condition, for the two forms of where; the divisor or
-// second factor of addcdiv and addcmul, of the computation's type).
-bool third_input(BinaryOp op) {
-  return op == BinaryOp::kWhere || op == BinaryOp::kWhereNot || op == BinaryOp::kAddcmul ||
-         op == BinaryOp::kAddcdiv;
-}
-
-const char* op_name(BinaryOp op) {
-  switch (op) {
-    case BinaryOp::kAdd: return "add";
-    case BinaryOp::kSub: return "sub";
-    case BinaryOp::kMul: return "mul";
-    case BinaryOp::kDiv: return "div";
-    case BinaryOp::kCopy: return "copy";
-    case BinaryOp::kTanh: return "tanh";
-    case BinaryOp::kTanhBackward: return "tanh_backward";
-    case BinaryOp::kWhere: return "where";
-    case BinaryOp::kWhereNot: return "where_not";
-    case BinaryOp::kIsNegInf: return "isneginf";
-    case BinaryOp::kAddcmul: return "addcmul";
-    case BinaryOp::kAddcdiv: return "addcdiv";
-    case BinaryOp::kLerp: return "lerp";
-    case BinaryOp::kSqrt: return "sqrt";
-    case BinaryOp::kRsqrt: return "rsqrt";
-    case BinaryOp::kNeg: return "neg";
-    case BinaryOp::kGelu: return "gelu";
-    case BinaryOp::kGeluTanh: return "gelu_tanh";
-    case BinaryOp::kSilu: return "silu";
-    case BinaryOp::kGeluBackward: return "gelu_backward";
-    case BinaryOp::kGeluTanhBackward: return "gelu_tanh_backward";
-    case BinaryOp::kSiluBackward: return "silu_backward";
-    case BinaryOp::kRelu: return "relu";
-    case BinaryOp::kThresholdBackward: return "threshold_backward";
-  }
-  return "?";
-}
-
-// The activations' constants, as decimal literals: 1 / sqrt(2), sqrt(2 / pi), and
-// 1 / sqrt(2 * pi) (the normal density's factor).
-constexpr const char* kSqrtHalf = "0.70710678118654752440";
-constexpr const char* kGeluBeta = "0.79788456080286535588";
-constexpr const char* kGeluPdf = "0.39894228040143267794";
-
-// The computation of x (op) y in type `compute`, alpha scaling y for add and sub (sub's alpha
-// arrives negated, as the CPU's sub is add with -alpha). int and long multiply and add as their
-// unsigned types, whose overflow wraps by definition (signed overflow is undefined in OpenCL C as
-// in C); narrower types compute in int, where it cannot overflow.
-std::string expression(BinaryOp op, at::ScalarType compute) {
-  const bool floating = at::isFloatingType(compute);
-  const bool wide = compute == at::kInt || compute == at::kLong;
-  const std::string t = cl_type(compute);
-  const std::string u = wide ? "u" + t : "";
-  auto as_u = [&](const char* v) { return wide ? "(" + u + ")" + v : std::string(v); };
-  auto back = [&](const std::string& e) { return wide ? "(" + t + ")(" + e + ")" : e; };
-  switch (op) {
-    case BinaryOp::kAdd:
-    case BinaryOp::kSub:
-      if (floating) return "fma(y, alpha, x)";
-      return back(as_u("x") + " + " + as_u("alpha") + " * " + as_u("y"));
-    case BinaryOp::kMul:
-      return floating ? "x * y" : back(as_u("x") + " * " + as_u("y"));
-    case BinaryOp::kDiv:
-      return "x / y";
-    case BinaryOp::kCopy:
-      return "x";
-    case BinaryOp::kTanh:
-      return "oclvm_tanh(x)";
-    case BinaryOp::kTanhBackward:  // the CPU kernel's a * (1 - b * b), its 1 - b * b fused
-      return "x * fma(-y, y, (" + t + ")1)";
-    case BinaryOp::kWhere:
-      return "c ? x : y";
-    case BinaryOp::kWhereNot:
-      return "c ? y : x";
-    case BinaryOp::kIsNegInf:
-      return "x == -INFINITY";
-    case BinaryOp::kAddcmul:  // the CPU kernel's self + value * t1 * t2, left to right
-      return "x + alpha * y * c";
-    case BinaryOp::kAddcdiv:
-      return "x + alpha * y / c";
-    case BinaryOp::kLerp:  // the CPU's vectorised lerp: from the nearer end, one fma
-      return "fabs(alpha) < (" + t + ")0.5 ? fma(alpha, y - x, x) : fma(alpha - (" + t +
-             ")1, y - x, y)";
-    case BinaryOp::kSqrt:
-      return "sqrt(x)";
-    case BinaryOp::kRsqrt:  // the CPU's 1 / sqrt(x), each correctly rounded
-      return "(" + t + ")1 / sqrt(x)";
-    case BinaryOp::kNeg:
-      return floating || !wide ? "-x" : back("(" + u + ")0 - " + as_u("x"));
-    // The activations as the CPU's vectorised kernels compute them, constants in the type.
-    case BinaryOp::kGelu:  // x * 0.5 * (1 + erf(x / sqrt(2)))
-      return "x * (" + t + ")0.5 * ((" + t + ")1 + erf(x * (" + t + ")" + kSqrtHalf + "))";
-    case BinaryOp::kGeluTanh:  // 0.5 * x * (1 + tanh(beta * (x + kappa * x^3)))
-      return "(" + t + ")0.5 * x * ((" + t + ")1 + oclvm_tanh((" + t + ")" + kGeluBeta +
-             " * (x + (" + t + ")0.044715 * (x * x * x))))";
-    case BinaryOp::kSilu:
-      return "x / ((" + t + ")1 + exp(-x))";
-    case BinaryOp::kGeluBackward:  // dy * (cdf + x * pdf), y the input
-      return "x * (((" + t + ")0.5 * ((" + t + ")1 + erf(y * (" + t + ")" + kSqrtHalf +
-             "))) + y * ((" + t + ")" + kGeluPdf + " * exp(y * y * (" + t + ")-0.5)))";
-    case BinaryOp::kGeluTanhBackward:
-      return "gelu_tanh_backward(x, y)";
-    case BinaryOp::kRelu:  // keeps NaN and -0.0, as the CPU's max(x, 0)
-      return "x < (" + t + ")0 ? (" + t + ")0 : x";
-    case BinaryOp::kThresholdBackward:  // x the forward's input, y the gradient
-      return "x <= alpha ? (" + t + ")0 : y";
-    case BinaryOp::kSiluBackward:  // dy * s * (1 + x * (1 - s)), s = sigmoid(x)
-      return "x * ((" + t + ")1 / ((" + t + ")1 + exp(-y))) * ((" + t + ")1 + y * ((" + t +
-             ")1 - (" + t + ")1 / ((" + t + ")1 + exp(-y))))";
-  }
-  return "";
-}
-
-KernelSource binary_source(const BinaryKernelKey& key) {
-  const std::string to = cl_type(key.out), ta = cl_type(key.self), tb = cl_type(key.other),
-                    tc = cl_type(key.compute);
-  std::string name = std::string("oclvm_") + op_name(key.op) + "_" + to + "_" + ta + "_" +
-                     (key.other_is_scalar ? "scalar" : tb) + "_" + tc + "_r" +
-                     std::to_string(key.rank);
-  std::string s;
-  const bool doubles = key.out == at::kDouble || key.self == at::kDouble ||
-                       key.other == at::kDouble || key.compute == at::kDouble;
-  if (doubles) s += "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n";
-  // Each product and sum rounds on its own, as in the CPU's kernels (fma only where written).
-  s += "#pragma OPENCL FP_CONTRACT OFF\n";
-  if (key.op == BinaryOp::kTanh || key.op == BinaryOp::kGeluTanh ||
-      key.op == BinaryOp::kGeluTanhBackward) {
-    // tanh, exactly +-1 where the correctly rounded value is (|x| past 9.1 in float, 19.1 in
-    // double), as the CPU's: a driver's tanh may stop an ulp short, which 1 - tanh^2 magnifies.
-    s += tc + " oclvm_tanh(" + tc + " x) {\n  return fabs(x) > (" + tc + ")" +
-         (key.compute == at::kDouble ? "19.1" : "9.1") + " ? copysign((" + tc +
-         ")1, x) : tanh(x);\n}\n";
-  }
-  if (key.op == BinaryOp::kGeluTanhBackward) {
-    // The CPU kernel's steps: d(0.5 * x * (1 + tanh(inner))) / dx, times dy.
-    s += tc + " gelu_tanh_backward(" + tc + " dy, " + tc + " x) {\n";
-    s += "  const " + tc + " x_sq = x * x, x_cube = x_sq * x;\n";
-    s += "  const " + tc + " inner = (" + tc + ")" + kGeluBeta + " * (x + (" + tc +
-         ")0.044715 * x_cube);\n";
-    s += "  const " + tc + " tanh_inner = oclvm_tanh(inner);\n";
-    s += "  const " + tc + " left = (" + tc + ")0.5 * x, right = (" + tc + ")1 + tanh_inner;\n";
-    s += "  const " + tc + " left_derivative = (" + tc + ")0.5 * right;\n";
-    s += "  const " + tc + " tanh_derivative = (" + tc + ")1 - tanh_inner * tanh_inner;\n";
-    s += "  const " + tc + " inner_derivative = (" + tc + ")" + kGeluBeta + " * ((" + tc +
-         ")1 + (" + tc + ")3 * (" + tc + ")0.044715 * x_sq);\n";
-    s += "  return dy * (left_derivative + left * tanh_derivative * inner_derivative);\n}\n";
-  }
-  s += "__kernel void " + name + "(OCLVM_BLOB(" + to + ", out), OCLVM_BLOB(" + ta + ", a), ";
-  s += key.other_is_scalar ? tc + " b_value, " : "OCLVM_BLOB(" + tb + ", b), ";
-  const bool third = third_input(key.op);
-  // where's condition is a bool; addcmul's and addcdiv's third input has the computation's type.
-  const std::string t3 =
-      key.op == BinaryOp::kWhere || key.op == BinaryOp::kWhereNot ? "uchar" : tc;
-  if (third) s += "OCLVM_BLOB(" + t3 + ", c), ";
-  s += tc + " alpha, ulong n";
-  for (size_t d = 0; d < key.rank; ++d) {
-    const std::string i = std::to_string(d);
-    s += ", long size" + i + ", long so" + i + ", long sa" + i;
-    if (!key.other_is_scalar) s += ", long sb" + i;
-    if (third) s += ", long sc" + i;
-  }
-  s += ") {\n  const ulong i = get_global_id(0);\n  if (i >= n) return;\n";
-  s += "  long io = 0, ia = 0, ib = 0, ic = 0;\n  ulong rest = i;\n";
-  for (size_t d = key.rank; d-- > 0;) {
-    const std::string i = std::to_string(d);
-    // The outermost dimension takes what is left: no division (none at all at rank 1).
-    s += d == 0 ? "  { const long k = (long)rest;"
-                : "  { const long k = (long)(rest % (ulong)size" + i + "); rest /= (ulong)size" +
-                      i + ";";
-    s += " io += k * so" + i + "; ia += k * sa" + i + ";";
-    if (!key.other_is_scalar) s += " ib += k * sb" + i + ";";
-    if (third) s += " ic += k * sc" + i + ";";
-    s += " }\n";
-  }
-  s += "  const " + tc + " x = (" + tc + ")OCLVM_PTR(" + ta + ", a)[ia];\n";
-  s += key.other_is_scalar ? "  const " + tc + " y = b_value;\n"
-                           : "  const " + tc + " y = (" + tc + ")OCLVM_PTR(" + tb + ", b)[ib];\n";
-  if (third) s += "  const " + t3 + " c = OCLVM_PTR(" + t3 + ", c)[ic];\n";
-  s += "  OCLVM_PTR(" + to + ", out)[io] = (" + to + ")(" + expression(key.op, key.compute) +
-       ");\n}\n";
-  // The CPU's float division and square root are correctly rounded; OpenCL's defaults allow 2.5
-  // and 3 ulp.
-  const bool float_division =
-      (key.op == BinaryOp::kDiv || key.op == BinaryOp::kAddcdiv || key.op == BinaryOp::kSqrt ||
-       key.op == BinaryOp::kRsqrt || key.op == BinaryOp::kSilu ||
-       key.op == BinaryOp::kSiluBackward) &&
-      key.compute == at::kFloat;
-  return KernelSource{std::move(s), std::move(name),
-                      float_division ? "-cl-fp32-correctly-rounded-divide-sqrt" : ""};
 }
 
 // The generated kernel for `key` on `device` (nullptr when the device cannot build it): the packed
@@ -649,85 +446,6 @@ bool native_binary_(BinaryOp op, const at::Tensor& self, const at::Tensor& other
   return true;
 }
 
-namespace {
-
-// The device's own kernels of the per-tensor operators: below autograd and ADInplaceOrView, as a
-// _foreach_ kernel is, so the list's versions go up once (Note [Versions of lists written in
-// place] in host_kernels.cc), as on the CPU.
-const c10::DispatchKeySet kDevice{c10::DispatchKey::PrivateUse1};
-
-// The CPU's per-tensor loop of a _foreach_ operator over `self`, whose lists the caller has
-// checked: native(i) runs tensor i's kernel (false when the native path does not take it), and
-// own(i) then runs its own operator on the device. Counts the call as native when every tensor's
-// was. False, having done nothing, for a list not all on one native-path device.
-template <class Native, class Own>
-bool foreach_tensor(at::TensorList self, const Native& native, const Own& own) {
-  if (self.empty()) return false;
-  for (const at::Tensor& t : self) {
-    if (!t.defined() || !is_device(t) || t.device() != self[0].device()) return false;
-  }
-  if (!native_kernels(self[0].device().index())) return false;
-  bool all_native = true;
-  for (size_t i = 0; i < self.size(); ++i) {
-    if (native(i)) continue;
-    all_native = false;  // this tensor's own operator answers: its host kernel, or its error
-    own(i);
-  }
-  if (all_native) count_native_call();
-  return true;
-}
-
-// The number for tensor i: scalars[0] for every tensor (`one_scalar`), or scalars[i].
-const at::Scalar& scalar_for(at::ArrayRef<at::Scalar> scalars, bool one_scalar, size_t i) {
-  return one_scalar ? scalars[0] : scalars[i];
-}
-
-}  // namespace
-
-bool native_foreach_(BinaryOp op, at::TensorList self, at::TensorList others,
-                    at::ArrayRef<at::Scalar> scalars, bool one_scalar, const at::Scalar& alpha) {
-  const size_t n = self.size();
-  if (others.empty() ? scalars.size() != (one_scalar ? 1 : n)
-                     : others.size() != n || !scalars.empty()) {
-    return false;  // the CPU's error
-  }
-  // A number arrives as the in-place operator's wrapped tensor, as in the CPU's loop.
-  const auto other = [&](size_t i) {
-    return others.empty() ? at::native::wrapped_scalar_tensor(scalar_for(scalars, one_scalar, i))
-                          : others[i];
-  };
-  return foreach_tensor(
-      self, [&](size_t i) { return native_binary_(op, self[i], other(i), alpha); },
-      [&](size_t i) {
-        at::Tensor target = self[i];
-        switch (op) {
-          case BinaryOp::kAdd:
-            at::_ops::add__Tensor::redispatch(kDevice, target, other(i), alpha);
-            break;
-          case BinaryOp::kMul:
-            at::_ops::mul__Tensor::redispatch(kDevice, target, other(i));
-            break;
-          case BinaryOp::kDiv:
-            at::_ops::div__Tensor::redispatch(kDevice, target, other(i));
-            break;
-          default: TORCH_INTERNAL_ASSERT(false, "no per-tensor operator for ", op_name(op));
-        }
-      });
-}
-
-std::optional<at::Tensor> native_dropout_grad(const at::Tensor& grad, const at::Tensor& mask,
-                                              double scale) {
-  // A CPU mask is the operator's device error (it checks every tensor: Note [Device checks as on
-  // CUDA] in operator_facts.h), even a zero-dimensional one that mul would take as a scalar.
-  if (!mask.defined() || !is_device(mask)) return std::nullopt;
-  std::optional<at::Tensor> masked = native_binary(BinaryOp::kMul, grad, mask, 1);
-  if (!masked) return std::nullopt;
-  const at::Tensor factor = at::native::wrapped_scalar_tensor(scale);  // as `tensor * scale`
-  if (std::optional<at::Tensor> out = native_binary(BinaryOp::kMul, *masked, factor, 1)) {
-    return out;
-  }
-  return at::mul(*masked, factor);  // the dtype the native path lacks: mul's own kernel
-}
 
 namespace {
 
@@ -947,135 +665,7 @@ std::optional<at::Tensor> native_neg(const at::Tensor& self) {
   return native_unary(BinaryOp::kNeg, self, self.scalar_type(), /*integers=*/true);
 }
 
-std::optional<at::Tensor> native_mean(const at::Tensor& self, at::OptionalIntArrayRef dim,
-                                      bool keepdim, std::optional<at::ScalarType> dtype) {
-  // The CPU's mean of float32 and float64: the sum, then divided in place by the number of
-  // elements summed (a wrapped integer, converted to the dtype).
-  if (!self.defined() || (self.scalar_type() != at::kFloat && self.scalar_type() != at::kDouble) ||
-      (dtype && *dtype != self.scalar_type())) {
-    return std::nullopt;
-  }
-  std::optional<at::Tensor> out = native_sum(self, dim, keepdim, std::nullopt);
-  if (!out) return std::nullopt;
-  int64_t count = 1;
-  if (!dim || dim->empty()) {
-    count = self.numel();
-  } else {
-    for (const int64_t d : *dim) count *= self.size(d);  // native_sum checked each dimension
-  }
-  const at::Tensor divisor = at::native::wrapped_scalar_tensor(count);
-  if (!native_binary_(BinaryOp::kDiv, *out, divisor, 1)) out->div_(divisor);
-  return out;
-}
 
-namespace {
-
-KernelSource arange_source(const std::string& t) {
-  const std::string name = "oclvm_arange_" + t;
-  std::string s = "__kernel void " + name + "(OCLVM_BLOB(" + t +
-                  ", out), long start, long step, ulong n) {\n";
-  s += "  const ulong i = get_global_id(0);\n  if (i >= n) return;\n";
-  s += "  OCLVM_PTR(" + t + ", out)[i] = (" + t + ")(start + step * (long)i);\n}\n";
-  return KernelSource{std::move(s), name, ""};
-}
-
-}  // namespace
-
-bool native_arange_out(const at::Scalar& start, const at::Scalar& end, const at::Scalar& step,
-                       const at::Tensor& out) {
-  if (!out.defined() || !is_device(out) || !native_kernels(out.device().index()) ||
-      out.layout() != at::kStrided || (out.scalar_type() != at::kLong &&
-                                       out.scalar_type() != at::kInt) ||
-      !start.isIntegral(/*includeBool=*/false) || !end.isIntegral(/*includeBool=*/false) ||
-      !step.isIntegral(/*includeBool=*/false)) {
-    return false;  // floating ranges round as the CPU's vectorised loop does: its kernel answers
-  }
-  const int64_t a = start.toLong(), b = end.toLong(), s = step.toLong();
-  constexpr int64_t kLimit = int64_t{1} << 40;  // no sum below overflows
-  const auto within = [&](int64_t v) { return v >= -kLimit && v <= kLimit; };
-  if (s == 0 || (s > 0 && b < a) || (s < 0 && b > a) || !within(a) || !within(b) ||
-      !within(s)) {
-    return false;  // the CPU's errors, and ranges near the limits of int64
-  }
-  const int64_t size = (b - a + s - (s > 0 ? 1 : -1)) / s;  // ceil((b - a) / s)
-  if (out.numel() == size && !out.is_contiguous()) return false;  // the CPU copies into it
-  if (out.numel() != 0 && out.numel() != size) return false;  // the CPU's resize warning
-  if (out.scalar_type() == at::kInt &&
-      (std::max(a, a + s * std::max<int64_t>(size - 1, 0)) > INT32_MAX ||
-       std::min(a, a + s * std::max<int64_t>(size - 1, 0)) < INT32_MIN)) {
-    return false;  // values past int32: the CPU's conversion
-  }
-  const char* type = cl_type(out.scalar_type());
-  const std::shared_ptr<const Kernel> kernel =
-      native_kernel(out.device().index(), NativeKernelFamily::kRange,
-                    static_cast<uint64_t>(out.scalar_type()), [&] { return arange_source(type); });
-  if (kernel == nullptr) return false;
-  if (out.numel() != size) out.resize_({size});  // an empty out, as the CPU's arange_out
-  if (size == 0) return true;
-  run_native_kernel(kernel, out,
-                    {blob_arg(out, KernelAccess::kWrite), LaunchArg::of(a), LaunchArg::of(s),
-                     LaunchArg::of(static_cast<uint64_t>(size))},
-                    static_cast<size_t>(size));
-  count_native_launch();
-  return true;
-}
-
-bool native_foreach_pointwise_(BinaryOp op, at::TensorList self, at::TensorList first,
-                               at::TensorList second, at::ArrayRef<at::Scalar> scalars,
-                               bool one_scalar) {
-  const size_t n = self.size();
-  if (first.size() != n || (op != BinaryOp::kLerp && second.size() != n) ||
-      scalars.size() != (one_scalar ? 1 : n)) {
-    return false;  // the CPU's error
-  }
-  return foreach_tensor(
-      self,
-      [&](size_t i) {
-        return native_pointwise_(op, self[i], first[i],
-                                 op == BinaryOp::kLerp ? nullptr : &second[i],
-                                 scalar_for(scalars, one_scalar, i));
-      },
-      [&](size_t i) {
-        at::Tensor target = self[i];
-        const at::Scalar& value = scalar_for(scalars, one_scalar, i);
-        switch (op) {
-          case BinaryOp::kAddcmul:
-            at::_ops::addcmul_::redispatch(kDevice, target, first[i], second[i], value);
-            break;
-          case BinaryOp::kAddcdiv:
-            at::_ops::addcdiv_::redispatch(kDevice, target, first[i], second[i], value);
-            break;
-          case BinaryOp::kLerp:
-            at::_ops::lerp__Scalar::redispatch(kDevice, target, first[i], value);
-            break;
-          default: TORCH_INTERNAL_ASSERT(false, "no per-tensor operator for ", op_name(op));
-        }
-      });
-}
-
-std::optional<std::vector<at::Tensor>> native_foreach_sqrt(at::TensorList self) {
-  std::vector<at::Tensor> results(self.size());
-  const bool ran = foreach_tensor(
-      self,
-      [&](size_t i) {
-        std::optional<at::Tensor> result = native_sqrt(self[i]);
-        if (result) results[i] = std::move(*result);
-        return result.has_value();
-      },
-      [&](size_t i) { results[i] = at::_ops::sqrt::redispatch(kDevice, self[i]); });
-  if (!ran) return std::nullopt;
-  return results;
-}
-
-std::optional<at::Tensor> native_tanh_backward(const at::Tensor& grad, const at::Tensor& output) {
-  // Two device tensors of one float dtype (tanh_backward checks every tensor's device).
-  if (!grad.defined() || !output.defined() || !is_device(grad) || !is_device(output) ||
-      grad.scalar_type() != output.scalar_type() ||
-      (grad.scalar_type() != at::kFloat && grad.scalar_type() != at::kDouble)) {
-    return std::nullopt;
-  }
-  return native_binary(BinaryOp::kTanhBackward, grad, output, 1);
-}
 
 std::optional<at::Tensor> native_pow(const at::Tensor& self, const at::Scalar& exponent) {
   // The CPU kernel's products for float and double (self * self, then times self); every other
@@ -1158,97 +748,6 @@ std::optional<at::Tensor> native_cat(const at::ITensorListRef& tensors, int64_t 
   return out;
 }
 
-namespace {
-
-// The source of tril (`lower`) or triu over `batch` merged leading dimensions: the elements move
-// as the integer type `t` of their size, and zero bits are every dtype's zero.
-KernelSource triangle_source(const std::string& t, size_t batch, bool lower) {
-  const std::string name = std::string(lower ? "oclvm_tril_" : "oclvm_triu_") + t + "_b" +
-                           std::to_string(batch);
-  std::string s = "__kernel void " + name + "(OCLVM_BLOB(" + t + ", out), OCLVM_BLOB(" + t +
-                  ", a), ulong n, long rows, long cols, long sr, long sc, long diagonal";
-  for (size_t d = 0; d < batch; ++d) {
-    s += ", long bs" + std::to_string(d) + ", long ba" + std::to_string(d);
-  }
-  s += ") {\n  const ulong i = get_global_id(0);\n  if (i >= n) return;\n";
-  s += "  const long col = (long)(i % (ulong)cols);\n  ulong rest = i / (ulong)cols;\n";
-  s += "  const long row = (long)(rest % (ulong)rows);\n  rest /= (ulong)rows;\n";
-  s += "  long ia = row * sr + col * sc;\n";
-  for (size_t d = batch; d-- > 0;) {
-    const std::string i = std::to_string(d);
-    s += d == 0 ? "  ia += (long)rest * ba0;\n"
-                : "  ia += (long)(rest % (ulong)bs" + i + ") * ba" + i + "; rest /= (ulong)bs" +
-                      i + ";\n";
-  }
-  s += std::string("  OCLVM_PTR(") + t + ", out)[i] = col - row " + (lower ? "<=" : ">=") +
-       " diagonal ? OCLVM_PTR(" + t + ", a)[ia] : (" + t + ")0;\n}\n";
-  return KernelSource{std::move(s), name, ""};
-}
-
-}  // namespace
-
-std::optional<at::Tensor> native_triangle(const at::Tensor& self, int64_t diagonal, bool lower) {
-  if (!self.defined() || !is_device(self) || !native_kernels(self.device().index()) ||
-      self.layout() != at::kStrided || self.is_conj() || self.is_neg() || self.dim() < 2) {
-    return std::nullopt;  // the CPU's error (fewer than two dimensions), or its kernel
-  }
-  switch (self.scalar_type()) {  // the CPU kernel's dtypes
-    case at::kByte: case at::kChar: case at::kShort: case at::kInt: case at::kLong:
-    case at::kFloat: case at::kDouble: case at::kHalf: case at::kBFloat16: case at::kBool:
-    case at::kComplexHalf: case at::kComplexFloat:
-      break;
-    default:
-      return std::nullopt;  // its error, or complex128 (16 bytes)
-  }
-  const char* bits = nullptr;  // an integer type of the element's size
-  switch (self.itemsize()) {
-    case 1: bits = "uchar"; break;
-    case 2: bits = "ushort"; break;
-    case 4: bits = "uint"; break;
-    case 8: bits = "ulong"; break;
-    default: return std::nullopt;  // complex128
-  }
-  at::Tensor out = at::empty(self.sizes(), self.options());  // contiguous, as the CPU's
-  if (out.numel() == 0) return out;
-  // The leading dimensions, size-1 ones dropped and neighbours that step as one merged.
-  const int64_t rank = self.dim();
-  std::vector<std::pair<int64_t, int64_t>> batch;  // (size, stride)
-  for (int64_t d = 0; d < rank - 2; ++d) {
-    const int64_t size = self.size(d), stride = self.stride(d);
-    if (size == 1) continue;
-    if (!batch.empty() && batch.back().second == stride * size) {
-      batch.back() = {batch.back().first * size, stride};
-    } else {
-      batch.emplace_back(size, stride);
-    }
-  }
-  if (batch.size() > kMaxRank) return std::nullopt;
-  const uint64_t id = (static_cast<uint64_t>(self.itemsize()) << 16) |
-                      (static_cast<uint64_t>(batch.size()) << 8) | (lower ? 1u : 0u);
-  const std::shared_ptr<const Kernel> kernel =
-      native_kernel(self.device().index(), NativeKernelFamily::kTriangle, id,
-                    [&] { return triangle_source(bits, batch.size(), lower); });
-  if (kernel == nullptr) return std::nullopt;
-  // A diagonal past every column keeps (tril) or clears (triu) the whole matrix: clamped so the
-  // kernel's comparison cannot overflow.
-  const int64_t rows = self.size(rank - 2), cols = self.size(rank - 1);
-  const int64_t clamped = std::clamp<int64_t>(diagonal, -rows - 1, cols + 1);
-  std::vector<LaunchArg> args{blob_arg(out, KernelAccess::kWrite),
-                              blob_arg(self, KernelAccess::kRead),
-                              LaunchArg::of(static_cast<uint64_t>(out.numel())),
-                              LaunchArg::of(rows),
-                              LaunchArg::of(cols),
-                              LaunchArg::of(self.stride(rank - 2)),
-                              LaunchArg::of(self.stride(rank - 1)),
-                              LaunchArg::of(clamped)};
-  for (const auto& [size, stride] : batch) {
-    args.push_back(LaunchArg::of(size));
-    args.push_back(LaunchArg::of(stride));
-  }
-  run_native_kernel(kernel, out, args, static_cast<size_t>(out.numel()));
-  count_native_launch();
-  return out;
-}
 
 bool native_float64(c10::DeviceIndex index) {
   const BinaryKernelKey key{BinaryOp::kAdd, at::kDouble, at::kDouble, at::kDouble,

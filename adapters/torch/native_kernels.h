@@ -2,8 +2,9 @@
 // native path), on devices that take it (native_kernels() in device.h).
 //
 // Each function here runs an operator as LaunchKernel instructions (native_kernels.cc: elementwise
-// arithmetic, where, copies, tril and triu; native_reduce.cc: sums, all and softmax;
-// native_norm.cc: layer norm) or, for the matrix products, a NativeCall of CLBlast's
+// arithmetic, activations, where, copies, cat and pow; native_composite.cc: the _foreach_ loops,
+// mean, arange, tril and triu; native_reduce.cc: sums, all and softmax; native_norm.cc: layer
+// norm) or, for the matrix products, a NativeCall of CLBlast's
 // (native_blas.cc), through the adapter's Runtime, on the current stream of the operands' device,
 // or answers that it does not take the call (nullopt / false) having done nothing, and the caller
 // goes on to the host kernel or the CPU fallback: the values and errors of those calls stay the

@@ -69,7 +69,6 @@
 #include "adapters/torch/fallback.h"
 #include "adapters/torch/host_view.h"
 #include "adapters/torch/native_kernels.h"
-#include "adapters/torch/native_launches.h"
 #include "adapters/torch/registration.h"
 #include "adapters/torch/streams.h"
 #include "oclvm/storage/hot_thread_local.h"
@@ -291,8 +290,9 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
   // conjugate bits take the host, as below.
   if (!same_layout && !self.is_cpu() && !dst.is_cpu() && native_copy(self, dst)) return dst;
   // Note [Storage operators in a host section]
+  // Each way to the host below waits for the device's native launches (host_section,
+  // device_to_host: Note [Launches that do not wait]).
   if (dst.is_cpu()) {
-    wait_native_launches(self.device().index());  // Note [Launches that do not wait]
     if (on_host({self}, [&](auto& host) { dst.copy_(host[0]); })) return dst;
   } else if (self.is_cpu()) {
     if (on_host({dst}, [&](auto& host) { host[0].copy_(self); })) return dst;
@@ -328,8 +328,8 @@ at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
 
 at::Scalar local_scalar_dense(const at::Tensor& self) {
   TORCH_CHECK(self.numel() == 1, "Expected a tensor with one element, but got ", self.numel());
-  wait_native_launches(self.device().index());  // Note [Launches that do not wait]
   at::Scalar value;
+  // on_host and device_to_host wait for the native launches (Note [Launches that do not wait]).
   // Note [Storage operators in a host section]
   if (on_host({self}, [&](auto& host) { value = host[0].item(); })) return value;
   at::Tensor host = at::empty({}, self.options().device(at::kCPU));

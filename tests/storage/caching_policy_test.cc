@@ -23,7 +23,7 @@ class CachingPolicyTest : public CachingAllocatorTest {};
 // A convolutional network's pattern: a 16 MiB activation is freed, then a block of a quarter of
 // it is asked for. That block leaves the free segment whole, so the next 16 MiB activation takes
 // it; with the rule off the block carves it, and the activation needs a new segment.
-TEST_F(CachingPolicyTest, ARequestUnderHalfAFreeSegmentLeavesItWhole) {
+TEST_F(CachingPolicyTest, ARequestUnderAThirdOfAFreeSegmentLeavesItWhole) {
   for (bool keep_whole : {true, false}) {
     SCOPED_TRACE(keep_whole ? "keep_large_segments_whole" : "plain best fit");
     CachingAllocatorOptions options = merge_at_once();
