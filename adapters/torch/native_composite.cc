@@ -282,14 +282,8 @@ std::optional<at::Tensor> native_triangle(const at::Tensor& self, int64_t diagon
     default:
       return std::nullopt;  // its error, or complex128 (16 bytes)
   }
-  const char* bits = nullptr;  // an integer type of the element's size
-  switch (self.itemsize()) {
-    case 1: bits = "uchar"; break;
-    case 2: bits = "ushort"; break;
-    case 4: bits = "uint"; break;
-    case 8: bits = "ulong"; break;
-    default: return std::nullopt;  // complex128
-  }
+  const char* bits = cl_bits_type(self.itemsize());  // an integer type of the element's size
+  if (bits == nullptr) return std::nullopt;               // complex128
   at::Tensor out = at::empty(self.sizes(), self.options());  // contiguous, as the CPU's
   if (out.numel() == 0) return out;
   // The leading dimensions, size-1 ones dropped and neighbours that step as one merged.

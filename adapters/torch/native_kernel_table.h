@@ -1,7 +1,8 @@
 // adapters/torch/native_kernel_table.h — what the native path's generated kernels share
-// (native_kernels.cc, native_elementwise_source.cc, native_composite.cc, native_reduce.cc,
-// native_norm.cc): the OpenCL C type of a dtype, the rank limit of an iteration space, the table
-// of compiled kernels, and the key and source of an elementwise kernel.
+// (native_kernels.cc, native_elementwise_source.cc, native_composite.cc, native_index.cc,
+// native_loss.cc, native_reduce.cc, native_norm.cc): the OpenCL C type of a dtype, the rank limit
+// of an iteration space, the table of compiled kernels, and the key and source of an elementwise
+// kernel.
 //
 // Thread-safety: any thread; the table is under a mutex.
 #pragma once
@@ -28,12 +29,17 @@ constexpr size_t kMaxRank = 6;
 // the kernels do not read.
 const char* cl_type(at::ScalarType type);
 
+// The OpenCL C unsigned integer type of `bytes` bytes ("uchar", "ushort", "uint", "ulong"), as
+// which kernels that only move elements read and write them; nullptr for other sizes (16).
+const char* cl_bits_type(size_t bytes);
+
 inline bool is_device(const at::Tensor& t) {
   return t.device().type() == c10::DeviceType::PrivateUse1;
 }
 
 // Which generator a kernel comes from: its ids are its own.
-enum class NativeKernelFamily : uint8_t { kElementwise, kReduction, kTriangle, kRange };
+enum class NativeKernelFamily : uint8_t { kElementwise, kReduction, kTriangle, kRange, kIndex,
+                                          kLoss };
 
 // The compiled kernel `id` (below 2^48) of `family` on `device`: built from `source()` on the
 // first call and kept until exit; nullptr, warned of once, when the device cannot build it

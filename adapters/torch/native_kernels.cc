@@ -140,6 +140,16 @@ const char* cl_type(at::ScalarType type) {
   }
 }
 
+const char* cl_bits_type(size_t bytes) {
+  switch (bytes) {
+    case 1: return "uchar";
+    case 2: return "ushort";
+    case 4: return "uint";
+    case 8: return "ulong";
+    default: return nullptr;
+  }
+}
+
 std::shared_ptr<const Kernel> native_kernel(c10::DeviceIndex device, NativeKernelFamily family,
                                             uint64_t id,
                                             const std::function<KernelSource()>& source) {

@@ -3,12 +3,12 @@
 //
 // Each function here runs an operator as LaunchKernel instructions (native_kernels.cc: elementwise
 // arithmetic, activations, where, copies, cat and pow; native_composite.cc: the _foreach_ loops,
-// mean, arange, tril and triu; native_reduce.cc: sums, all and softmax; native_norm.cc: layer
-// norm) or, for the matrix products, a NativeCall of CLBlast's
-// (native_blas.cc), through the adapter's Runtime, on the current stream of the operands' device,
-// or answers that it does not take the call (nullopt / false) having done nothing, and the caller
-// goes on to the host kernel or the CPU fallback: the values and errors of those calls stay the
-// CPU's. Each file's Note says which calls it takes.
+// mean, arange, tril and triu; native_index.cc: index_select; native_loss.cc: nll_loss;
+// native_reduce.cc: sums, all and softmax; native_norm.cc: layer norm) or, for the matrix
+// products, a NativeCall of CLBlast's (native_blas.cc), through the adapter's Runtime, on the
+// current stream of the operands' device, or answers that it does not take the call (nullopt /
+// false) having done nothing, and the caller goes on to the host kernel or the CPU fallback: the
+// values and errors of those calls stay the CPU's. Each file's Note says which calls it takes.
 //
 // Thread-safety: any thread, as every operator; the compiled kernels are shared under a mutex and
 // the VM orders the device work.
@@ -175,6 +175,24 @@ bool native_where_out(const at::Tensor& condition, const at::Tensor& self,
 // tril and triu of a device tensor of two or more dimensions, any dtype the kernels read: one
 // launch each; nullopt when the native path does not take the call.
 std::optional<at::Tensor> native_triangle(const at::Tensor& self, int64_t diagonal, bool lower);
+// index_select of a device tensor by int64 or int32 indices on its device: one launch, each index
+// checked on the device (an index out of range is thrown by the next sync point, Note [Native
+// index_select] in native_index.cc); nullopt when the native path does not take the call.
+std::optional<at::Tensor> native_index_select(const at::Tensor& self, int64_t dim,
+                                              const at::Tensor& index);
+// nll_loss_forward and nll_loss_backward of float32 and float64 inputs with int64 targets: one
+// launch each, each target checked on the device (Note [Native nll_loss] in native_loss.cc);
+// nullopt when the native path does not take the call.
+std::optional<std::tuple<at::Tensor, at::Tensor>> native_nll_loss(
+    const at::Tensor& self, const at::Tensor& target, const std::optional<at::Tensor>& weight,
+    int64_t reduction, const c10::SymInt& ignore_index);
+std::optional<at::Tensor> native_nll_loss_backward(const at::Tensor& grad_output,
+                                                   const at::Tensor& self,
+                                                   const at::Tensor& target,
+                                                   const std::optional<at::Tensor>& weight,
+                                                   int64_t reduction,
+                                                   const c10::SymInt& ignore_index,
+                                                   const at::Tensor& total_weight);
 // all.dim of a device tensor with a dimension: the CPU's dtype (bool, uint8 for uint8) and
 // shape, one launch (Note [Native sums] in native_reduce.cc); nullopt when the native path does
 // not take the call.
@@ -504,6 +522,35 @@ struct NativeKernel<at::_ops::triu> {
     const std::optional<int64_t> value = diagonal.maybe_as_int();
     if (!value) return std::nullopt;
     return native_triangle(self, *value, /*lower=*/false);
+  }
+};
+template <>
+struct NativeKernel<at::_ops::index_select> {
+  static constexpr bool exists = true;
+  static std::optional<at::Tensor> call(const at::Tensor& self, int64_t dim,
+                                        const at::Tensor& index) {
+    return native_index_select(self, dim, index);
+  }
+};
+template <>
+struct NativeKernel<at::_ops::nll_loss_forward> {
+  static constexpr bool exists = true;
+  static std::optional<std::tuple<at::Tensor, at::Tensor>> call(
+      const at::Tensor& self, const at::Tensor& target, const std::optional<at::Tensor>& weight,
+      int64_t reduction, c10::SymInt ignore_index) {
+    return native_nll_loss(self, target, weight, reduction, ignore_index);
+  }
+};
+template <>
+struct NativeKernel<at::_ops::nll_loss_backward> {
+  static constexpr bool exists = true;
+  static std::optional<at::Tensor> call(const at::Tensor& grad_output, const at::Tensor& self,
+                                        const at::Tensor& target,
+                                        const std::optional<at::Tensor>& weight,
+                                        int64_t reduction, c10::SymInt ignore_index,
+                                        const at::Tensor& total_weight) {
+    return native_nll_loss_backward(grad_output, self, target, weight, reduction, ignore_index,
+                                    total_weight);
   }
 };
 template <>

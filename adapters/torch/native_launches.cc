@@ -2,12 +2,20 @@
 // device work, submitted without waiting, and its tickets kept per device until a sync point.
 #include "adapters/torch/native_launches.h"
 
+#include <ATen/ops/zeros.h>
+#include <c10/util/Exception.h>
+
+#include <array>
+#include <cstring>
 #include <deque>
 #include <exception>
+#include <optional>
 #include <utility>
 #include <vector>
 
 #include "adapters/torch/device.h"
+#include "adapters/torch/host_view.h"
+#include "oclvm/instructions/builder.h"
 #include "oclvm/storage/log.h"
 #include "oclvm/storage/thread_annotations.h"
 #include "oclvm/vm/device_worker.h"
@@ -45,16 +53,43 @@ namespace {
 // released, so launches from other threads go on.
 constexpr size_t kMaxKept = 256;
 
+// Note [Errors found on the device]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A CPU kernel checks each index as it reads it and throws; a device kernel cannot throw, and
+// checking the indices on the host first would wait for the device at every call. So a kernel
+// that reads indices checks each one on the device: an index out of range reads nothing (its
+// element of the result is zero) and is recorded in the device's error word, a small buffer each
+// device gets on its first such kernel (device_error_arg). Every sync point that waits for the
+// device's launches then reads the word when a kernel that may have written it was submitted since
+// the last read (the device is marked once the kernel is submitted: device_errors_submitted), and
+// throws the error with the CPU's words, naming the value and the bound, as CUDA's device-side
+// assertions surface at the next synchronisation. The word is
+// cleared when read, so each error is thrown once. OCLVM_LAUNCH_BLOCKING=1 reads it after each
+// such kernel, so that the operator itself throws, as on the CPU.
+//
+// The word is an argument the kernels read and write, so the VM orders those kernels among
+// themselves across streams, and its read after all of them; a kernel of another kind never
+// waits for it. A failed ticket is thrown first; the word stays marked for the next sync point.
+// The word is device memory like any other: memory_allocated() counts its block from the first
+// such kernel on, as torch counts a CUDA library's workspace that stays allocated.
+constexpr size_t kErrorWordLongs = 4;  // the code (low int of element 0), the value, the bound
+
 struct Kept {
   Mutex mutex;
   std::vector<std::deque<vm::Ticket>> per_device OCLVM_GUARDED_BY(mutex);
   // The first failure found outside a sync point (an evicted ticket's), per device.
   std::vector<std::exception_ptr> failed OCLVM_GUARDED_BY(mutex);
+  // Each device's error word (Note [Errors found on the device]), once made, and whether a kernel
+  // given it was submitted since the word was last read.
+  std::vector<std::optional<at::Tensor>> error_word OCLVM_GUARDED_BY(mutex);
+  std::vector<bool> error_word_marked OCLVM_GUARDED_BY(mutex);
 
   void grow(size_t device) OCLVM_REQUIRES(mutex) {
     if (per_device.size() <= device) {
       per_device.resize(device + 1);
       failed.resize(device + 1);
+      error_word.resize(device + 1);
+      error_word_marked.resize(device + 1);
     }
   }
 };
@@ -97,7 +132,119 @@ bool launch_blocking() {
   return blocking;
 }
 
+using ErrorWord = std::array<int64_t, kErrorWordLongs>;
+
+// Reads and clears `word`, device `index`'s error word, in one list (so that no kernel's error
+// falls between the read and the clear), and returns what it held. The list waits, in the VM's
+// order, for every kernel that was given the word.
+ErrorWord read_and_clear(const at::Tensor& word) {
+  ErrorWord host{};
+  const BlobRef ref = element0(word);
+  translate_errors([&] {
+    InstructionsBuilder builder = runtime().builder();
+    builder.copy_device_to_host(ref.blob, ref.offset, host.data(), sizeof(host));
+    builder.fill(ref.blob, ref.offset, sizeof(host), 0, sizeof(int64_t));
+    runtime().run(builder.take());
+  });
+  return host;
+}
+
+// Throws the error that device `index`'s word held, with the CPU's words; returns when it held
+// none.
+void throw_device_error(c10::DeviceIndex index, const ErrorWord& word) {
+  int32_t code = 0;
+  std::memcpy(&code, word.data(), sizeof(code));  // the first int, in the device's byte order
+  if (code == static_cast<int32_t>(DeviceError::kNone)) return;
+  const int device = static_cast<int>(index);
+  constexpr const char* kWhere =
+      ": a sync point throws what the device finds; OCLVM_LAUNCH_BLOCKING=1 has the operator "
+      "throw it)";
+  TORCH_CHECK(code != static_cast<int32_t>(DeviceError::kIndexOutOfDataBounds),
+              "INDICES element is out of DATA bounds, id=", word[1], " axis_dim=", word[2],
+              " (found by a kernel on opencl:", device, kWhere);
+  TORCH_CHECK_INDEX(code != static_cast<int32_t>(DeviceError::kIndexOutOfRange),
+                    "index out of range in self: index ", word[1], " of a dimension of size ",
+                    word[2], " (found by a kernel on opencl:", device, kWhere);
+  TORCH_CHECK_INDEX(code != static_cast<int32_t>(DeviceError::kTargetOutOfBounds), "Target ",
+                    word[1], " is out of bounds. (", word[2], " classes; found by a kernel on "
+                    "opencl:", device, kWhere);
+  TORCH_CHECK(false, "opencl:", device, " reported device error ", code);
+}
+
+// Takes the marks of the error words of device `index` (every device for -1), reads each word,
+// and throws the first error one held; the words not read by then, and one whose read failed, are
+// marked again for the next sync point.
+void check_device_errors(c10::DeviceIndex index) {
+  std::vector<std::pair<size_t, at::Tensor>> marked;
+  Kept& k = kept();
+  {
+    MutexLock lock(k.mutex);
+    for (size_t d = 0; d < k.error_word.size(); ++d) {
+      if ((index >= 0 && d != static_cast<size_t>(index)) || !k.error_word_marked[d] ||
+          !k.error_word[d]) {
+        continue;
+      }
+      k.error_word_marked[d] = false;
+      marked.emplace_back(d, *k.error_word[d]);
+    }
+  }
+  for (size_t i = 0; i < marked.size(); ++i) {
+    std::optional<ErrorWord> word;
+    try {
+      word = read_and_clear(marked[i].second);
+      throw_device_error(static_cast<c10::DeviceIndex>(marked[i].first), *word);
+    } catch (...) {
+      MutexLock lock(k.mutex);
+      for (size_t j = word ? i + 1 : i; j < marked.size(); ++j) {
+        k.error_word_marked[marked[j].first] = true;
+      }
+      throw;
+    }
+  }
+}
+
 }  // namespace
+
+const char* const kDeviceErrorSource =
+    "void oclvm_report(__global long* err_base, ulong err_offset, int code, long value,\n"
+    "                  long bound) {\n"
+    "  __global long* err = (__global long*)((__global char*)err_base + err_offset);\n"
+    "  if (atomic_cmpxchg((volatile __global int*)err, 0, code) == 0) {\n"
+    "    err[1] = value;\n"
+    "    err[2] = bound;\n"
+    "  }\n"
+    "}\n";
+
+LaunchArg device_error_arg(c10::DeviceIndex index) {
+  const auto d = static_cast<size_t>(index);
+  Kept& k = kept();
+  {
+    MutexLock lock(k.mutex);
+    k.grow(d);
+    if (k.error_word[d]) {
+      const BlobRef ref = element0(*k.error_word[d]);
+      return LaunchArg::of_blob(ref.blob, ref.offset, KernelAccess::kReadWrite);
+    }
+  }
+  // Made outside the lock: zeros() runs device work, whose sync points take it.
+  at::Tensor word = at::zeros({static_cast<int64_t>(kErrorWordLongs)},
+                              at::TensorOptions().dtype(at::kLong).device(
+                                  c10::Device(c10::DeviceType::PrivateUse1, index)));
+  MutexLock lock(k.mutex);
+  if (!k.error_word[d]) k.error_word[d] = std::move(word);  // else another thread's is kept
+  const BlobRef ref = element0(*k.error_word[d]);
+  return LaunchArg::of_blob(ref.blob, ref.offset, KernelAccess::kReadWrite);
+}
+
+void device_errors_submitted(c10::DeviceIndex index) {
+  Kept& k = kept();
+  {
+    MutexLock lock(k.mutex);
+    k.grow(static_cast<size_t>(index));
+    k.error_word_marked[static_cast<size_t>(index)] = true;
+  }
+  if (launch_blocking()) check_device_errors(index);
+}
 
 void submit_native(c10::DeviceIndex index, vm::InstructionList&& list) {
   if (launch_blocking()) {
@@ -160,6 +307,7 @@ void wait_native_launches(c10::DeviceIndex index) {
   if (sticky && error) log_dropped(error);
   if (sticky) error = sticky;  // the older one first
   if (error) translate_errors([&] { std::rethrow_exception(error); });
+  check_device_errors(index);
 }
 
 size_t pending_native_launches() {

@@ -63,6 +63,8 @@ def nothing_leaks(request):
     import torch
     import oclvm
 
+    from native_util import make_device_error_words
+    make_device_error_words()  # a device's one-time buffer, not the test's
     failed_before = request.session.testsfailed
     for name in ("last_type", "last_value", "last_traceback", "last_exc"):
         if hasattr(sys, name):  # pytest keeps the last failure's frames here

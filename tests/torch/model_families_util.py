@@ -32,6 +32,8 @@ from typing import Any, Callable
 import torch
 from torch.testing import assert_close
 
+from native_util import make_device_error_words
+
 DEV = "opencl"
 
 NATIVE_PATH = torch.opencl.get_device_properties(0).native_kernels
@@ -160,6 +162,7 @@ def train(model, optimizer, family: Family, batches, device, *, seed: int, clip=
 def assert_memory_returns(scenario: Callable[[], Any]) -> Any:
     """Runs `scenario()` (which must return nothing that holds device memory) and checks that
     the device's allocated bytes after a garbage collection equal those before it."""
+    make_device_error_words()  # a device's one-time buffer, not the scenario's
     gc.collect()
     before = torch.opencl.memory_allocated()
     result = scenario()

@@ -6,8 +6,6 @@ subprocess with OCLVM_KERNELS=native (test_native_path_in_a_subprocess runs this
 `native` tests there); run directly with OCLVM_KERNELS=native, they run in this process.
 """
 import os
-import subprocess
-import sys
 import warnings
 
 import pytest
@@ -15,8 +13,7 @@ import torch
 
 import oclvm
 
-NATIVE = os.environ.get("OCLVM_KERNELS") == "native"
-native_only = pytest.mark.skipif(not NATIVE, reason="runs with OCLVM_KERNELS=native")
+from native_util import NATIVE, native_only, run_file_natively
 
 DTYPES = [torch.float32, torch.float64, torch.int64, torch.int32, torch.int16, torch.int8,
           torch.uint8]
@@ -100,18 +97,9 @@ def test_arithmetic_on_the_host_path_counts_as_fallback(op):
 
 
 def test_native_path_in_a_subprocess():
-    if NATIVE:
-        pytest.skip("already on the native path")
-    if os.environ.get("OCLVM_ZERO_COPY") == "0":
+    if not NATIVE and os.environ.get("OCLVM_ZERO_COPY") == "0":
         pytest.skip("native kernels never stage operands: the run with host sections covers them")
-    env = dict(os.environ, OCLVM_KERNELS="native")
-    completed = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", __file__],
-        env=env, capture_output=True, text=True, timeout=600)
-    assert completed.returncode == 0, completed.stdout[-4000:] + completed.stderr[-2000:]
-    # every native test ran (-rs lists each skip with its reason)
-    assert " passed" in completed.stdout, completed.stdout[-2000:]
-    assert "runs with OCLVM_KERNELS=native" not in completed.stdout, completed.stdout[-2000:]
+    run_file_natively(__file__)
 
 
 # --- the native path --------------------------------------------------------------------------

@@ -16,8 +16,7 @@ import torch
 
 import oclvm
 
-NATIVE = os.environ.get("OCLVM_KERNELS") == "native"
-native_only = pytest.mark.skipif(not NATIVE, reason="runs with OCLVM_KERNELS=native")
+from native_util import native_only, run_file_natively
 
 
 def run_script(script, **env):
@@ -27,14 +26,7 @@ def run_script(script, **env):
 
 
 def test_native_launches_in_a_subprocess():
-    if NATIVE:
-        pytest.skip("already on the native path")
-    completed = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", __file__],
-        env=dict(os.environ, OCLVM_KERNELS="native"), capture_output=True, text=True, timeout=600)
-    assert completed.returncode == 0, completed.stdout[-4000:] + completed.stderr[-2000:]
-    assert " passed" in completed.stdout, completed.stdout[-2000:]
-    assert "runs with OCLVM_KERNELS=native" not in completed.stdout, completed.stdout[-2000:]
+    run_file_natively(__file__)
 
 
 @native_only

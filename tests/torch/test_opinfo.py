@@ -111,7 +111,8 @@ NATIVE_OPERATORS = ["add", "sub", "mul", "div.no_rounding_mode", "true_divide", 
                     "_foreach_addcdiv_", "_foreach_lerp_", "_foreach_sqrt", "neg", "rsqrt",
                     "mean", "arange", "log_softmax", "nn.functional.cross_entropy",
                     "torch.ops.aten._safe_softmax.default", "nn.functional.gelu",
-                    "nn.functional.silu", "nn.functional.relu"]
+                    "nn.functional.silu", "nn.functional.relu", "index_select",
+                    "nn.functional.embedding", "nn.functional.nll_loss"]
 
 
 def test_native_operators_match_the_cpu(tmp_path):

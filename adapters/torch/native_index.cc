@@ -1,0 +1,147 @@
+// adapters/torch/native_index.cc — index_select on the native path (embedding's forward is an
+// index_select of the weight's rows): one generated OpenCL kernel per (element size, index dtype),
+// which checks each index on the device (native_kernels.h).
+
+#include <ATen/WrapDimUtils.h>
+#include <ATen/ops/empty.h>
+#include <c10/core/ScalarType.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "adapters/torch/device.h"
+#include "adapters/torch/native_kernel_table.h"
+#include "adapters/torch/native_kernels.h"
+#include "adapters/torch/native_launches.h"
+
+namespace oclvm::torch_adapter {
+
+// Note [Native index_select]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~
+// index_select(self, dim, index) of a device tensor of any dtype the kernels move (elements of 1,
+// 2, 4 or 8 bytes, moved as bits) and a vector (or a single number) of int64 or int32 indices
+// on the same device: the result is contiguous with self's sizes and index.numel() at `dim`, as
+// the CPU's. Self is seen as [outer, size, inner]: the dimensions before `dim` must step as one
+// (outer), and so must those after it (inner), which every contiguous tensor and most views do.
+// Each work-item writes one element of the result: it reads its index, checks it against the
+// size of `dim`, and copies self's element. An index out of range is an error found on the
+// device (Note [Errors found on the device] in native_launches.cc): its element is zero, and the
+// next sync point throws the CPU's error, naming the index and the size (an IndexError, "index
+// out of range in self"; a RuntimeError, "INDICES element is out of DATA bounds", for dim 1 of
+// two or more dimensions, as the CPU's kernel for that case words it).
+//
+// Not taken (the CPU kernel answers, with its values and errors): a zero-dimensional or empty self,
+// a one-dimensional self of a dtype the CPU's kernel for it refuses (uint16 and wider unsigned
+// types) or of a float8 type, an empty index, an index of another dtype, of more than one dimension
+// or on another device, a dimension out of range, conjugate or negative bits, 16-byte elements
+// (complex128), dimensions that do not step as one.
+
+namespace {
+
+// The dimensions [begin, end) of `t` as one (size, stride), size-1 dimensions skipped; nullopt
+// when they do not step as one. (1, 0) when there are none.
+std::optional<std::pair<int64_t, int64_t>> as_one(const at::Tensor& t, int64_t begin,
+                                                  int64_t end) {
+  int64_t size = 1, stride = 0;
+  for (int64_t d = end; d-- > begin;) {  // innermost first
+    if (t.size(d) == 1) continue;
+    if (size == 1) {
+      size = t.size(d);
+      stride = t.stride(d);
+    } else if (t.stride(d) == stride * size) {
+      size *= t.size(d);
+    } else {
+      return std::nullopt;
+    }
+  }
+  return std::make_pair(size, stride);
+}
+
+// Whether the CPU's kernel for a one-dimensional self takes the dtype (its kernel for more
+// dimensions moves bytes, and takes every dtype).
+bool cpu_selects_vectors_of(at::ScalarType type) {
+  switch (type) {
+    case at::kByte: case at::kChar: case at::kShort: case at::kInt: case at::kLong:
+    case at::kHalf: case at::kFloat: case at::kDouble: case at::kComplexHalf:
+    case at::kComplexFloat: case at::kBool: case at::kBFloat16:
+      return true;
+    default:
+      return false;  // the CPU's error (uint16 and wider unsigned), or float8 types: its kernel
+  }
+}
+
+KernelSource index_select_source(const std::string& t, const std::string& index_type) {
+  const std::string name = "oclvm_index_select_" + t + "_" + index_type;
+  std::string s = kDeviceErrorSource;
+  s += "__kernel void " + name + "(OCLVM_BLOB(" + t + ", out), OCLVM_BLOB(" + t +
+       ", a), OCLVM_BLOB(" + index_type +
+       ", idx), OCLVM_BLOB(long, err), int code, ulong n, long count, long inner, long size, "
+       "long outer_stride, long dim_stride, long inner_stride, long index_stride) {\n";
+  s += "  const ulong i = get_global_id(0);\n  if (i >= n) return;\n";
+  s += "  const long in = (long)(i % (ulong)inner);\n  const ulong rest = i / (ulong)inner;\n";
+  s += "  const long j = (long)(rest % (ulong)count), o = (long)(rest / (ulong)count);\n";
+  s += "  const long k = (long)OCLVM_PTR(" + index_type + ", idx)[j * index_stride];\n";
+  s += "  if (k < 0 || k >= size) {\n";
+  s += "    oclvm_report(err_base, err_offset, code, k, size);\n";
+  s += "    OCLVM_PTR(" + t + ", out)[i] = (" + t + ")0;\n    return;\n  }\n";
+  s += "  OCLVM_PTR(" + t + ", out)[i] = OCLVM_PTR(" + t +
+       ", a)[o * outer_stride + k * dim_stride + in * inner_stride];\n}\n";
+  return KernelSource{std::move(s), name, ""};
+}
+
+}  // namespace
+
+std::optional<at::Tensor> native_index_select(const at::Tensor& self, int64_t dim,
+                                              const at::Tensor& index) {
+  if (!self.defined() || !index.defined() || !is_device(self) || !is_device(index) ||
+      index.device() != self.device() || !native_kernels(self.device().index()) ||
+      self.layout() != at::kStrided || index.layout() != at::kStrided || self.is_conj() ||
+      self.is_neg() || index.is_conj() || index.is_neg() || self.dim() == 0 ||
+      self.numel() == 0 || index.dim() > 1 ||
+      index.numel() == 0 || (index.scalar_type() != at::kLong && index.scalar_type() != at::kInt) ||
+      dim < -self.dim() || dim >= self.dim()) {
+    return std::nullopt;
+  }
+  dim = at::maybe_wrap_dim(dim, self.dim());
+  if (self.dim() == 1 && !cpu_selects_vectors_of(self.scalar_type())) return std::nullopt;
+  const char* bits = cl_bits_type(self.itemsize());  // an integer type of the element's size
+  if (bits == nullptr) return std::nullopt;               // complex128
+  const std::optional<std::pair<int64_t, int64_t>> outer = as_one(self, 0, dim);
+  const std::optional<std::pair<int64_t, int64_t>> inner = as_one(self, dim + 1, self.dim());
+  if (!outer || !inner) return std::nullopt;
+  const bool long_index = index.scalar_type() == at::kLong;
+  const uint64_t id = (static_cast<uint64_t>(self.itemsize()) << 8) | (long_index ? 1u : 0u);
+  const std::shared_ptr<const Kernel> kernel =
+      native_kernel(self.device().index(), NativeKernelFamily::kIndex, id,
+                    [&] { return index_select_source(bits, long_index ? "long" : "int"); });
+  if (kernel == nullptr) return std::nullopt;
+  std::vector<int64_t> sizes = self.sizes().vec();
+  sizes[dim] = index.numel();
+  at::Tensor out = at::empty(sizes, self.options());  // contiguous, as the CPU's
+  // The CPU words an index out of range as its kernel for dim 1 of two or more dimensions does.
+  const DeviceError code = self.dim() > 1 && dim == 1 ? DeviceError::kIndexOutOfDataBounds
+                                                      : DeviceError::kIndexOutOfRange;
+  const std::vector<LaunchArg> args{blob_arg(out, KernelAccess::kWrite),
+                                    blob_arg(self, KernelAccess::kRead),
+                                    blob_arg(index, KernelAccess::kRead),
+                                    device_error_arg(self.device().index()),
+                                    LaunchArg::of(static_cast<int32_t>(code)),
+                                    LaunchArg::of(static_cast<uint64_t>(out.numel())),
+                                    LaunchArg::of(index.numel()),
+                                    LaunchArg::of(inner->first),
+                                    LaunchArg::of(self.size(dim)),
+                                    LaunchArg::of(outer->second),
+                                    LaunchArg::of(self.stride(dim)),
+                                    LaunchArg::of(inner->second),
+                                    LaunchArg::of(index.dim() == 0 ? int64_t{0} : index.stride(0))};
+  run_native_kernel(kernel, out, args, static_cast<size_t>(out.numel()));
+  device_errors_submitted(self.device().index());
+  count_native_launch();
+  return out;
+}
+
+}  // namespace oclvm::torch_adapter

@@ -1,0 +1,51 @@
+"""What the native path's test files share (test_native_kernels.py, test_native_launches.py,
+test_native_index.py): whether this process runs on the native path, the mark of the tests that
+need it, and the test that runs a whole file there in a subprocess.
+
+PoCL's devices take the host path by default, so each file's native tests run in a subprocess with
+OCLVM_KERNELS=native (run_file_natively); run directly with OCLVM_KERNELS=native, they run in the
+test process."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+NATIVE = os.environ.get("OCLVM_KERNELS") == "native"
+native_only = pytest.mark.skipif(not NATIVE, reason="runs with OCLVM_KERNELS=native")
+
+
+def run_file_natively(path):
+    """Runs the pytest file `path` with OCLVM_KERNELS=native and asserts that it passed and that no
+    native test was skipped for want of the native path (-rs lists each skip with its reason)."""
+    if NATIVE:
+        pytest.skip("already on the native path")
+    completed = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", path],
+        env=dict(os.environ, OCLVM_KERNELS="native"), capture_output=True, text=True, timeout=600)
+    assert completed.returncode == 0, completed.stdout[-4000:] + completed.stderr[-2000:]
+    assert " passed" in completed.stdout, completed.stdout[-2000:]
+    assert "runs with OCLVM_KERNELS=native" not in completed.stdout, completed.stdout[-2000:]
+
+
+_error_words_made = False
+
+
+def make_device_error_words():
+    """Makes the error word of every device that takes the native path, once per process: 32
+    bytes (one 512-byte block of memory_allocated()) that the first kernel checking indices on a
+    device allocates and keeps until exit (Note [Errors found on the device] in
+    adapters/torch/native_launches.cc). The leak checks call it before they take their baseline,
+    so that they see only what the test itself allocates."""
+    global _error_words_made
+    if _error_words_made:
+        return
+    _error_words_made = True
+    import torch
+    import oclvm  # noqa: F401  (torch.opencl)
+    for i in range(torch.opencl.device_count()):
+        if torch.opencl.get_device_properties(i).native_kernels:
+            device = f"opencl:{i}"
+            index = torch.zeros(1, dtype=torch.long, device=device)
+            torch.zeros(1, device=device).index_select(0, index)
+    torch.opencl.synchronize()
