@@ -634,7 +634,8 @@ def print_paths(args) -> int:
               f"kernel: {share:.1%} of calls native (bar >= 95%); and "
               f"{native['gpt2_native_copies']} strided copies on the device")
         top = sorted(native["gpt2_fallbacks"].items(), key=lambda kv: -kv[1])[:12]
-        print("    most frequent fallbacks: " + ", ".join(f"{k} {v}" for k, v in top))
+        print("    most frequent fallbacks: " +
+              (", ".join(f"{k} {v}" for k, v in top) or "none: every call ran a native kernel"))
         trips, cpu = native["gpt2_round_trips"], native["gpt2_cpu_round_trips"]
         print(f"    its host round trips: {trips['scalars']} _local_scalar_dense calls on device "
               f"tensors and {trips['copies']} device-to-host copies; the CPU's step makes "

@@ -604,6 +604,7 @@ std::unordered_set<std::string> register_host_kernels(torch::Library& m) {
   add<at::_ops::where_self>(m, routed);
   add_out<at::_ops::where_self_out>(m, routed);  // where with two numbers
   add<at::_ops::index_select>(m, routed);  // embedding's forward
+  add<at::_ops::embedding_dense_backward>(m, routed);
   add<at::_ops::nll_loss_forward>(m, routed);
   add<at::_ops::nll_loss_backward>(m, routed);
   add<at::_ops::native_layer_norm>(m, routed);

@@ -3,12 +3,13 @@
 //
 // Each function here runs an operator as LaunchKernel instructions (native_kernels.cc: elementwise
 // arithmetic, activations, where, copies, cat and pow; native_composite.cc: the _foreach_ loops,
-// mean, arange, tril and triu; native_index.cc: index_select; native_loss.cc: nll_loss;
-// native_reduce.cc: sums, all and softmax; native_norm.cc: layer norm) or, for the matrix
-// products, a NativeCall of CLBlast's (native_blas.cc), through the adapter's Runtime, on the
-// current stream of the operands' device, or answers that it does not take the call (nullopt /
-// false) having done nothing, and the caller goes on to the host kernel or the CPU fallback: the
-// values and errors of those calls stay the CPU's. Each file's Note says which calls it takes.
+// mean, arange, tril and triu; native_index.cc: index_select and embedding's backward;
+// native_loss.cc: nll_loss; native_reduce.cc: sums, all and softmax; native_norm.cc: layer norm)
+// or, for the matrix products, a NativeCall of CLBlast's (native_blas.cc), through the adapter's
+// Runtime, on the current stream of the operands' device, or answers that it does not take the call
+// (nullopt / false) having done nothing, and the caller goes on to the host kernel or the CPU
+// fallback: the values and errors of those calls stay the CPU's. Each file's Note says which calls
+// it takes.
 //
 // Thread-safety: any thread, as every operator; the compiled kernels are shared under a mutex and
 // the VM orders the device work.
@@ -180,6 +181,12 @@ std::optional<at::Tensor> native_triangle(const at::Tensor& self, int64_t diagon
 // index_select] in native_index.cc); nullopt when the native path does not take the call.
 std::optional<at::Tensor> native_index_select(const at::Tensor& self, int64_t dim,
                                               const at::Tensor& index);
+// embedding_dense_backward of a float32 or float64 gradient, without scale_grad_by_freq: four
+// launches, the CPU's sums (Note [Native embedding backward] in native_index.cc); nullopt when the
+// native path does not take the call.
+std::optional<at::Tensor> native_embedding_backward(const at::Tensor& grad,
+                                                    const at::Tensor& indices, int64_t num_weights,
+                                                    int64_t padding_idx, bool scale_grad_by_freq);
 // nll_loss_forward and nll_loss_backward of float32 and float64 inputs with int64 targets: one
 // launch each, each target checked on the device (Note [Native nll_loss] in native_loss.cc);
 // nullopt when the native path does not take the call.
@@ -530,6 +537,18 @@ struct NativeKernel<at::_ops::index_select> {
   static std::optional<at::Tensor> call(const at::Tensor& self, int64_t dim,
                                         const at::Tensor& index) {
     return native_index_select(self, dim, index);
+  }
+};
+template <>
+struct NativeKernel<at::_ops::embedding_dense_backward> {
+  static constexpr bool exists = true;
+  static std::optional<at::Tensor> call(const at::Tensor& grad, const at::Tensor& indices,
+                                        c10::SymInt num_weights, c10::SymInt padding_idx,
+                                        bool scale_grad_by_freq) {
+    const std::optional<int64_t> weights = num_weights.maybe_as_int();
+    const std::optional<int64_t> padding = padding_idx.maybe_as_int();
+    if (!weights || !padding) return std::nullopt;
+    return native_embedding_backward(grad, indices, *weights, *padding, scale_grad_by_freq);
   }
 };
 template <>

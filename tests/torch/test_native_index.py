@@ -1,7 +1,8 @@
 """Native kernels that read indices, against the CPU: index_select (Note [Native index_select] in
-adapters/torch/native_index.cc: embedding's rows) and nll_loss with its backward (Note [Native
-nll_loss] in adapters/torch/native_loss.cc: cross_entropy's targets). Indices out of range are
-found on the device and thrown by the next sync point (Note [Errors found on the device] in
+adapters/torch/native_index.cc: embedding's rows), embedding's backward (Note [Native embedding
+backward], the same file) and nll_loss with its backward (Note [Native nll_loss] in
+adapters/torch/native_loss.cc: cross_entropy's targets). Indices out of range are found on the
+device and thrown by the next sync point (Note [Errors found on the device] in
 adapters/torch/native_launches.cc), or by the operator with OCLVM_LAUNCH_BLOCKING=1.
 
 PoCL's devices take the host path by default, so these tests run in a subprocess with
@@ -102,20 +103,69 @@ def test_index_select_leaves_what_it_does_not_take_to_the_cpu_kernel():
 
 
 @native_only
-def test_embedding_forward_is_native_and_its_gradient_matches_the_cpu():
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+@pytest.mark.parametrize("index_dtype", [torch.int64, torch.int32], ids=str)
+@pytest.mark.parametrize("padding_idx", [None, 3])
+def test_embedding_forward_and_backward_are_native_and_the_cpus_bits(dtype, index_dtype,
+                                                                      padding_idx):
     g = torch.Generator().manual_seed(2)
-    weight = torch.randn(50, 8, generator=g, requires_grad=True)
-    ids = torch.randint(0, 50, (3, 7), generator=g)
+    for rows, shape in ((50, (3, 7)), (10, (200,)), (1000, (8, 64))):  # repeats sum in order
+        weight = torch.randn(rows, 8, generator=g, dtype=dtype, requires_grad=True)
+        ids = torch.randint(0, rows, shape, generator=g, dtype=index_dtype)
+        device_weight = weight.detach().to("opencl").requires_grad_()
+        torch.opencl.reset_fallback_counts()
+        out = torch.nn.functional.embedding(ids.to("opencl"), device_weight,
+                                            padding_idx=padding_idx)
+        expected = torch.nn.functional.embedding(ids, weight, padding_idx=padding_idx)
+        assert torch.equal(out.detach().cpu(), expected.detach())
+        grad = torch.randn(expected.shape, generator=g, dtype=dtype)
+        before = launches()
+        out.backward(grad.to("opencl"))
+        expected.backward(grad)
+        assert launches() == before + 4  # count, starts, list, sum
+        assert torch.opencl.fallback_counts() == {}
+        assert torch.equal(device_weight.grad.cpu(), weight.grad)
+
+
+@native_only
+@pytest.mark.parametrize("index_dtype", [torch.int64, torch.int32], ids=str)
+def test_embedding_backward_of_odd_operands_is_the_cpus(index_dtype):
+    backward = torch.ops.aten.embedding_dense_backward
+    # A strided gradient, indices not contiguous, and indices outside [0, num_weights), which add
+    # nowhere as on the CPU (the forward raises first in a model: this calls the backward itself);
+    # padding_idx 1.
+    grad = torch.randn(6, 5).t()  # [5, 6]
+    ids = torch.tensor([0, 9, 2, 9, -2, 9, 1, 9, 2, 9], dtype=index_dtype)[::2]
+    expected = backward(grad, ids, 4, 1, False)
+    before = launches()
+    got = backward(grad.to("opencl"), ids.to("opencl"), 4, 1, False)
+    assert torch.equal(got.cpu(), expected)
+    assert launches() == before + 4
+    # No indices: a gradient of zeros, as the CPU's (a fill); no rows, or no columns: nothing.
+    assert torch.equal(backward(torch.empty(0, 6, device="opencl"),
+                                torch.empty(0, dtype=index_dtype, device="opencl"), 3, -1,
+                                False).cpu(), torch.zeros(3, 6))
+    assert backward(grad.to("opencl"), ids.to("opencl"), 0, -1, False).shape == (0, 6)
+    assert backward(torch.empty(5, 0, device="opencl"), ids.to("opencl"), 4, -1,
+                    False).shape == (4, 0)
+    assert launches() == before + 4
+    # A gradient that is not one row per index: the CPU's error.
+    with pytest.raises(RuntimeError):
+        backward(torch.randn(4, 6, device="opencl"), ids.to("opencl"), 4, -1, False)
+    assert launches() == before + 4
+
+
+@native_only
+def test_embedding_backward_scaled_by_frequency_is_left_to_the_cpu_kernel():
+    weight = torch.randn(5, 4, requires_grad=True)
+    ids = torch.tensor([1, 1, 3, 1])
     device_weight = weight.detach().to("opencl").requires_grad_()
     torch.opencl.reset_fallback_counts()
-    out = torch.nn.functional.embedding(ids.to("opencl"), device_weight)
-    assert "aten::index_select" not in torch.opencl.fallback_counts()
-    expected = torch.nn.functional.embedding(ids, weight)
-    assert torch.equal(out.cpu(), expected)
-    grad = torch.randn(3, 7, 8, generator=g)
-    out.backward(grad.to("opencl"))
-    expected.backward(grad)
-    torch.testing.assert_close(device_weight.grad.cpu(), weight.grad)
+    torch.nn.functional.embedding(ids.to("opencl"), device_weight,
+                                  scale_grad_by_freq=True).sum().backward()
+    torch.nn.functional.embedding(ids, weight, scale_grad_by_freq=True).sum().backward()
+    assert torch.opencl.fallback_counts() == {"aten::embedding_dense_backward": 1}
+    assert torch.equal(device_weight.grad.cpu(), weight.grad)
 
 
 @native_only
