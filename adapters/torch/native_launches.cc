@@ -15,6 +15,7 @@
 
 #include "adapters/torch/device.h"
 #include "adapters/torch/host_view.h"
+#include "adapters/torch/native_kernel_table.h"
 #include "oclvm/instructions/builder.h"
 #include "oclvm/storage/log.h"
 #include "oclvm/storage/thread_annotations.h"
@@ -171,33 +172,32 @@ void throw_device_error(c10::DeviceIndex index, const ErrorWord& word) {
   TORCH_CHECK(false, "opencl:", device, " reported device error ", code);
 }
 
-// Takes the marks of the error words of device `index` (every device for -1), reads each word,
-// and throws the first error one held; the words not read by then, and one whose read failed, are
-// marked again for the next sync point.
-void check_device_errors(c10::DeviceIndex index) {
-  std::vector<std::pair<size_t, at::Tensor>> marked;
-  Kept& k = kept();
-  {
-    MutexLock lock(k.mutex);
-    for (size_t d = 0; d < k.error_word.size(); ++d) {
-      if ((index >= 0 && d != static_cast<size_t>(index)) || !k.error_word_marked[d] ||
-          !k.error_word[d]) {
-        continue;
-      }
-      k.error_word_marked[d] = false;
-      marked.emplace_back(d, *k.error_word[d]);
-    }
-  }
+// The marked error words of device d, taken: each with its device's number.
+using MarkedWords = std::vector<std::pair<size_t, at::Tensor>>;
+
+// Takes device d's mark, if its word is marked, into `marked`.
+void take_mark(Kept& k, size_t d, MarkedWords& marked) OCLVM_REQUIRES(k.mutex) {
+  if (d >= k.error_word.size() || !k.error_word_marked[d] || !k.error_word[d]) return;
+  k.error_word_marked[d] = false;
+  marked.emplace_back(d, *k.error_word[d]);
+}
+
+// Marks again the words of `marked` from `first` on, for the next sync point.
+void mark_again(Kept& k, const MarkedWords& marked, size_t first) {
+  MutexLock lock(k.mutex);
+  for (size_t j = first; j < marked.size(); ++j) k.error_word_marked[marked[j].first] = true;
+}
+
+// Reads each word taken, and throws the first error one held; the words not read by then, and
+// one whose read failed, are marked again.
+void check_device_errors(Kept& k, const MarkedWords& marked) {
   for (size_t i = 0; i < marked.size(); ++i) {
     std::optional<ErrorWord> word;
     try {
       word = read_and_clear(marked[i].second);
       throw_device_error(static_cast<c10::DeviceIndex>(marked[i].first), *word);
     } catch (...) {
-      MutexLock lock(k.mutex);
-      for (size_t j = word ? i + 1 : i; j < marked.size(); ++j) {
-        k.error_word_marked[marked[j].first] = true;
-      }
+      mark_again(k, marked, word ? i + 1 : i);
       throw;
     }
   }
@@ -221,10 +221,7 @@ LaunchArg device_error_arg(c10::DeviceIndex index) {
   {
     MutexLock lock(k.mutex);
     k.grow(d);
-    if (k.error_word[d]) {
-      const BlobRef ref = element0(*k.error_word[d]);
-      return LaunchArg::of_blob(ref.blob, ref.offset, KernelAccess::kReadWrite);
-    }
+    if (k.error_word[d]) return blob_arg(*k.error_word[d], KernelAccess::kReadWrite);
   }
   // Made outside the lock: zeros() runs device work, whose sync points take it.
   at::Tensor word = at::zeros({static_cast<int64_t>(kErrorWordLongs)},
@@ -232,18 +229,20 @@ LaunchArg device_error_arg(c10::DeviceIndex index) {
                                   c10::Device(c10::DeviceType::PrivateUse1, index)));
   MutexLock lock(k.mutex);
   if (!k.error_word[d]) k.error_word[d] = std::move(word);  // else another thread's is kept
-  const BlobRef ref = element0(*k.error_word[d]);
-  return LaunchArg::of_blob(ref.blob, ref.offset, KernelAccess::kReadWrite);
+  return blob_arg(*k.error_word[d], KernelAccess::kReadWrite);
 }
 
 void device_errors_submitted(c10::DeviceIndex index) {
+  const auto d = static_cast<size_t>(index);
   Kept& k = kept();
+  MarkedWords marked;
   {
     MutexLock lock(k.mutex);
-    k.grow(static_cast<size_t>(index));
-    k.error_word_marked[static_cast<size_t>(index)] = true;
+    k.grow(d);
+    k.error_word_marked[d] = true;
+    if (launch_blocking()) take_mark(k, d, marked);
   }
-  if (launch_blocking()) check_device_errors(index);
+  check_device_errors(k, marked);
 }
 
 void submit_native(c10::DeviceIndex index, vm::InstructionList&& list) {
@@ -283,11 +282,13 @@ void wait_native_launches(c10::DeviceIndex index) {
   if (vm::DeviceWorker::holds_execution_right_on_this_thread()) return;
   std::deque<vm::Ticket> taken;
   std::exception_ptr sticky;
+  MarkedWords marked;  // Note [Errors found on the device]
   Kept& k = kept();
   {
     MutexLock lock(k.mutex);
     for (size_t d = 0; d < k.per_device.size(); ++d) {
       if (index >= 0 && d != static_cast<size_t>(index)) continue;
+      take_mark(k, d, marked);
       std::deque<vm::Ticket>& tickets = k.per_device[d];
       while (!tickets.empty()) {
         taken.push_back(std::move(tickets.front()));
@@ -306,8 +307,11 @@ void wait_native_launches(c10::DeviceIndex index) {
   std::exception_ptr error = wait_all(taken);
   if (sticky && error) log_dropped(error);
   if (sticky) error = sticky;  // the older one first
-  if (error) translate_errors([&] { std::rethrow_exception(error); });
-  check_device_errors(index);
+  if (error) {
+    mark_again(k, marked, 0);  // the words wait for the next sync point
+    translate_errors([&] { std::rethrow_exception(error); });
+  }
+  check_device_errors(k, marked);
 }
 
 size_t pending_native_launches() {
