@@ -273,8 +273,9 @@ struct HostKernel<Op, Result(Args...)> {
 // Note [In-place operators without boxing]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // The in-place arithmetic a per-tensor optimizer and user code call (x.add_(y), x.mul_(0.9):
-// add_, sub_, mul_ and div_ of a tensor, a Python number arriving as a wrapped 0-dim CPU tensor)
-// took the boxed fallback's host-section path, boxing and all (Note [Unboxed host kernels]).
+// add_, sub_, mul_ and div_ of a tensor, a Python number arriving as a wrapped 0-dim CPU tensor),
+// and the in-place scatters (scatter_, scatter_add_: gather's backward; index_add_) took the boxed
+// fallback's host-section path, boxing and all (Note [Unboxed host kernels]).
 // HostInPlaceKernel runs them as HostKernel runs functional operators: every device tensor
 // borrowed and aliased, the CPU kernel run in place on the aliases in one host section, and the
 // caller's own device tensor returned. self must be a device tensor (a CPU scalar written in place
@@ -575,6 +576,7 @@ std::unordered_set<std::string> register_host_kernels(torch::Library& m) {
   add<at::_ops::mm>(m, routed);
   add<at::_ops::addmm>(m, routed);
   add<at::_ops::bmm>(m, routed);
+  add_out<at::_ops::mm_out>(m, routed);  // a grouped product's loop (mixtures of experts)
   add<at::_ops::relu>(m, routed);
   add<at::_ops::threshold_backward>(m, routed);
   add<at::_ops::gelu>(m, routed);
@@ -605,6 +607,11 @@ std::unordered_set<std::string> register_host_kernels(torch::Library& m) {
   add_out<at::_ops::where_self_out>(m, routed);  // where with two numbers
   add<at::_ops::index_select>(m, routed);  // embedding's forward
   add<at::_ops::embedding_dense_backward>(m, routed);
+  add<at::_ops::gather>(m, routed);
+  add<at::_ops::scatter_src>(m, routed);
+  add<at::_ops::scatter_value>(m, routed);
+  add<at::_ops::scatter_add>(m, routed);
+  add<at::_ops::index_add>(m, routed);
   add<at::_ops::nll_loss_forward>(m, routed);
   add<at::_ops::nll_loss_backward>(m, routed);
   add<at::_ops::native_layer_norm>(m, routed);
@@ -613,6 +620,10 @@ std::unordered_set<std::string> register_host_kernels(torch::Library& m) {
   add_in_place<at::_ops::sub__Tensor>(m);
   add_in_place<at::_ops::mul__Tensor>(m);
   add_in_place<at::_ops::div__Tensor>(m);
+  add_in_place<at::_ops::scatter__src>(m);  // gather's backward, and index arithmetic
+  add_in_place<at::_ops::scatter__value>(m);
+  add_in_place<at::_ops::scatter_add_>(m);
+  add_in_place<at::_ops::index_add_>(m);  // a mixture of experts' combine
   // The _foreach_ operators of the foreach paths of SGD, Adam and AdamW (torch/optim), and of
   // clip_grad_norm_'s norms and scaling (Note [Foreach operators without boxing]).
   std::unordered_set<std::string> lists;

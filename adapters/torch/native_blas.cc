@@ -1,5 +1,6 @@
-// adapters/torch/native_blas.cc — mm, bmm and addmm on the native path: each one CLBlast product
-// (storage/opencl/gemm.h) in a NativeCall instruction on the operands' stream (native_kernels.h).
+// adapters/torch/native_blas.cc — mm, mm.out, bmm and addmm on the native path: each one CLBlast
+// product (storage/opencl/gemm.h) in a NativeCall instruction on the operands' stream
+// (native_kernels.h).
 
 #include <ATen/ExpandUtils.h>
 #include <ATen/ops/empty.h>
@@ -30,18 +31,20 @@ namespace oclvm::torch_adapter {
 
 // Note [Native matrix products]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// mm, bmm and addmm of float32 or float64 device tensors of one native-path device are one
-// CLBlast call each (Gemm, or GemmStridedBatched for bmm), enqueued by a NativeCall instruction
-// on the current stream, which the VM orders by the operands' byte ranges like any launch. An
-// operand goes in as it is stored when CLBlast can read its last two
-// dimensions in place: rows or columns contiguous, with a leading dimension (a transposed view is
-// read as the transpose of a row-major matrix, so autograd's mat.t() costs no copy); any other
-// layout is made contiguous first by the native strided copy. The result is contiguous, as the
-// CPU's. Sizes, strides and offsets past 2^31 elements are CLBlast's limit (it passes them to its
-// kernels as int): such calls are not taken, and an operand that lies that far into its buffer
-// fails with an error. addmm writes self, broadcast to the result's shape, into the result first and lets
-// CLBlast add beta times it; with beta 0 it does not, and CLBlast does not read the result then,
-// so NaN in self does not spread (the CPU ignores self then too).
+// mm (and mm.out into an `out` of the product's shape), bmm and addmm of float32 or float64 device
+// tensors of one native-path device are one CLBlast call each (Gemm, or GemmStridedBatched for
+// bmm), enqueued by a NativeCall instruction on the current stream, which the VM orders by the
+// operands' byte ranges like any launch. An operand goes in as it is stored when CLBlast can read
+// its last two dimensions in place: rows or columns contiguous, with a leading dimension (a
+// transposed view is read as the transpose of a row-major matrix, so autograd's mat.t() costs no
+// copy); any other layout is made contiguous first by the native strided copy. The result is
+// contiguous, as the CPU's; mm.out writes a contiguous `out` in place (a row slice of a larger
+// matrix, as a grouped product's loop passes), and any other `out` through a copy. Sizes, strides
+// and offsets past 2^31 elements are CLBlast's limit (it passes them to its kernels as int): such
+// calls are not taken, and an operand that lies that far into its buffer fails with an error. addmm
+// writes self, broadcast to the result's shape, into the result first and lets CLBlast add beta
+// times it; with beta 0 it does not, and CLBlast does not read the result then, so NaN in self does
+// not spread (the CPU ignores self then too).
 //
 // The values are not the CPU's to the bit: CLBlast sums the k products in its own order (tiles of
 // the device's tuning), as torch's CPU BLAS does in its. The difference is the rounding of a
@@ -193,6 +196,26 @@ std::optional<at::Tensor> native_mm(const at::Tensor& self, const at::Tensor& ma
   return out;
 }
 
+bool native_mm_out(const at::Tensor& self, const at::Tensor& mat2, const at::Tensor& out) {
+  const std::optional<c10::DeviceIndex> device = product_device(self, mat2, 2);
+  if (!device || self.size(1) != mat2.size(0) || self.numel() == 0 || mat2.numel() == 0 ||
+      !out.defined() || !is_device(out) || out.device().index() != *device ||
+      out.layout() != at::kStrided || out.scalar_type() != self.scalar_type() || out.is_conj() ||
+      out.is_neg() || out.dim() != 2 || out.size(0) != self.size(0) ||
+      out.size(1) != mat2.size(1) || out.is_alias_of(self) || out.is_alias_of(mat2)) {
+    return false;  // the CPU's resizing of `out`, its errors, or its order of reads and writes
+  }
+  if (out.is_contiguous()) {
+    enqueue_product(out, operand(self), operand(mat2), 1, 0);
+    return true;
+  }
+  if (!elements_are_distinct(out)) return false;  // the CPU's error
+  const at::Tensor product = at::empty(out.sizes(), out.options());
+  enqueue_product(product, operand(self), operand(mat2), 1, 0);
+  if (!copy_for_operator(product, out)) out.copy_(product);  // past the kernels' rank
+  return true;
+}
+
 std::optional<at::Tensor> native_bmm(const at::Tensor& self, const at::Tensor& mat2) {
   if (!product_device(self, mat2, 3) || self.size(0) != mat2.size(0) ||
       self.size(2) != mat2.size(1) || self.numel() == 0 || mat2.numel() == 0) {
@@ -236,6 +259,7 @@ bool native_matrix_products() { return false; }
 
 std::optional<at::Tensor> native_mm(const at::Tensor&, const at::Tensor&) { return std::nullopt; }
 std::optional<at::Tensor> native_bmm(const at::Tensor&, const at::Tensor&) { return std::nullopt; }
+bool native_mm_out(const at::Tensor&, const at::Tensor&, const at::Tensor&) { return false; }
 std::optional<at::Tensor> native_addmm(const at::Tensor&, const at::Tensor&, const at::Tensor&,
                                        const at::Scalar&, const at::Scalar&) {
   return std::nullopt;

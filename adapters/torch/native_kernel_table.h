@@ -1,8 +1,8 @@
 // adapters/torch/native_kernel_table.h — what the native path's generated kernels share
 // (native_kernels.cc, native_elementwise_source.cc, native_composite.cc, native_index.cc,
-// native_loss.cc, native_reduce.cc, native_norm.cc): the OpenCL C type of a dtype, the rank limit
-// of an iteration space, the table of compiled kernels, and the key and source of an elementwise
-// kernel.
+// native_scatter.cc, native_loss.cc, native_reduce.cc, native_norm.cc): the OpenCL C type of a
+// dtype, the rank limit of an iteration space, the table of compiled kernels, the copy and
+// overlap checks operators share, and the key and source of an elementwise kernel.
 //
 // Thread-safety: any thread; the table is under a mutex.
 #pragma once
@@ -39,7 +39,7 @@ inline bool is_device(const at::Tensor& t) {
 
 // Which generator a kernel comes from: its ids are its own.
 enum class NativeKernelFamily : uint8_t { kElementwise, kReduction, kTriangle, kRange, kIndex,
-                                          kLoss };
+                                          kLoss, kScatter };
 
 // The compiled kernel `id` (below 2^48) of `family` on `device`: built from `source()` on the
 // first call and kept until exit; nullptr, warned of once, when the device cannot build it
@@ -54,6 +54,14 @@ void count_native_launch();
 
 // Element 0 of the device tensor `t` as a kernel's blob argument.
 LaunchArg blob_arg(const at::Tensor& t, KernelAccess access);
+
+// Whether no two elements of `t` share memory. A sufficient test that any strided view without
+// overlap passes (at::has_internal_overlap gives up on non-dense ones).
+bool elements_are_distinct(const at::Tensor& t);
+
+// dst := src as native_copy does, its launch counted as one of an operator's
+// (count_native_launch) rather than as a copy; false, having done nothing, where native_copy is.
+bool copy_for_operator(const at::Tensor& src, const at::Tensor& dst);
 
 // Runs `kernel` with `args` over `work_items` work-items on the current stream of `out`'s device,
 // and waits for it; oclvm's errors become the matching c10 errors. Counts nothing.

@@ -322,23 +322,6 @@ std::shared_ptr<const Kernel> kernel_for(BinaryOp op, at::ScalarType compute,
   return binary_kernel(self.device().index(), key);  // `out` may be a meta stand-in
 }
 
-// Whether no two elements of `t` share memory: its dimensions of more than one element, in
-// increasing stride, each step past every offset the smaller ones reach. A sufficient test that
-// any strided view without overlap passes (at::has_internal_overlap gives up on non-dense ones).
-bool elements_are_distinct(const at::Tensor& t) {
-  std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, size)
-  for (int64_t d = 0; d < t.dim(); ++d) {
-    if (t.size(d) > 1) dims.emplace_back(t.stride(d), t.size(d));
-  }
-  std::sort(dims.begin(), dims.end());
-  int64_t reach = 0;  // the farthest offset the dimensions so far reach
-  for (const auto& [stride, size] : dims) {
-    if (stride <= reach) return false;
-    reach += stride * (size - 1);
-  }
-  return true;
-}
-
 // A new result of `sizes` with the strides the CPU's TensorIterator gives it: its fast set-up's
 // when both operands have the result's shape and one layout; self's when self has the result's
 // shape and dense elements (a channels-last input keeps its layout); contiguous ones when every
@@ -704,6 +687,26 @@ std::optional<at::Tensor> native_pow(const at::Tensor& self, const at::Scalar& e
 
 bool native_copy(const at::Tensor& src, const at::Tensor& dst) {
   return copy_on_device(src, dst, g_copies);
+}
+
+bool copy_for_operator(const at::Tensor& src, const at::Tensor& dst) {
+  return copy_on_device(src, dst, g_launches);
+}
+
+// Its dimensions of more than one element, in increasing stride, each step past every offset
+// the smaller ones reach.
+bool elements_are_distinct(const at::Tensor& t) {
+  std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, size)
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    if (t.size(d) > 1) dims.emplace_back(t.stride(d), t.size(d));
+  }
+  std::sort(dims.begin(), dims.end());
+  int64_t reach = 0;  // the farthest offset the dimensions so far reach
+  for (const auto& [stride, size] : dims) {
+    if (stride <= reach) return false;
+    reach += stride * (size - 1);
+  }
+  return true;
 }
 
 std::optional<at::Tensor> native_cat(const at::ITensorListRef& tensors, int64_t dim) {

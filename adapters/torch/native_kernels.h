@@ -152,6 +152,9 @@ std::optional<at::Tensor> native_cat(const at::ITensorListRef& tensors, int64_t 
 // native_blas.cc); nullopt when the native path does not take the call.
 std::optional<at::Tensor> native_mm(const at::Tensor& self, const at::Tensor& mat2);
 std::optional<at::Tensor> native_bmm(const at::Tensor& self, const at::Tensor& mat2);
+// mm.out into `out` of the product's shape, dtype and device, sharing no memory with the
+// operands; false, having done nothing, otherwise (the CPU's resizing and errors).
+bool native_mm_out(const at::Tensor& self, const at::Tensor& mat2, const at::Tensor& out);
 std::optional<at::Tensor> native_addmm(const at::Tensor& self, const at::Tensor& mat1,
                                        const at::Tensor& mat2, const at::Scalar& beta,
                                        const at::Scalar& alpha);
@@ -187,6 +190,31 @@ std::optional<at::Tensor> native_index_select(const at::Tensor& self, int64_t di
 std::optional<at::Tensor> native_embedding_backward(const at::Tensor& grad,
                                                     const at::Tensor& indices, int64_t num_weights,
                                                     int64_t padding_idx, bool scale_grad_by_freq);
+// gather, scatter (of a tensor or a value) and scatter_add of device tensors with int64 or int32
+// indices on their device, and the scatters in place: one launch each, after a copy of self for the
+// out-of-place scatters; each index checked on the device, each result element written in the
+// CPU's order (Note [Native gather and scatter] in native_scatter.cc). nullopt, or false having
+// done nothing, when the native path does not take the call.
+std::optional<at::Tensor> native_gather(const at::Tensor& self, int64_t dim,
+                                        const at::Tensor& index);
+std::optional<at::Tensor> native_scatter(const at::Tensor& self, int64_t dim,
+                                         const at::Tensor& index, const at::Tensor& src);
+std::optional<at::Tensor> native_scatter(const at::Tensor& self, int64_t dim,
+                                         const at::Tensor& index, const at::Scalar& value);
+std::optional<at::Tensor> native_scatter_add(const at::Tensor& self, int64_t dim,
+                                             const at::Tensor& index, const at::Tensor& src);
+bool native_scatter_(const at::Tensor& self, int64_t dim, const at::Tensor& index,
+                     const at::Tensor& src);
+bool native_scatter_(const at::Tensor& self, int64_t dim, const at::Tensor& index,
+                     const at::Scalar& value);
+bool native_scatter_add_(const at::Tensor& self, int64_t dim, const at::Tensor& index,
+                         const at::Tensor& src);
+// index_add and index_add_ with alpha 1: a scatter_add of source's columns along `dim`.
+std::optional<at::Tensor> native_index_add(const at::Tensor& self, int64_t dim,
+                                           const at::Tensor& index, const at::Tensor& source,
+                                           const at::Scalar& alpha);
+bool native_index_add_(const at::Tensor& self, int64_t dim, const at::Tensor& index,
+                       const at::Tensor& source, const at::Scalar& alpha);
 // nll_loss_forward and nll_loss_backward of float32 and float64 inputs with int64 targets: one
 // launch each, each target checked on the device (Note [Native nll_loss] in native_loss.cc);
 // nullopt when the native path does not take the call.
@@ -549,6 +577,86 @@ struct NativeKernel<at::_ops::embedding_dense_backward> {
     const std::optional<int64_t> padding = padding_idx.maybe_as_int();
     if (!weights || !padding) return std::nullopt;
     return native_embedding_backward(grad, indices, *weights, *padding, scale_grad_by_freq);
+  }
+};
+template <>
+struct NativeKernel<at::_ops::gather> {
+  static constexpr bool exists = true;
+  static std::optional<at::Tensor> call(const at::Tensor& self, int64_t dim,
+                                        const at::Tensor& index, bool /*sparse_grad: backward*/) {
+    return native_gather(self, dim, index);
+  }
+};
+template <>
+struct NativeKernel<at::_ops::scatter_src> {
+  static constexpr bool exists = true;
+  static std::optional<at::Tensor> call(const at::Tensor& self, int64_t dim,
+                                        const at::Tensor& index, const at::Tensor& src) {
+    return native_scatter(self, dim, index, src);
+  }
+};
+template <>
+struct NativeKernel<at::_ops::scatter_value> {
+  static constexpr bool exists = true;
+  static std::optional<at::Tensor> call(const at::Tensor& self, int64_t dim,
+                                        const at::Tensor& index, const at::Scalar& value) {
+    return native_scatter(self, dim, index, value);
+  }
+};
+template <>
+struct NativeKernel<at::_ops::scatter_add> {
+  static constexpr bool exists = true;
+  static std::optional<at::Tensor> call(const at::Tensor& self, int64_t dim,
+                                        const at::Tensor& index, const at::Tensor& src) {
+    return native_scatter_add(self, dim, index, src);
+  }
+};
+template <>
+struct NativeKernel<at::_ops::scatter__src> {
+  static constexpr bool exists = true;
+  static bool call(const at::Tensor& self, int64_t dim, const at::Tensor& index,
+                   const at::Tensor& src) {
+    return native_scatter_(self, dim, index, src);
+  }
+};
+template <>
+struct NativeKernel<at::_ops::scatter__value> {
+  static constexpr bool exists = true;
+  static bool call(const at::Tensor& self, int64_t dim, const at::Tensor& index,
+                   const at::Scalar& value) {
+    return native_scatter_(self, dim, index, value);
+  }
+};
+template <>
+struct NativeKernel<at::_ops::scatter_add_> {
+  static constexpr bool exists = true;
+  static bool call(const at::Tensor& self, int64_t dim, const at::Tensor& index,
+                   const at::Tensor& src) {
+    return native_scatter_add_(self, dim, index, src);
+  }
+};
+template <>
+struct NativeKernel<at::_ops::mm_out> {
+  static constexpr bool exists = true;
+  static bool call(const at::Tensor& self, const at::Tensor& mat2, const at::Tensor& out) {
+    return native_mm_out(self, mat2, out);
+  }
+};
+template <>
+struct NativeKernel<at::_ops::index_add> {
+  static constexpr bool exists = true;
+  static std::optional<at::Tensor> call(const at::Tensor& self, int64_t dim,
+                                        const at::Tensor& index, const at::Tensor& source,
+                                        const at::Scalar& alpha) {
+    return native_index_add(self, dim, index, source, alpha);
+  }
+};
+template <>
+struct NativeKernel<at::_ops::index_add_> {
+  static constexpr bool exists = true;
+  static bool call(const at::Tensor& self, int64_t dim, const at::Tensor& index,
+                   const at::Tensor& source, const at::Scalar& alpha) {
+    return native_index_add_(self, dim, index, source, alpha);
   }
 };
 template <>

@@ -169,6 +169,9 @@ void throw_device_error(c10::DeviceIndex index, const ErrorWord& word) {
   TORCH_CHECK_INDEX(code != static_cast<int32_t>(DeviceError::kTargetOutOfBounds), "Target ",
                     word[1], " is out of bounds. (", word[2], " classes; found by a kernel on "
                     "opencl:", device, kWhere);
+  TORCH_CHECK((code & 0xff) != static_cast<int32_t>(DeviceError::kIndexOutOfBoundsOfDim), "index ",
+              word[1], " is out of bounds for dimension ", code >> 8, " with size ", word[2],
+              " (found by a kernel on opencl:", device, kWhere);
   TORCH_CHECK(false, "opencl:", device, " reported device error ", code);
 }
 

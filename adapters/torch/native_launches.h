@@ -45,6 +45,8 @@ enum class DeviceError : int32_t {
   kIndexOutOfRange = 1,    // an index outside [0, size): the word holds the index and the size
   kTargetOutOfBounds = 2,  // a loss's class target outside [0, classes): the target, the classes
   kIndexOutOfDataBounds = 3,  // kIndexOutOfRange where the CPU words it as its dim-1 kernel does
+  kIndexOutOfBoundsOfDim = 4,  // kIndexOutOfRange as gather and scatter word it: the code's bits
+                               // above 8 hold the dimension
 };
 
 // Device `index`'s error word, a read-write blob argument for a kernel (Note [Errors found on

@@ -1,6 +1,7 @@
 """What the native path's test files share (test_native_kernels.py, test_native_launches.py,
-test_native_index.py): whether this process runs on the native path, the mark of the tests that
-need it, and the test that runs a whole file there in a subprocess.
+test_native_index.py, test_native_scatter.py): whether this process runs on the native path, the
+mark of the tests that need it, the test that runs a whole file there in a subprocess, the counts of
+native launches and copies, and operands of every dtype and layout.
 
 PoCL's devices take the host path by default, so each file's native tests run in a subprocess with
 OCLVM_KERNELS=native (run_file_natively); run directly with OCLVM_KERNELS=native, they run in the
@@ -15,17 +16,52 @@ NATIVE = os.environ.get("OCLVM_KERNELS") == "native"
 native_only = pytest.mark.skipif(not NATIVE, reason="runs with OCLVM_KERNELS=native")
 
 
-def run_file_natively(path):
+def run_file_natively(path, staged_too=True):
     """Runs the pytest file `path` with OCLVM_KERNELS=native and asserts that it passed and that no
-    native test was skipped for want of the native path (-rs lists each skip with its reason)."""
+    native test was skipped for want of the native path (-rs lists each skip with its reason).
+    staged_too=False skips it in a run with operands staged (OCLVM_ZERO_COPY=0), where it would
+    repeat the run in host sections: native kernels never stage operands."""
     if NATIVE:
         pytest.skip("already on the native path")
+    if not staged_too and os.environ.get("OCLVM_ZERO_COPY") == "0":
+        pytest.skip("native kernels never stage operands: the run with host sections covers them")
     completed = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", path],
         env=dict(os.environ, OCLVM_KERNELS="native"), capture_output=True, text=True, timeout=600)
     assert completed.returncode == 0, completed.stdout[-4000:] + completed.stderr[-2000:]
     assert " passed" in completed.stdout, completed.stdout[-2000:]
     assert "runs with OCLVM_KERNELS=native" not in completed.stdout, completed.stdout[-2000:]
+
+
+def launches():
+    """How many launches the native operators issued in this process, copies aside."""
+    import oclvm
+    return oclvm._C.native_kernel_calls()
+
+
+def copies():
+    """How many strided copies between device tensors ran natively in this process."""
+    import oclvm
+    return oclvm._C.native_copy_calls()
+
+
+def on_device_as(t, device="opencl"):
+    """`t` on the device with its own strides (a view keeps its layout)."""
+    import torch
+    return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=device).copy_(t)
+
+
+def random_tensor(shape, dtype, generator):
+    """Random values of `dtype`: normal for floating and complex types, both truth values for
+    bool, and for integer types values across much of their range (signed ones negative too)."""
+    import torch
+    if dtype == torch.bool:
+        return torch.randint(0, 2, shape, generator=generator).bool()
+    if dtype.is_floating_point or dtype.is_complex:
+        return torch.randn(shape, generator=generator, dtype=dtype)
+    if dtype == torch.uint8:
+        return torch.randint(0, 256, shape, generator=generator, dtype=dtype)
+    return torch.randint(-100, 100, shape, generator=generator, dtype=dtype)
 
 
 _error_words_made = False

@@ -25,6 +25,10 @@ trains 100 steps and asserts that the allocated bytes do not grow between step 1
 """
 import copy
 import io
+import os
+import pathlib
+import subprocess
+import sys
 import warnings
 
 import diffusers
@@ -714,3 +718,18 @@ def test_no_memory_growth_over_100_steps():
         train(model, opt, MLP, MLP.batches(100), DEV, seed=10, after_step=after_step)
         assert seen[100] == seen[10], f"memory_allocated grew: {seen}"
     assert_memory_returns(scenario)
+
+
+def test_the_fallback_bench_counts_a_familys_native_step():
+    """bench/family_fallbacks.py, which reports each family's CPU kernels on the native path,
+    trains a family there and prints its counts; an unknown name is a clear error."""
+    script = pathlib.Path(__file__).resolve().parents[2] / "bench" / "family_fallbacks.py"
+    env = dict(os.environ, OCLVM_KERNELS="native")
+    completed = subprocess.run([sys.executable, str(script), "--families", "gru_lm"], env=env,
+                               capture_output=True, text=True, timeout=600)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    row = completed.stdout.splitlines()[-1].split()
+    assert row[0] == "gru_lm" and int(row[1]) > 0 and row[3].endswith("%"), completed.stdout
+    completed = subprocess.run([sys.executable, str(script), "--families", "nope"], env=env,
+                               capture_output=True, text=True, timeout=600)
+    assert completed.returncode == 2 and "unknown families: nope" in completed.stderr

@@ -16,9 +16,9 @@ import textwrap
 import pytest
 import torch
 
-import oclvm
+import oclvm  # noqa: F401  (the opencl device)
 
-from native_util import native_only, run_file_natively
+from native_util import launches, native_only, random_tensor as make, run_file_natively
 
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.complex64,
           torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool]
@@ -26,18 +26,6 @@ DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.com
 
 def test_native_index_in_a_subprocess():
     run_file_natively(__file__)
-
-
-def make(shape, dtype, generator):
-    if dtype == torch.bool:
-        return torch.randint(0, 2, shape, generator=generator).bool()
-    if dtype.is_floating_point or dtype.is_complex:
-        return torch.randn(shape, generator=generator, dtype=dtype)
-    return torch.randint(0, 100, shape, generator=generator, dtype=dtype)
-
-
-def launches():
-    return oclvm._C.native_kernel_calls()
 
 
 @native_only

@@ -13,7 +13,8 @@ import torch
 
 import oclvm
 
-from native_util import NATIVE, native_only, run_file_natively
+from native_util import (NATIVE, copies, launches, native_only, on_device_as,
+                         run_file_natively)
 
 DTYPES = [torch.float32, torch.float64, torch.int64, torch.int32, torch.int16, torch.int8,
           torch.uint8]
@@ -24,14 +25,6 @@ def make(shape, dtype, generator):
         return torch.randn(shape, generator=generator, dtype=dtype)
     low = 0 if dtype == torch.uint8 else -20
     return torch.randint(low, 20, shape, generator=generator, dtype=dtype)
-
-
-def launches():
-    return oclvm._C.native_kernel_calls()
-
-
-def copies():
-    return oclvm._C.native_copy_calls()
 
 
 def test_each_device_says_which_path_it_takes():
@@ -97,9 +90,7 @@ def test_arithmetic_on_the_host_path_counts_as_fallback(op):
 
 
 def test_native_path_in_a_subprocess():
-    if not NATIVE and os.environ.get("OCLVM_ZERO_COPY") == "0":
-        pytest.skip("native kernels never stage operands: the run with host sections covers them")
-    run_file_natively(__file__)
+    run_file_natively(__file__, staged_too=False)
 
 
 # --- the native path --------------------------------------------------------------------------
@@ -301,11 +292,6 @@ def test_empty_and_high_rank_tensors():
     before = launches()
     expect_same(a.to("opencl") + b.to("opencl"), a + b)
     assert launches() == before
-
-
-def on_device_as(t, device="opencl"):
-    """`t` on the device with its own strides (a view keeps its layout)."""
-    return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=device).copy_(t)
 
 
 @native_only
@@ -819,107 +805,6 @@ def test_layer_norm_and_its_backward_run_on_the_device(dtype):
         assert (got.cpu().double() - reference).abs().max().item() <= max(cpu_error, 1e-12) * 2
     with pytest.raises(RuntimeError, match="normalized_shape"):
         torch.nn.functional.layer_norm(x.to("opencl"), [5])
-
-
-def answered_natively():
-    return oclvm._C.native_operator_calls()
-
-
-with_clblast = pytest.mark.skipif(not oclvm._C.native_matrix_products(),
-                                  reason="the module was built without CLBlast")
-
-
-@native_only
-@with_clblast
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
-def test_matrix_products_are_one_clblast_call_each(dtype):
-    """mm, bmm and addmm: one native call, operands read in place when their rows or columns are
-    contiguous and copied otherwise; values within the float rounding of another order of sums."""
-    g = torch.Generator().manual_seed(12)
-    a, b = make((9, 7), dtype, g), make((7, 5), dtype, g)
-    x, y = make((3, 6, 4), dtype, g), make((3, 4, 5), dtype, g)
-    bias, c = make((5,), dtype, g), make((9, 5), dtype, g)
-    nan_bias = torch.full((9, 5), float("nan"), dtype=dtype)
-    big_a, big_b = make((520, 300), dtype, g), make((260, 300), dtype, g)
-    big_x, big_y = make((3, 100, 130), dtype, g), make((3, 130, 140), dtype, g)
-    # (operator, its operands made with `to` from CPU tensors, keyword arguments, strided copies:
-    # addmm's self into its result, and operands CLBlast cannot read in place)
-    cases = [
-        (torch.mm, lambda to: (to(a), to(b)), {}, 0),
-        (torch.mm, lambda to: (to(a.t().contiguous()).t(), to(b)), {}, 0),
-        (torch.mm, lambda to: (to(a), to(b.t().contiguous()).t()), {}, 0),
-        (torch.mm, lambda to: (to(a)[1:8:3], to(b)), {}, 0),
-        (torch.mm, lambda to: (to(a)[:1], to(b)), {}, 0),
-        (torch.mm, lambda to: (to(a), to(b)[:, :1]), {}, 0),
-        (torch.mm, lambda to: (to(a)[:, ::2], to(b)[::2]), {}, 1),  # a: no dimension of stride 1
-        (torch.bmm, lambda to: (to(x), to(y)), {}, 0),
-        (torch.bmm, lambda to: (to(x.transpose(1, 2).contiguous()).transpose(1, 2), to(y)), {}, 0),
-        (torch.bmm, lambda to: (to(x), to(y[:1]).expand(3, 4, 5)), {}, 0),  # batch stride 0
-        (torch.bmm, lambda to: (to(x.transpose(0, 1).contiguous()).transpose(0, 1), to(y)), {},
-         0),  # batch stride below a matrix's extent
-        (torch.bmm, lambda to: (to(x), to(y[:, :1]).expand(3, 4, 5)), {}, 1),  # row stride 0
-        (torch.addmm, lambda to: (to(bias), to(a), to(b)), {}, 1),
-        (torch.addmm, lambda to: (to(bias)[None], to(a), to(b)), {"beta": 2, "alpha": 3}, 1),
-        (torch.addmm, lambda to: (to(c), to(a.t().contiguous()).t(), to(b)), {"alpha": -0.5}, 1),
-        (torch.addmm, lambda to: (to(nan_bias), to(a), to(b)), {"beta": 0}, 0),  # self ignored
-        # large enough for CLBlast's indirect kernels (padding, scratch buffers), batched too
-        (torch.mm, lambda to: (to(big_a), to(big_b).t()), {}, 0),
-        (torch.bmm, lambda to: (to(big_x), to(big_y)), {}, 0),
-    ]
-    torch.opencl.reset_fallback_counts()
-    for op, operands, kwargs, strided_copies in cases:
-        before, before_copies = answered_natively(), copies()
-        got, expected = op(*operands(on_device_as), **kwargs), op(*operands(lambda t: t), **kwargs)
-        assert answered_natively() == before + 1, op
-        assert copies() == before_copies + strided_copies, op
-        assert got.device.type == "opencl" and got.stride() == expected.stride()
-        # float32 sums of k products in another order: within k ulps of the terms' size
-        tolerance = dict(rtol=1e-4, atol=1e-4) if got.shape[-1] > 100 else {}
-        torch.testing.assert_close(got.cpu(), expected, **tolerance)
-    assert torch.opencl.fallback_counts() == {}
-    # beta 0: CLBlast does not use the result's old contents, NaN included (the allocator hands a
-    # freed block of the same size straight back)
-    for left, right in [(a, b), (big_a, big_b.t())]:
-        left, right = left.to("opencl"), on_device_as(right)
-        stale = torch.full((left.shape[0], right.shape[1]), float("nan"), dtype=dtype,
-                           device="opencl")
-        address = stale.data_ptr()
-        del stale
-        got = torch.mm(left, right)
-        assert got.data_ptr() == address
-        assert not torch.isnan(got.cpu()).any()
-
-
-@native_only
-@with_clblast
-def test_matrix_products_the_native_path_leaves_give_the_cpus_values_and_errors():
-    g = torch.Generator().manual_seed(13)
-    a, b = make((4, 3), torch.float32, g), make((3, 2), torch.float32, g)
-    da, db = a.to("opencl"), b.to("opencl")
-    before = answered_natively()
-    assert torch.equal(torch.mm(da.long(), db.long()).cpu(), a.long() @ b.long())  # integers
-    assert torch.equal(torch.mm(da[:, :0], db[:0]).cpu(), torch.zeros(4, 2))  # k = 0
-    assert torch.mm(da[:0], db).shape == (0, 2)
-    assert answered_natively() == before
-    with pytest.raises(RuntimeError, match="cannot be multiplied"):
-        torch.mm(da, da)
-    with pytest.raises(RuntimeError, match="same dtype"):
-        torch.mm(da, db.double())
-    with pytest.raises(RuntimeError, match="Expected size for first two dimensions of batch2"):
-        torch.bmm(da[None].expand(2, 4, 3), db[None])
-    with pytest.raises(RuntimeError, match="expand"):
-        torch.addmm(torch.ones(3, device="opencl"), da, db)
-    with pytest.raises(RuntimeError, match="device"):
-        torch.mm(da, b)
-    with pytest.raises(RuntimeError, match="without overflow"):
-        torch.addmm(db[0], da, db, alpha=1e39)
-    assert torch.equal(da.cpu(), a) and torch.equal(db.cpu(), b)
-    if torch.opencl.device_count() > 1:
-        got = torch.mm(a.to("opencl:1"), b.to("opencl:1"))
-        assert got.device == torch.device("opencl:1")
-        torch.testing.assert_close(got.cpu(), a @ b)
-        with pytest.raises(RuntimeError, match="device"):
-            torch.mm(da, b.to("opencl:1"))
 
 
 @native_only

@@ -112,7 +112,8 @@ NATIVE_OPERATORS = ["add", "sub", "mul", "div.no_rounding_mode", "true_divide", 
                     "mean", "arange", "log_softmax", "nn.functional.cross_entropy",
                     "torch.ops.aten._safe_softmax.default", "nn.functional.gelu",
                     "nn.functional.silu", "nn.functional.relu", "index_select",
-                    "nn.functional.embedding", "nn.functional.nll_loss"]
+                    "nn.functional.embedding", "nn.functional.nll_loss", "gather", "scatter",
+                    "scatter_add", "take_along_dim", "index_add"]
 
 
 def test_native_operators_match_the_cpu(tmp_path):
