@@ -24,6 +24,7 @@
 #include "adapters/torch/host_results.h"
 #include "adapters/torch/host_view.h"
 #include "adapters/torch/native_kernels.h"
+#include "adapters/torch/native_operators.h"
 #include "adapters/torch/operator_facts.h"
 
 namespace oclvm::torch_adapter {
@@ -570,6 +571,24 @@ std::unordered_set<std::string> register_host_kernels(torch::Library& m) {
   add<at::_ops::sub_Tensor>(m, routed);
   add<at::_ops::mul_Tensor>(m, routed);
   add<at::_ops::div_Tensor>(m, routed);
+  // Masks and their arithmetic (attention masks, padding, position buckets).
+  add<at::_ops::eq_Tensor>(m, routed);
+  add<at::_ops::eq_Scalar>(m, routed);
+  add<at::_ops::ne_Tensor>(m, routed);
+  add<at::_ops::ne_Scalar>(m, routed);
+  add<at::_ops::lt_Tensor>(m, routed);
+  add<at::_ops::lt_Scalar>(m, routed);
+  add<at::_ops::le_Tensor>(m, routed);
+  add<at::_ops::le_Scalar>(m, routed);
+  add<at::_ops::gt_Tensor>(m, routed);
+  add<at::_ops::gt_Scalar>(m, routed);
+  add<at::_ops::ge_Tensor>(m, routed);
+  add<at::_ops::ge_Scalar>(m, routed);
+  add<at::_ops::bitwise_and_Tensor>(m, routed);
+  add<at::_ops::bitwise_or_Tensor>(m, routed);
+  add<at::_ops::bitwise_xor_Tensor>(m, routed);
+  add<at::_ops::minimum>(m, routed);
+  add<at::_ops::maximum>(m, routed);
   add<at::_ops::pow_Tensor_Scalar>(m, routed);
   add<at::_ops::native_dropout_backward>(m, routed);
   add<at::_ops::cat>(m, routed);  // its native kernel only: the host path has no list operands

@@ -47,6 +47,17 @@ const char* op_name(BinaryOp op) {
     case BinaryOp::kSiluBackward: return "silu_backward";
     case BinaryOp::kRelu: return "relu";
     case BinaryOp::kThresholdBackward: return "threshold_backward";
+    case BinaryOp::kEq: return "eq";
+    case BinaryOp::kNe: return "ne";
+    case BinaryOp::kLt: return "lt";
+    case BinaryOp::kLe: return "le";
+    case BinaryOp::kGt: return "gt";
+    case BinaryOp::kGe: return "ge";
+    case BinaryOp::kBitwiseAnd: return "bitwise_and";
+    case BinaryOp::kBitwiseOr: return "bitwise_or";
+    case BinaryOp::kBitwiseXor: return "bitwise_xor";
+    case BinaryOp::kMinimum: return "minimum";
+    case BinaryOp::kMaximum: return "maximum";
   }
   return "?";
 }
@@ -121,6 +132,19 @@ std::string expression(BinaryOp op, at::ScalarType compute) {
       return "x < (" + t + ")0 ? (" + t + ")0 : x";
     case BinaryOp::kThresholdBackward:  // x the forward's input, y the gradient
       return "x <= alpha ? (" + t + ")0 : y";
+    case BinaryOp::kEq: return "x == y";
+    case BinaryOp::kNe: return "x != y";
+    case BinaryOp::kLt: return "x < y";
+    case BinaryOp::kLe: return "x <= y";
+    case BinaryOp::kGt: return "x > y";
+    case BinaryOp::kGe: return "x >= y";
+    case BinaryOp::kBitwiseAnd: return "x & y";
+    case BinaryOp::kBitwiseOr: return "x | y";
+    case BinaryOp::kBitwiseXor: return "x ^ y";
+    case BinaryOp::kMinimum:  // NaN when either is NaN, as the CPU's
+      return floating ? "isnan(x) || isnan(y) ? x + y : (x < y ? x : y)" : "x < y ? x : y";
+    case BinaryOp::kMaximum:
+      return floating ? "isnan(x) || isnan(y) ? x + y : (x > y ? x : y)" : "x > y ? x : y";
     case BinaryOp::kSiluBackward:  // dy * s * (1 + x * (1 - s)), s = sigmoid(x)
       return "x * ((" + t + ")1 / ((" + t + ")1 + exp(-y))) * ((" + t + ")1 + y * ((" + t +
              ")1 - (" + t + ")1 / ((" + t + ")1 + exp(-y))))";

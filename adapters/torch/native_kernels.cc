@@ -1,8 +1,8 @@
-// adapters/torch/native_kernels.cc — elementwise arithmetic, activations, where and isneginf as
-// OpenCL kernels generated per (operator, dtypes, rank) and launched through the VM, the strided
-// copy made of the same kernels, cat and pow built from them (native_kernels.h), and the table
-// of every family's compiled kernels (native_kernel_table.h). The kernels' OpenCL C is
-// native_elementwise_source.cc's; the operators composed of these are native_composite.cc's.
+// adapters/torch/native_kernels.cc — elementwise arithmetic, comparisons, activations, where and
+// isneginf as OpenCL kernels generated per (operator, dtypes, rank) and launched through the VM,
+// the strided copy made of the same kernels, and cat and pow built from them (native_kernels.h).
+// The kernels' OpenCL C is native_elementwise_source.cc's; the operators composed of these are
+// native_composite.cc's; the table of compiled kernels is native_kernel_table.cc's.
 
 #include "adapters/torch/native_kernels.h"
 
@@ -23,19 +23,14 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <type_traits>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
-#include "adapters/torch/allocator.h"
 #include "adapters/torch/device.h"
-#include "adapters/torch/host_view.h"
 #include "adapters/torch/native_kernel_table.h"
 #include "adapters/torch/native_launches.h"
-#include "oclvm/instructions/builder.h"
 #include "oclvm/instructions/instructions.h"
 
 namespace oclvm::torch_adapter {
@@ -79,6 +74,11 @@ namespace oclvm::torch_adapter {
 // (FP_CONTRACT OFF): each rounds where the CPU's does. isneginf is a unary kernel of the same
 // kind with a bool result (kIsNegInf).
 //
+// The comparisons (kEq ... kGe) compute in the promoted dtype, bools as 0 and 1, and write a bool
+// result laid out as the CPU's (its meta layout found with the operands converted to the promoted
+// dtype, as the CPU's TensorIterator converts them); the bitwise operators take integers and
+// bools, minimum and maximum any number type, NaN when either operand is NaN.
+//
 // where reads a third input, its bool condition (kWhere; kWhereNot when self is the number and
 // the two values swap). Its result takes the layout the CPU's TensorIterator gives its three
 // inputs, computed on meta tensors; its out= form (native_where_out) takes an out that is
@@ -92,70 +92,7 @@ std::atomic<uint64_t> g_launches{0};  // of operators (native_kernel_calls)
 std::atomic<uint64_t> g_copies{0};    // of native_copy (native_copy_calls)
 std::atomic<uint64_t> g_calls{0};     // operator calls answered natively (native_operator_calls)
 
-// The compiled kernels of every family (native_kernel_table.h), by (family, device, id).
-class KernelTable {
- public:
-  std::shared_ptr<const Kernel> get(c10::DeviceIndex device, NativeKernelFamily family,
-                                    uint64_t id, const std::function<KernelSource()>& make) {
-    const uint64_t key = (static_cast<uint64_t>(family) << 56) |
-                         (static_cast<uint64_t>(static_cast<uint8_t>(device)) << 48) |
-                         (id & ((uint64_t{1} << 48) - 1));
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      auto it = kernels_.find(key);
-      if (it != kernels_.end()) return it->second;
-    }
-    const KernelSource source = make();
-    std::shared_ptr<const Kernel> kernel;
-    try {
-      kernel = translate_errors(
-          [&] { return runtime().builder().kernel(to_oclvm(device), source); });
-    } catch (const c10::Error& e) {
-      const std::string what = e.what_without_backtrace();
-      TORCH_WARN("oclvm: opencl:", static_cast<int>(device), " could not build the native kernel ",
-                 source.name, "; its calls run a CPU kernel: ", what.substr(0, what.find('\n')));
-    }
-    std::lock_guard<std::mutex> lock(mutex_);
-    return kernels_.emplace(key, std::move(kernel)).first->second;
-  }
-
- private:
-  std::mutex mutex_;
-  std::unordered_map<uint64_t, std::shared_ptr<const Kernel>> kernels_;  // guarded by mutex_
-};
-
 }  // namespace
-
-const char* cl_type(at::ScalarType type) {
-  switch (type) {
-    case at::kFloat: return "float";
-    case at::kDouble: return "double";
-    case at::kLong: return "long";
-    case at::kInt: return "int";
-    case at::kShort: return "short";
-    case at::kChar: return "char";
-    case at::kByte: return "uchar";
-    case at::kBool: return "uchar";  // one byte, 0 or 1
-    default: return nullptr;
-  }
-}
-
-const char* cl_bits_type(size_t bytes) {
-  switch (bytes) {
-    case 1: return "uchar";
-    case 2: return "ushort";
-    case 4: return "uint";
-    case 8: return "ulong";
-    default: return nullptr;
-  }
-}
-
-std::shared_ptr<const Kernel> native_kernel(c10::DeviceIndex device, NativeKernelFamily family,
-                                            uint64_t id,
-                                            const std::function<KernelSource()>& source) {
-  static KernelTable* const table = new KernelTable();  // never destroyed: used until exit
-  return table->get(device, family, id, source);
-}
 
 namespace {
 
@@ -260,7 +197,15 @@ std::optional<at::ScalarType> compute_type(BinaryOp op, const at::Tensor& self,
   if (op == BinaryOp::kDiv && at::isIntegralType(compute, /*includeBool=*/true)) {
     compute = c10::typeMetaToScalarType(c10::get_default_dtype());
   }
-  if (!computes_in(compute)) return std::nullopt;
+  const bool bitwise = op == BinaryOp::kBitwiseAnd || op == BinaryOp::kBitwiseOr ||
+                       op == BinaryOp::kBitwiseXor;
+  if (bitwise && !at::isIntegralType(compute, /*includeBool=*/true)) {
+    return std::nullopt;  // the CPU's error for floats
+  }
+  // Comparisons and bitwise operators take bools as they are (0 and 1); the others compute in a
+  // number type.
+  const bool takes_bool = compares(op) || bitwise;
+  if (!computes_in(compute) && !(takes_bool && compute == at::kBool)) return std::nullopt;
   if (op == BinaryOp::kSub &&
       (self.scalar_type() == at::kBool || other.scalar_type() == at::kBool)) {
     return std::nullopt;  // the CPU refuses subtraction with a bool tensor
@@ -329,7 +274,7 @@ std::shared_ptr<const Kernel> kernel_for(BinaryOp op, at::ScalarType compute,
 // on how it breaks ties), those the same operator computes on meta tensors of the operands' sizes
 // and strides, without touching data.
 at::Tensor new_result(at::IntArrayRef sizes, at::ScalarType dtype, const at::Tensor& self,
-                      const at::Tensor& other) {
+                      const at::Tensor& other, std::optional<at::ScalarType> inputs_as = {}) {
   const at::TensorOptions options = self.options().dtype(dtype);
   // TensorIterator's fast set-up: both operands of the result's shape, both contiguous, both
   // channels-last, or both dense with the same strides (an (N,C,1,1) tensor is both of the first
@@ -355,12 +300,14 @@ at::Tensor new_result(at::IntArrayRef sizes, at::ScalarType dtype, const at::Ten
       return at::empty(sizes, options);
     }
   }
-  // Each operand first converted to the result's dtype, as the CPU's TensorIterator converts its
-  // inputs (.to(): a view with gaps becomes contiguous).
+  // Each operand first converted to the computation's dtype (`inputs_as`; the result's unless
+  // given), as the CPU's TensorIterator converts its inputs (.to(): a view with gaps becomes
+  // contiguous).
+  const at::ScalarType common = inputs_as.value_or(dtype);
   const auto meta = [&](const at::Tensor& t) {
     at::Tensor m = at::empty_strided(t.sizes(), t.strides(),
                                      at::dtype(t.scalar_type()).device(at::kMeta));
-    return t.scalar_type() == dtype ? m : m.to(dtype);
+    return t.scalar_type() == common ? m : m.to(common);
   };
   const at::Tensor layout = at::add(meta(self), meta(other));
   return at::empty_strided(sizes, layout.strides(), options);
@@ -408,7 +355,7 @@ std::optional<at::Tensor> native_binary(BinaryOp op, const at::Tensor& self,
   const std::optional<at::ScalarType> compute = compute_type(op, self, other, alpha);
   if (!compute) return std::nullopt;
   const std::vector<int64_t> sizes = at::infer_size(self.sizes(), other.sizes());
-  at::Tensor out = new_result(sizes, *compute, self, other);
+  at::Tensor out = new_result(sizes, compares(op) ? at::kBool : *compute, self, other, *compute);
   if (out.numel() == 0) return out;
   Layout layout;
   const std::shared_ptr<const Kernel> kernel = kernel_for(op, *compute, out, self, other, &layout);
@@ -420,7 +367,7 @@ std::optional<at::Tensor> native_binary(BinaryOp op, const at::Tensor& self,
 bool native_binary_(BinaryOp op, const at::Tensor& self, const at::Tensor& other,
                     const at::Scalar& alpha) {
   const std::optional<at::ScalarType> compute = compute_type(op, self, other, alpha);
-  if (!compute || !computes_in(self.scalar_type()) ||
+  if (!compute || compares(op) || !computes_in(self.scalar_type()) ||
       !c10::canCast(*compute, self.scalar_type()) || !elements_are_distinct(self)) {
     return false;  // the CPU's error, or a layout it proves distinct where this does not
   }
@@ -768,23 +715,9 @@ bool native_float64(c10::DeviceIndex index) {
   return binary_kernel(index, key) != nullptr;
 }
 
-LaunchArg blob_arg(const at::Tensor& t, KernelAccess access) {
-  const BlobRef ref = element0(t);
-  return LaunchArg::of_blob(ref.blob, ref.offset, access);
-}
-
 uint64_t native_kernel_calls() { return g_launches.load(std::memory_order_relaxed); }
 
 void count_native_launch() { g_launches.fetch_add(1, std::memory_order_relaxed); }
-
-void run_native_kernel(const std::shared_ptr<const Kernel>& kernel, const at::Tensor& out,
-                       const std::vector<LaunchArg>& args, size_t work_items) {
-  LaunchRange range;
-  range.global[0] = work_items;
-  InstructionsBuilder builder = runtime().builder();
-  translate_errors([&] { builder.launch(stream_of(out), kernel, range, args); });
-  submit_native(out.device().index(), builder.take());
-}
 
 uint64_t native_copy_calls() { return g_copies.load(std::memory_order_relaxed); }
 

@@ -4,18 +4,18 @@
 // Each function here runs an operator as LaunchKernel instructions (native_kernels.cc: elementwise
 // arithmetic, activations, where, copies, cat and pow; native_composite.cc: the _foreach_ loops,
 // mean, arange, tril and triu; native_index.cc: index_select and embedding's backward;
-// native_loss.cc: nll_loss; native_reduce.cc: sums, all and softmax; native_norm.cc: layer norm)
-// or, for the matrix products, a NativeCall of CLBlast's (native_blas.cc), through the adapter's
-// Runtime, on the current stream of the operands' device, or answers that it does not take the call
-// (nullopt / false) having done nothing, and the caller goes on to the host kernel or the CPU
-// fallback: the values and errors of those calls stay the CPU's. Each file's Note says which calls
-// it takes.
+// native_scatter.cc: gather, the scatters and index_add; native_loss.cc: nll_loss;
+// native_reduce.cc: sums, all and softmax; native_norm.cc: layer norm) or, for the matrix products,
+// a NativeCall of CLBlast's (native_blas.cc), through the adapter's Runtime, on the current stream
+// of the operands' device, or answers that it does not take the call (nullopt / false) having done
+// nothing, and the caller goes on to the host kernel or the CPU fallback: the values and errors of
+// those calls stay the CPU's. Each file's Note says which calls it takes. native_operators.h says
+// which torch operator each function answers.
 //
 // Thread-safety: any thread, as every operator; the compiled kernels are shared under a mutex and
 // the VM orders the device work.
 #pragma once
 
-#include <ATen/Operators.h>
 #include <ATen/core/Tensor.h>
 
 #include <array>
@@ -37,7 +37,9 @@ namespace oclvm::torch_adapter {
 // kGeluTanh (tanh's approximation) and kSilu (`other` is unused). Their backward ops take the
 // output's gradient as self and the activation's input as other. kRelu: out = max(self, 0) (NaN
 // and -0.0 kept); kThresholdBackward: out = self <= alpha ? 0 : other, self the forward's input
-// and other the gradient.
+// and other the gradient. kEq, kNe, kLt, kLe, kGt and kGe compare in the promoted dtype and give
+// a bool result; kBitwiseAnd, kBitwiseOr and kBitwiseXor take integers and bools; kMinimum and
+// kMaximum propagate NaN, as torch.minimum and torch.maximum.
 enum class BinaryOp : uint8_t {
   kAdd,
   kSub,
@@ -63,11 +65,25 @@ enum class BinaryOp : uint8_t {
   kSiluBackward,
   kRelu,
   kThresholdBackward,
+  kEq,
+  kNe,
+  kLt,
+  kLe,
+  kGt,
+  kGe,
+  kBitwiseAnd,
+  kBitwiseOr,
+  kBitwiseXor,
+  kMinimum,
+  kMaximum,
 };
 
+// Whether `op` compares (kEq ... kGe: a bool result).
+inline bool compares(BinaryOp op) { return op >= BinaryOp::kEq && op <= BinaryOp::kGe; }
+
 // self (op) other for an op other than kCopy, `alpha` scaling other for kAdd and kSub (1 for the
-// others), as the functional operator (add.Tensor, ...); nullopt when the native path does not
-// take the call.
+// others), as the functional operator (add.Tensor, eq.Tensor, ...; a number as `other` arrives as
+// a wrapped 0-dim CPU tensor); nullopt when the native path does not take the call.
 std::optional<at::Tensor> native_binary(BinaryOp op, const at::Tensor& self,
                                         const at::Tensor& other, const at::Scalar& alpha);
 // The in-place form (add_.Tensor, ...): writes self; false when the native path does not take it.
@@ -274,500 +290,5 @@ uint64_t native_copy_calls();
 // count each call once, however many launches it made), and the count itself.
 uint64_t native_operator_calls();
 void count_native_call();
-
-// The native kernel of a torch operator, for the unboxed kernels' templates (host_kernels.cc):
-// `exists` says whether there is one; call() returns the result, nullopt (or false for an
-// in-place operator) when the native path does not take the call.
-template <class Op>
-struct NativeKernel {
-  static constexpr bool exists = false;
-};
-
-template <BinaryOp kOp>
-struct NativeBinaryKernel {
-  static constexpr bool exists = true;
-  static std::optional<at::Tensor> call(const at::Tensor& self, const at::Tensor& other,
-                                        const at::Scalar& alpha) {
-    return native_binary(kOp, self, other, alpha);
-  }
-  static std::optional<at::Tensor> call(const at::Tensor& self, const at::Tensor& other) {
-    return native_binary(kOp, self, other, 1);
-  }
-};
-
-template <BinaryOp kOp>
-struct NativeBinaryInPlaceKernel {
-  static constexpr bool exists = true;
-  static bool call(const at::Tensor& self, const at::Tensor& other, const at::Scalar& alpha) {
-    return native_binary_(kOp, self, other, alpha);
-  }
-  static bool call(const at::Tensor& self, const at::Tensor& other) {
-    return native_binary_(kOp, self, other, 1);
-  }
-};
-
-template <>
-struct NativeKernel<at::_ops::add_Tensor> : NativeBinaryKernel<BinaryOp::kAdd> {};
-template <>
-struct NativeKernel<at::_ops::sub_Tensor> : NativeBinaryKernel<BinaryOp::kSub> {};
-template <>
-struct NativeKernel<at::_ops::mul_Tensor> : NativeBinaryKernel<BinaryOp::kMul> {};
-template <>
-struct NativeKernel<at::_ops::div_Tensor> : NativeBinaryKernel<BinaryOp::kDiv> {};
-template <>
-struct NativeKernel<at::_ops::add__Tensor> : NativeBinaryInPlaceKernel<BinaryOp::kAdd> {};
-template <>
-struct NativeKernel<at::_ops::sub__Tensor> : NativeBinaryInPlaceKernel<BinaryOp::kSub> {};
-template <>
-struct NativeKernel<at::_ops::mul__Tensor> : NativeBinaryInPlaceKernel<BinaryOp::kMul> {};
-template <>
-struct NativeKernel<at::_ops::div__Tensor> : NativeBinaryInPlaceKernel<BinaryOp::kDiv> {};
-
-// The _foreach_ forms' native kernels count their own calls (native_foreach_).
-template <>
-struct NativeKernel<at::_ops::_foreach_add__Scalar> {
-  static constexpr bool exists = true;
-  static bool call(at::TensorList self, const at::Scalar& scalar) {
-    return native_foreach_(BinaryOp::kAdd, self, {}, {scalar}, /*one_scalar=*/true, 1);
-  }
-};
-template <>
-struct NativeKernel<at::_ops::_foreach_add__List> {
-  static constexpr bool exists = true;
-  static bool call(at::TensorList self, at::TensorList other, const at::Scalar& alpha) {
-    return native_foreach_(BinaryOp::kAdd, self, other, {}, false, alpha);
-  }
-};
-template <>
-struct NativeKernel<at::_ops::_foreach_mul__Scalar> {
-  static constexpr bool exists = true;
-  static bool call(at::TensorList self, const at::Scalar& scalar) {
-    return native_foreach_(BinaryOp::kMul, self, {}, {scalar}, /*one_scalar=*/true, 1);
-  }
-};
-template <>
-struct NativeKernel<at::_ops::_foreach_mul__List> {
-  static constexpr bool exists = true;
-  static bool call(at::TensorList self, at::TensorList other) {
-    return native_foreach_(BinaryOp::kMul, self, other, {}, false, 1);
-  }
-};
-template <>
-struct NativeKernel<at::_ops::_foreach_div__Scalar> {
-  static constexpr bool exists = true;
-  static bool call(at::TensorList self, const at::Scalar& scalar) {
-    return native_foreach_(BinaryOp::kDiv, self, {}, {scalar}, /*one_scalar=*/true, 1);
-  }
-};
-template <>
-struct NativeKernel<at::_ops::_foreach_div__ScalarList> {
-  static constexpr bool exists = true;
-  static bool call(at::TensorList self, at::ArrayRef<at::Scalar> scalars) {
-    return native_foreach_(BinaryOp::kDiv, self, {}, scalars, /*one_scalar=*/false, 1);
-  }
-};
-
-template <>
-struct NativeKernel<at::_ops::_foreach_addcmul__Scalar> {
-  static constexpr bool exists = true;
-  static bool call(at::TensorList self, at::TensorList first, at::TensorList second,
-                   const at::Scalar& value) {
-    return native_foreach_pointwise_(BinaryOp::kAddcmul, self, first, second, {value},
-                                     /*one_scalar=*/true);
-  }
-};
-template <>
-struct NativeKernel<at::_ops::_foreach_addcdiv__Scalar> {
-  static constexpr bool exists = true;
-  static bool call(at::TensorList self, at::TensorList first, at::TensorList second,
-                   const at::Scalar& value) {
-    return native_foreach_pointwise_(BinaryOp::kAddcdiv, self, first, second, {value},
-                                     /*one_scalar=*/true);
-  }
-};
-template <>
-struct NativeKernel<at::_ops::_foreach_addcdiv__ScalarList> {
-  static constexpr bool exists = true;
-  static bool call(at::TensorList self, at::TensorList first, at::TensorList second,
-                   at::ArrayRef<at::Scalar> scalars) {
-    return native_foreach_pointwise_(BinaryOp::kAddcdiv, self, first, second, scalars,
-                                     /*one_scalar=*/false);
-  }
-};
-template <>
-struct NativeKernel<at::_ops::_foreach_lerp__Scalar> {
-  static constexpr bool exists = true;
-  static bool call(at::TensorList self, at::TensorList end, const at::Scalar& weight) {
-    return native_foreach_pointwise_(BinaryOp::kLerp, self, end, {}, {weight},
-                                     /*one_scalar=*/true);
-  }
-};
-template <>
-struct NativeKernel<at::_ops::_foreach_sqrt> {
-  static constexpr bool exists = true;
-  static std::optional<std::vector<at::Tensor>> call(at::TensorList self) {
-    return native_foreach_sqrt(self);
-  }
-};
-template <>
-struct NativeKernel<at::_ops::gelu> {
-  static constexpr bool exists = true;
-  static std::optional<at::Tensor> call(const at::Tensor& self, c10::string_view approximate) {
-    return native_gelu(self, approximate);
-  }
-};
-template <>
-struct NativeKernel<at::_ops::gelu_backward> {
-  static constexpr bool exists = true;
-  static std::optional<at::Tensor> call(const at::Tensor& grad, const at::Tensor& self,
-                                        c10::string_view approximate) {
-    if (approximate != "none" && approximate != "tanh") return std::nullopt;
-    return native_activation_backward(
-        approximate == "tanh" ? BinaryOp::kGeluTanhBackward : BinaryOp::kGeluBackward, grad,
-        self);
-  }
-};
-template <>
-struct NativeKernel<at::_ops::silu> {
-  static constexpr bool exists = true;
-  static std::optional<at::Tensor> call(const at::Tensor& self) { return native_silu(self); }
-};
-template <>
-struct NativeKernel<at::_ops::silu_backward> {
-  static constexpr bool exists = true;
-  static std::optional<at::Tensor> call(const at::Tensor& grad, const at::Tensor& self) {
-    return native_activation_backward(BinaryOp::kSiluBackward, grad, self);
-  }
-};
-template <>
-struct NativeKernel<at::_ops::relu> {
-  static constexpr bool exists = true;
-  static std::optional<at::Tensor> call(const at::Tensor& self) { return native_relu(self); }
-};
-template <>
-struct NativeKernel<at::_ops::threshold_backward> {
-  static constexpr bool exists = true;
-  static std::optional<at::Tensor> call(const at::Tensor& grad, const at::Tensor& self,
-                                        const at::Scalar& threshold) {
-    return native_threshold_backward(grad, self, threshold);
-  }
-};
-template <>
-struct NativeKernel<at::_ops::rsqrt> {
-  static constexpr bool exists = true;
-  static std::optional<at::Tensor> call(const at::Tensor& self) { return native_rsqrt(self); }
-};
-template <>
-struct NativeKernel<at::_ops::neg> {
-  static constexpr bool exists = true;
-  static std::optional<at::Tensor> call(const at::Tensor& self) { return native_neg(self); }
-};
-template <>
-struct NativeKernel<at::_ops::mean_dim> {
-  static constexpr bool exists = true;
-  static std::optional<at::Tensor> call(const at::Tensor& self, at::OptionalIntArrayRef dim,
-                                        bool keepdim, std::optional<at::ScalarType> dtype) {
-    return native_mean(self, dim, keepdim, dtype);
-  }
-};
-template <>
-struct NativeKernel<at::_ops::arange_start_out> {
-  static constexpr bool exists = true;
-  static bool call(const at::Scalar& start, const at::Scalar& end, const at::Scalar& step,
-                   at::Tensor& out) {
-    return native_arange_out(start, end, step, out);
-  }
-};
-template <>
-struct NativeKernel<at::_ops::sqrt> {
-  static constexpr bool exists = true;
-  static std::optional<at::Tensor> call(const at::Tensor& self) { return native_sqrt(self); }
-};
-
-template <>
-struct NativeKernel<at::_ops::native_dropout_backward> {
-  static constexpr bool exists = true;
-  static std::optional<at::Tensor> call(const at::Tensor& grad, const at::Tensor& mask,
-                                        double scale) {
-    return native_dropout_grad(grad, mask, scale);
-  }
-};
-template <>
-struct NativeKernel<at::_ops::pow_Tensor_Scalar> {
-  static constexpr bool exists = true;
-  static std::optional<at::Tensor> call(const at::Tensor& self, const at::Scalar& exponent) {
-    return native_pow(self, exponent);
-  }
-};
-
-template <>
-struct NativeKernel<at::_ops::cat> {
-  static constexpr bool exists = true;
-  static std::optional<at::Tensor> call(const at::ITensorListRef& tensors, int64_t dim) {
-    return native_cat(tensors, dim);
-  }
-};
-
-template <>
-struct NativeKernel<at::_ops::tanh> {
-  static constexpr bool exists = true;
-  static std::optional<at::Tensor> call(const at::Tensor& self) { return native_tanh(self); }
-};
-template <>
-struct NativeKernel<at::_ops::tanh_backward> {
-  static constexpr bool exists = true;
-  static std::optional<at::Tensor> call(const at::Tensor& grad, const at::Tensor& output) {
-    return native_tanh_backward(grad, output);
-  }
-};
-template <>
-struct NativeKernel<at::_ops::isneginf> {
-  static constexpr bool exists = true;
-  static std::optional<at::Tensor> call(const at::Tensor& self) { return native_isneginf(self); }
-};
-template <>
-struct NativeKernel<at::_ops::where_self> {
-  static constexpr bool exists = true;
-  static std::optional<at::Tensor> call(const at::Tensor& condition, const at::Tensor& self,
-                                        const at::Tensor& other) {
-    return native_where(condition, self, other);
-  }
-};
-template <>
-struct NativeKernel<at::_ops::where_self_out> {
-  static constexpr bool exists = true;
-  static bool call(const at::Tensor& condition, const at::Tensor& self, const at::Tensor& other,
-                   at::Tensor& out) {
-    return native_where_out(condition, self, other, out);
-  }
-};
-template <>
-struct NativeKernel<at::_ops::tril> {
-  static constexpr bool exists = true;
-  static std::optional<at::Tensor> call(const at::Tensor& self, c10::SymInt diagonal) {
-    const std::optional<int64_t> value = diagonal.maybe_as_int();
-    if (!value) return std::nullopt;
-    return native_triangle(self, *value, /*lower=*/true);
-  }
-};
-template <>
-struct NativeKernel<at::_ops::triu> {
-  static constexpr bool exists = true;
-  static std::optional<at::Tensor> call(const at::Tensor& self, c10::SymInt diagonal) {
-    const std::optional<int64_t> value = diagonal.maybe_as_int();
-    if (!value) return std::nullopt;
-    return native_triangle(self, *value, /*lower=*/false);
-  }
-};
-template <>
-struct NativeKernel<at::_ops::index_select> {
-  static constexpr bool exists = true;
-  static std::optional<at::Tensor> call(const at::Tensor& self, int64_t dim,
-                                        const at::Tensor& index) {
-    return native_index_select(self, dim, index);
-  }
-};
-template <>
-struct NativeKernel<at::_ops::embedding_dense_backward> {
-  static constexpr bool exists = true;
-  static std::optional<at::Tensor> call(const at::Tensor& grad, const at::Tensor& indices,
-                                        c10::SymInt num_weights, c10::SymInt padding_idx,
-                                        bool scale_grad_by_freq) {
-    const std::optional<int64_t> weights = num_weights.maybe_as_int();
-    const std::optional<int64_t> padding = padding_idx.maybe_as_int();
-    if (!weights || !padding) return std::nullopt;
-    return native_embedding_backward(grad, indices, *weights, *padding, scale_grad_by_freq);
-  }
-};
-template <>
-struct NativeKernel<at::_ops::gather> {
-  static constexpr bool exists = true;
-  static std::optional<at::Tensor> call(const at::Tensor& self, int64_t dim,
-                                        const at::Tensor& index, bool /*sparse_grad: backward*/) {
-    return native_gather(self, dim, index);
-  }
-};
-template <>
-struct NativeKernel<at::_ops::scatter_src> {
-  static constexpr bool exists = true;
-  static std::optional<at::Tensor> call(const at::Tensor& self, int64_t dim,
-                                        const at::Tensor& index, const at::Tensor& src) {
-    return native_scatter(self, dim, index, src);
-  }
-};
-template <>
-struct NativeKernel<at::_ops::scatter_value> {
-  static constexpr bool exists = true;
-  static std::optional<at::Tensor> call(const at::Tensor& self, int64_t dim,
-                                        const at::Tensor& index, const at::Scalar& value) {
-    return native_scatter(self, dim, index, value);
-  }
-};
-template <>
-struct NativeKernel<at::_ops::scatter_add> {
-  static constexpr bool exists = true;
-  static std::optional<at::Tensor> call(const at::Tensor& self, int64_t dim,
-                                        const at::Tensor& index, const at::Tensor& src) {
-    return native_scatter_add(self, dim, index, src);
-  }
-};
-template <>
-struct NativeKernel<at::_ops::scatter__src> {
-  static constexpr bool exists = true;
-  static bool call(const at::Tensor& self, int64_t dim, const at::Tensor& index,
-                   const at::Tensor& src) {
-    return native_scatter_(self, dim, index, src);
-  }
-};
-template <>
-struct NativeKernel<at::_ops::scatter__value> {
-  static constexpr bool exists = true;
-  static bool call(const at::Tensor& self, int64_t dim, const at::Tensor& index,
-                   const at::Scalar& value) {
-    return native_scatter_(self, dim, index, value);
-  }
-};
-template <>
-struct NativeKernel<at::_ops::scatter_add_> {
-  static constexpr bool exists = true;
-  static bool call(const at::Tensor& self, int64_t dim, const at::Tensor& index,
-                   const at::Tensor& src) {
-    return native_scatter_add_(self, dim, index, src);
-  }
-};
-template <>
-struct NativeKernel<at::_ops::mm_out> {
-  static constexpr bool exists = true;
-  static bool call(const at::Tensor& self, const at::Tensor& mat2, const at::Tensor& out) {
-    return native_mm_out(self, mat2, out);
-  }
-};
-template <>
-struct NativeKernel<at::_ops::index_add> {
-  static constexpr bool exists = true;
-  static std::optional<at::Tensor> call(const at::Tensor& self, int64_t dim,
-                                        const at::Tensor& index, const at::Tensor& source,
-                                        const at::Scalar& alpha) {
-    return native_index_add(self, dim, index, source, alpha);
-  }
-};
-template <>
-struct NativeKernel<at::_ops::index_add_> {
-  static constexpr bool exists = true;
-  static bool call(const at::Tensor& self, int64_t dim, const at::Tensor& index,
-                   const at::Tensor& source, const at::Scalar& alpha) {
-    return native_index_add_(self, dim, index, source, alpha);
-  }
-};
-template <>
-struct NativeKernel<at::_ops::nll_loss_forward> {
-  static constexpr bool exists = true;
-  static std::optional<std::tuple<at::Tensor, at::Tensor>> call(
-      const at::Tensor& self, const at::Tensor& target, const std::optional<at::Tensor>& weight,
-      int64_t reduction, c10::SymInt ignore_index) {
-    return native_nll_loss(self, target, weight, reduction, ignore_index);
-  }
-};
-template <>
-struct NativeKernel<at::_ops::nll_loss_backward> {
-  static constexpr bool exists = true;
-  static std::optional<at::Tensor> call(const at::Tensor& grad_output, const at::Tensor& self,
-                                        const at::Tensor& target,
-                                        const std::optional<at::Tensor>& weight,
-                                        int64_t reduction, c10::SymInt ignore_index,
-                                        const at::Tensor& total_weight) {
-    return native_nll_loss_backward(grad_output, self, target, weight, reduction, ignore_index,
-                                    total_weight);
-  }
-};
-template <>
-struct NativeKernel<at::_ops::all_dim> {
-  static constexpr bool exists = true;
-  static std::optional<at::Tensor> call(const at::Tensor& self, int64_t dim, bool keepdim) {
-    return native_all(self, dim, keepdim);
-  }
-};
-template <>
-struct NativeKernel<at::_ops::native_layer_norm> {
-  static constexpr bool exists = true;
-  static std::optional<std::tuple<at::Tensor, at::Tensor, at::Tensor>> call(
-      const at::Tensor& input, c10::SymIntArrayRef normalized,
-      const std::optional<at::Tensor>& weight, const std::optional<at::Tensor>& bias,
-      double eps) {
-    return native_layer_norm(input, normalized, weight, bias, eps);
-  }
-};
-template <>
-struct NativeKernel<at::_ops::native_layer_norm_backward> {
-  static constexpr bool exists = true;
-  static std::optional<std::tuple<at::Tensor, at::Tensor, at::Tensor>> call(
-      const at::Tensor& grad_out, const at::Tensor& input, c10::SymIntArrayRef normalized,
-      const at::Tensor& mean, const at::Tensor& rstd, const std::optional<at::Tensor>& weight,
-      const std::optional<at::Tensor>& bias, std::array<bool, 3> output_mask) {
-    return native_layer_norm_backward(grad_out, input, normalized, mean, rstd, weight, bias,
-                                      output_mask);
-  }
-};
-template <>
-struct NativeKernel<at::_ops::_softmax> {
-  static constexpr bool exists = true;
-  static std::optional<at::Tensor> call(const at::Tensor& self, int64_t dim, bool half_to_float) {
-    return native_softmax(self, dim, half_to_float);
-  }
-};
-template <>
-struct NativeKernel<at::_ops::_softmax_backward_data> {
-  static constexpr bool exists = true;
-  static std::optional<at::Tensor> call(const at::Tensor& grad, const at::Tensor& output,
-                                        int64_t dim, at::ScalarType input_dtype) {
-    return native_softmax_backward(grad, output, dim, input_dtype);
-  }
-};
-template <>
-struct NativeKernel<at::_ops::_log_softmax> {
-  static constexpr bool exists = true;
-  static std::optional<at::Tensor> call(const at::Tensor& self, int64_t dim, bool half_to_float) {
-    return native_softmax(self, dim, half_to_float, /*log=*/true);
-  }
-};
-template <>
-struct NativeKernel<at::_ops::_log_softmax_backward_data> {
-  static constexpr bool exists = true;
-  static std::optional<at::Tensor> call(const at::Tensor& grad, const at::Tensor& output,
-                                        int64_t dim, at::ScalarType input_dtype) {
-    return native_softmax_backward(grad, output, dim, input_dtype, /*log=*/true);
-  }
-};
-template <>
-struct NativeKernel<at::_ops::sum_dim_IntList> {
-  static constexpr bool exists = true;
-  static std::optional<at::Tensor> call(const at::Tensor& self, at::OptionalIntArrayRef dim,
-                                        bool keepdim, std::optional<at::ScalarType> dtype) {
-    return native_sum(self, dim, keepdim, dtype);
-  }
-};
-template <>
-struct NativeKernel<at::_ops::mm> {
-  static constexpr bool exists = true;
-  static std::optional<at::Tensor> call(const at::Tensor& self, const at::Tensor& mat2) {
-    return native_mm(self, mat2);
-  }
-};
-template <>
-struct NativeKernel<at::_ops::bmm> {
-  static constexpr bool exists = true;
-  static std::optional<at::Tensor> call(const at::Tensor& self, const at::Tensor& mat2) {
-    return native_bmm(self, mat2);
-  }
-};
-template <>
-struct NativeKernel<at::_ops::addmm> {
-  static constexpr bool exists = true;
-  static std::optional<at::Tensor> call(const at::Tensor& self, const at::Tensor& mat1,
-                                        const at::Tensor& mat2, const at::Scalar& beta,
-                                        const at::Scalar& alpha) {
-    return native_addmm(self, mat1, mat2, beta, alpha);
-  }
-};
 
 }  // namespace oclvm::torch_adapter

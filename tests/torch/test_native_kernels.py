@@ -52,19 +52,19 @@ def test_fallback_counts_name_the_operators_that_ran_a_cpu_kernel():
 
 
 def test_a_call_refused_for_its_devices_is_not_counted():
-    # dot and maximum reach the boxed fallback, whose device checks refuse them (dot's: every
-    # tensor on one device; maximum's, TensorIterator's: a CPU tensor only as a zero-dimensional
+    # dot and atan2 reach the boxed fallback, whose device checks refuse them (dot's: every
+    # tensor on one device; atan2's, TensorIterator's: a CPU tensor only as a zero-dimensional
     # scalar)
     x = torch.arange(6.0, device="opencl")
     torch.opencl.reset_fallback_counts()
     with pytest.raises(RuntimeError, match="same device"):
         torch.dot(x, torch.ones(6))
     with pytest.raises(RuntimeError, match="same device"):
-        torch.maximum(x, torch.ones(6))
+        torch.atan2(x, torch.ones(6))
     assert torch.opencl.fallback_counts() == {}
     torch.dot(x, x)
-    torch.maximum(x, torch.tensor(1.0))
-    assert torch.opencl.fallback_counts() == {"aten::dot": 1, "aten::maximum": 1}
+    torch.atan2(x, torch.tensor(1.0))
+    assert torch.opencl.fallback_counts() == {"aten::dot": 1, "aten::atan2": 1}
 
 
 def test_storage_operators_are_not_counted():
@@ -102,6 +102,15 @@ BINARY = {
     "sub_alpha": lambda x, y: torch.sub(x, y, alpha=2),
     "mul": lambda x, y: x * y,
     "div": lambda x, y: x / y,
+    "eq": lambda x, y: x == y,
+    "ne": lambda x, y: x != y,
+    "lt": lambda x, y: x < y,
+    "le": lambda x, y: x <= y,
+    "gt": lambda x, y: x > y,
+    "ge": lambda x, y: x >= y,
+    # a number as a 0-dim CPU tensor, which these take as a kernel argument too
+    "minimum": lambda x, y: torch.minimum(x, torch.as_tensor(y)),
+    "maximum": lambda x, y: torch.maximum(x, torch.as_tensor(y)),
 }
 
 
@@ -142,6 +151,32 @@ def test_binary_operators_equal_the_cpu(name, dtype):
         before = launches()
         expect_same(f(*on_device), f(x, y))
         assert launches() == before + 1, (x.shape, x.stride())
+
+
+@native_only
+@pytest.mark.parametrize("name", ["bitwise_and", "bitwise_or", "bitwise_xor"])
+def test_bitwise_operators_of_masks_and_integers_equal_the_cpu(name):
+    f = getattr(torch, name)
+    g = torch.Generator().manual_seed(3)
+    mask, row = torch.rand(5, 7, generator=g) > 0.5, torch.rand(7, generator=g) > 0.5
+    ints = make((5, 7), torch.int64, g)
+    for x, y in [(mask, row), (mask, mask.t().contiguous().t()), (ints, row),
+                 (ints.int(), ints), (mask, True), (ints, 6)]:
+        before = launches()
+        on_device = [v.to("opencl") if isinstance(v, torch.Tensor) else v for v in (x, y)]
+        expect_same(f(*on_device), f(x, y))
+        assert launches() == before + 1
+    with pytest.raises(NotImplementedError, match="not implemented for 'Float'"):
+        f(torch.ones(2, device="opencl"), torch.ones(2, device="opencl"))
+
+
+@native_only
+def test_comparisons_keep_nan_and_minimum_spreads_it():
+    x = torch.tensor([1.0, float("nan"), -0.0, float("inf"), 2.0])
+    y = torch.tensor([float("nan"), 1.0, 0.0, float("inf"), 3.0])
+    for f in (torch.eq, torch.ne, torch.lt, torch.le, torch.gt, torch.ge, torch.minimum,
+              torch.maximum):
+        expect_same(f(x.to("opencl"), y.to("opencl")), f(x, y))
 
 
 @native_only

@@ -113,7 +113,8 @@ NATIVE_OPERATORS = ["add", "sub", "mul", "div.no_rounding_mode", "true_divide", 
                     "torch.ops.aten._safe_softmax.default", "nn.functional.gelu",
                     "nn.functional.silu", "nn.functional.relu", "index_select",
                     "nn.functional.embedding", "nn.functional.nll_loss", "gather", "scatter",
-                    "scatter_add", "take_along_dim", "index_add"]
+                    "scatter_add", "take_along_dim", "index_add", "eq", "ne", "lt", "le", "gt",
+                    "ge", "bitwise_and", "bitwise_or", "bitwise_xor", "minimum", "maximum"]
 
 
 def test_native_operators_match_the_cpu(tmp_path):

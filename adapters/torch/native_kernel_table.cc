@@ -1,0 +1,110 @@
+// adapters/torch/native_kernel_table.cc — the native path's shared parts (native_kernel_table.h):
+// the OpenCL C type of a dtype, the table of compiled kernels, and a kernel's launch on the
+// operands' stream.
+//
+// Thread-safety: any thread; the table is under a mutex.
+
+#include "adapters/torch/native_kernel_table.h"
+
+#include <c10/util/Exception.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "adapters/torch/allocator.h"
+#include "adapters/torch/device.h"
+#include "adapters/torch/host_view.h"
+#include "adapters/torch/native_launches.h"
+#include "oclvm/instructions/builder.h"
+#include "oclvm/instructions/instructions.h"
+
+namespace oclvm::torch_adapter {
+
+namespace {
+
+// The compiled kernels of every family (native_kernel_table.h), by (family, device, id).
+class KernelTable {
+ public:
+  std::shared_ptr<const Kernel> get(c10::DeviceIndex device, NativeKernelFamily family,
+                                    uint64_t id, const std::function<KernelSource()>& make) {
+    const uint64_t key = (static_cast<uint64_t>(family) << 56) |
+                         (static_cast<uint64_t>(static_cast<uint8_t>(device)) << 48) |
+                         (id & ((uint64_t{1} << 48) - 1));
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      auto it = kernels_.find(key);
+      if (it != kernels_.end()) return it->second;
+    }
+    const KernelSource source = make();
+    std::shared_ptr<const Kernel> kernel;
+    try {
+      kernel = translate_errors(
+          [&] { return runtime().builder().kernel(to_oclvm(device), source); });
+    } catch (const c10::Error& e) {
+      const std::string what = e.what_without_backtrace();
+      TORCH_WARN("oclvm: opencl:", static_cast<int>(device), " could not build the native kernel ",
+                 source.name, "; its calls run a CPU kernel: ", what.substr(0, what.find('\n')));
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    return kernels_.emplace(key, std::move(kernel)).first->second;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::unordered_map<uint64_t, std::shared_ptr<const Kernel>> kernels_;  // guarded by mutex_
+};
+
+}  // namespace
+
+const char* cl_type(at::ScalarType type) {
+  switch (type) {
+    case at::kFloat: return "float";
+    case at::kDouble: return "double";
+    case at::kLong: return "long";
+    case at::kInt: return "int";
+    case at::kShort: return "short";
+    case at::kChar: return "char";
+    case at::kByte: return "uchar";
+    case at::kBool: return "uchar";  // one byte, 0 or 1
+    default: return nullptr;
+  }
+}
+
+const char* cl_bits_type(size_t bytes) {
+  switch (bytes) {
+    case 1: return "uchar";
+    case 2: return "ushort";
+    case 4: return "uint";
+    case 8: return "ulong";
+    default: return nullptr;
+  }
+}
+
+std::shared_ptr<const Kernel> native_kernel(c10::DeviceIndex device, NativeKernelFamily family,
+                                            uint64_t id,
+                                            const std::function<KernelSource()>& source) {
+  static KernelTable* const table = new KernelTable();  // never destroyed: used until exit
+  return table->get(device, family, id, source);
+}
+
+LaunchArg blob_arg(const at::Tensor& t, KernelAccess access) {
+  const BlobRef ref = element0(t);
+  return LaunchArg::of_blob(ref.blob, ref.offset, access);
+}
+
+void run_native_kernel(const std::shared_ptr<const Kernel>& kernel, const at::Tensor& out,
+                       const std::vector<LaunchArg>& args, size_t work_items) {
+  LaunchRange range;
+  range.global[0] = work_items;
+  InstructionsBuilder builder = runtime().builder();
+  translate_errors([&] { builder.launch(stream_of(out), kernel, range, args); });
+  submit_native(out.device().index(), builder.take());
+}
+
+}  // namespace oclvm::torch_adapter
