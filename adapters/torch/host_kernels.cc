@@ -601,6 +601,10 @@ std::unordered_set<std::string> register_host_kernels(torch::Library& m) {
   add<at::_ops::gelu>(m, routed);
   add<at::_ops::gelu_backward>(m, routed);
   add<at::_ops::tanh>(m, routed);
+  add<at::_ops::sin>(m, routed);  // rotary position embeddings
+  add<at::_ops::cos>(m, routed);
+  add<at::_ops::exp>(m, routed);
+  add<at::_ops::log>(m, routed);
   add<at::_ops::tanh_backward>(m, routed);
   add<at::_ops::sigmoid>(m, routed);
   add<at::_ops::sqrt>(m, routed);
@@ -622,6 +626,9 @@ std::unordered_set<std::string> register_host_kernels(torch::Library& m) {
   add<at::_ops::triu>(m, routed);
   add<at::_ops::isneginf>(m, routed);
   add<at::_ops::all_dim>(m, routed);
+  add<at::_ops::any_dim>(m, routed);
+  add<at::_ops::all>(m, routed);
+  add<at::_ops::any>(m, routed);
   add<at::_ops::where_self>(m, routed);
   add_out<at::_ops::where_self_out>(m, routed);  // where with two numbers
   add<at::_ops::index_select>(m, routed);  // embedding's forward
@@ -643,6 +650,7 @@ std::unordered_set<std::string> register_host_kernels(torch::Library& m) {
   add_in_place<at::_ops::scatter__value>(m);
   add_in_place<at::_ops::scatter_add_>(m);
   add_in_place<at::_ops::index_add_>(m);  // a mixture of experts' combine
+  add_in_place<at::_ops::masked_fill__Scalar>(m);  // attention masks
   // The _foreach_ operators of the foreach paths of SGD, Adam and AdamW (torch/optim), and of
   // clip_grad_norm_'s norms and scaling (Note [Foreach operators without boxing]).
   std::unordered_set<std::string> lists;

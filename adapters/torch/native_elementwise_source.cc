@@ -58,6 +58,10 @@ const char* op_name(BinaryOp op) {
     case BinaryOp::kBitwiseXor: return "bitwise_xor";
     case BinaryOp::kMinimum: return "minimum";
     case BinaryOp::kMaximum: return "maximum";
+    case BinaryOp::kSin: return "sin";
+    case BinaryOp::kCos: return "cos";
+    case BinaryOp::kExp: return "exp";
+    case BinaryOp::kLog: return "log";
   }
   return "?";
 }
@@ -145,6 +149,10 @@ std::string expression(BinaryOp op, at::ScalarType compute) {
       return floating ? "isnan(x) || isnan(y) ? x + y : (x < y ? x : y)" : "x < y ? x : y";
     case BinaryOp::kMaximum:
       return floating ? "isnan(x) || isnan(y) ? x + y : (x > y ? x : y)" : "x > y ? x : y";
+    case BinaryOp::kSin: return "sin(x)";
+    case BinaryOp::kCos: return "cos(x)";
+    case BinaryOp::kExp: return "exp(x)";
+    case BinaryOp::kLog: return "log(x)";
     case BinaryOp::kSiluBackward:  // dy * s * (1 + x * (1 - s)), s = sigmoid(x)
       return "x * ((" + t + ")1 / ((" + t + ")1 + exp(-y))) * ((" + t + ")1 + y * ((" + t +
              ")1 - (" + t + ")1 / ((" + t + ")1 + exp(-y))))";

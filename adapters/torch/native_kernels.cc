@@ -14,6 +14,7 @@
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_strided.h>
 #include <ATen/ops/result_type.h>
+#include <ATen/ops/scalar_tensor.h>
 #include <c10/core/ScalarType.h>
 #include <c10/util/Exception.h>
 #include <c10/util/accumulate.h>
@@ -525,6 +526,18 @@ bool native_where_out(const at::Tensor& condition, const at::Tensor& self,
   return out.defined() && where_into(condition, self, other, out).has_value();
 }
 
+bool native_masked_fill_(const at::Tensor& self, const at::Tensor& mask, const at::Scalar& value) {
+  if (!self.defined() || !is_device(self) || value.isComplex() ||
+      cl_type(self.scalar_type()) == nullptr || !mask.defined() || !is_device(mask) ||
+      mask.scalar_type() != at::kBool) {
+    return false;  // the CPU's kernel, or its error (a uint8 mask's first)
+  }
+  // The value in self's dtype, converted as the CPU's kernel converts it (Scalar::to, with its
+  // overflow error), as a CPU scalar of that dtype: where's promotion then keeps self's dtype.
+  const at::Tensor fill = at::scalar_tensor(value, self.options().device(at::kCPU));
+  return where_into(mask, fill, self, self).has_value();
+}
+
 bool native_pointwise_(BinaryOp op, const at::Tensor& self, const at::Tensor& first,
                        const at::Tensor* second, const at::Scalar& value) {
   if (!self.defined() || !is_device(self) || !native_kernels(self.device().index()) ||
@@ -556,6 +569,10 @@ bool native_pointwise_(BinaryOp op, const at::Tensor& self, const at::Tensor& fi
 
 std::optional<at::Tensor> native_sqrt(const at::Tensor& self) {
   return native_unary(BinaryOp::kSqrt, self, self.scalar_type());
+}
+
+std::optional<at::Tensor> native_math(BinaryOp op, const at::Tensor& self) {
+  return native_unary(op, self, self.scalar_type());
 }
 
 std::optional<at::Tensor> native_gelu(const at::Tensor& self, c10::string_view approximate) {

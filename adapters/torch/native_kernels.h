@@ -39,7 +39,8 @@ namespace oclvm::torch_adapter {
 // and -0.0 kept); kThresholdBackward: out = self <= alpha ? 0 : other, self the forward's input
 // and other the gradient. kEq, kNe, kLt, kLe, kGt and kGe compare in the promoted dtype and give
 // a bool result; kBitwiseAnd, kBitwiseOr and kBitwiseXor take integers and bools; kMinimum and
-// kMaximum propagate NaN, as torch.minimum and torch.maximum.
+// kMaximum propagate NaN, as torch.minimum and torch.maximum. kSin, kCos, kExp and kLog: OpenCL's
+// functions of self (`other` is unused).
 enum class BinaryOp : uint8_t {
   kAdd,
   kSub,
@@ -76,6 +77,10 @@ enum class BinaryOp : uint8_t {
   kBitwiseXor,
   kMinimum,
   kMaximum,
+  kSin,
+  kCos,
+  kExp,
+  kLog,
 };
 
 // Whether `op` compares (kEq ... kGe: a bool result).
@@ -109,6 +114,9 @@ bool native_pointwise_(BinaryOp op, const at::Tensor& self, const at::Tensor& fi
 // sqrt of a float32 or float64 tensor (correctly rounded, as the CPU's): one launch; nullopt
 // for other calls.
 std::optional<at::Tensor> native_sqrt(const at::Tensor& self);
+// sin, cos, exp and log (kSin ... kLog) of a float32 or float64 tensor: OpenCL's functions, within
+// their few ulps of the CPU's; one launch; nullopt for other calls.
+std::optional<at::Tensor> native_math(BinaryOp op, const at::Tensor& self);
 // rsqrt of a float32 or float64 tensor (1 / sqrt(x), each correctly rounded) and neg of any
 // dtype the kernels compute in (integers wrap): one launch each; nullopt for other calls.
 std::optional<at::Tensor> native_rsqrt(const at::Tensor& self);
@@ -192,6 +200,9 @@ std::optional<at::Tensor> native_where(const at::Tensor& condition, const at::Te
 // having done nothing, when the native path does not take the call.
 bool native_where_out(const at::Tensor& condition, const at::Tensor& self,
                       const at::Tensor& other, const at::Tensor& out);
+// masked_fill_.Scalar of a device tensor by a bool mask on its device that broadcasts to self's
+// shape: where(mask, value, self) into self, one launch; false, having done nothing, otherwise.
+bool native_masked_fill_(const at::Tensor& self, const at::Tensor& mask, const at::Scalar& value);
 // tril and triu of a device tensor of two or more dimensions, any dtype the kernels read: one
 // launch each; nullopt when the native path does not take the call.
 std::optional<at::Tensor> native_triangle(const at::Tensor& self, int64_t diagonal, bool lower);
@@ -244,10 +255,11 @@ std::optional<at::Tensor> native_nll_loss_backward(const at::Tensor& grad_output
                                                    int64_t reduction,
                                                    const c10::SymInt& ignore_index,
                                                    const at::Tensor& total_weight);
-// all.dim of a device tensor with a dimension: the CPU's dtype (bool, uint8 for uint8) and
-// shape, one launch (Note [Native sums] in native_reduce.cc); nullopt when the native path does
-// not take the call.
-std::optional<at::Tensor> native_all(const at::Tensor& self, int64_t dim, bool keepdim);
+// all and any of a device tensor, over `dim` (all.dim, any.dim) or every element (all, any):
+// the CPU's dtype (bool, uint8 for uint8) and shape, one launch (Note [Native sums] in
+// native_reduce.cc); nullopt when the native path does not take the call.
+std::optional<at::Tensor> native_all_or_any(const at::Tensor& self, std::optional<int64_t> dim,
+                                             bool keepdim, bool any);
 
 // _softmax (without half_to_float) and _softmax_backward_data of float32 or float64 tensors over
 // one dimension, or with `log` _log_softmax and _log_softmax_backward_data: one launch each, one

@@ -288,6 +288,19 @@ struct NativeKernel<at::_ops::cat> {
   }
 };
 
+template <BinaryOp kOp>
+struct NativeMathKernel {
+  static constexpr bool exists = true;
+  static std::optional<at::Tensor> call(const at::Tensor& self) { return native_math(kOp, self); }
+};
+template <>
+struct NativeKernel<at::_ops::sin> : NativeMathKernel<BinaryOp::kSin> {};
+template <>
+struct NativeKernel<at::_ops::cos> : NativeMathKernel<BinaryOp::kCos> {};
+template <>
+struct NativeKernel<at::_ops::exp> : NativeMathKernel<BinaryOp::kExp> {};
+template <>
+struct NativeKernel<at::_ops::log> : NativeMathKernel<BinaryOp::kLog> {};
 template <>
 struct NativeKernel<at::_ops::tanh> {
   static constexpr bool exists = true;
@@ -319,6 +332,13 @@ struct NativeKernel<at::_ops::where_self_out> {
   static bool call(const at::Tensor& condition, const at::Tensor& self, const at::Tensor& other,
                    at::Tensor& out) {
     return native_where_out(condition, self, other, out);
+  }
+};
+template <>
+struct NativeKernel<at::_ops::masked_fill__Scalar> {
+  static constexpr bool exists = true;
+  static bool call(const at::Tensor& self, const at::Tensor& mask, const at::Scalar& value) {
+    return native_masked_fill_(self, mask, value);
   }
 };
 template <>
@@ -464,7 +484,28 @@ template <>
 struct NativeKernel<at::_ops::all_dim> {
   static constexpr bool exists = true;
   static std::optional<at::Tensor> call(const at::Tensor& self, int64_t dim, bool keepdim) {
-    return native_all(self, dim, keepdim);
+    return native_all_or_any(self, dim, keepdim, /*any=*/false);
+  }
+};
+template <>
+struct NativeKernel<at::_ops::any_dim> {
+  static constexpr bool exists = true;
+  static std::optional<at::Tensor> call(const at::Tensor& self, int64_t dim, bool keepdim) {
+    return native_all_or_any(self, dim, keepdim, /*any=*/true);
+  }
+};
+template <>
+struct NativeKernel<at::_ops::all> {
+  static constexpr bool exists = true;
+  static std::optional<at::Tensor> call(const at::Tensor& self) {
+    return native_all_or_any(self, std::nullopt, /*keepdim=*/false, /*any=*/false);
+  }
+};
+template <>
+struct NativeKernel<at::_ops::any> {
+  static constexpr bool exists = true;
+  static std::optional<at::Tensor> call(const at::Tensor& self) {
+    return native_all_or_any(self, std::nullopt, /*keepdim=*/false, /*any=*/true);
   }
 };
 template <>

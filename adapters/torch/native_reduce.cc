@@ -1,6 +1,7 @@
 // adapters/torch/native_reduce.cc — reductions along rows on the native path: sum over
-// dimensions, all over one, and softmax and its backward over one dimension; one generated OpenCL
-// kernel per (operator, dtypes, ranks), one work-item per row (native_kernels.h).
+// dimensions, all and any (over one or every dimension), and softmax and its backward over one
+// dimension; one generated OpenCL kernel per (operator, dtypes, ranks), one work-item per row
+// (native_kernels.h).
 
 #include <ATen/ops/empty.h>
 #include <c10/core/ScalarType.h>
@@ -41,8 +42,9 @@ namespace oclvm::torch_adapter {
 // rows' sums one after another, so the
 // values agree with its to its rounding, not always to the bit, with the cascade's O(log n) error
 // bound either way; infinities and NaN come out as on the CPU. Integer sums accumulate in int64
-// and wrap as the CPU's do: equal to the bit. all.dim is the integer kernel with a logical and
-// (a bool result, uint8 for uint8 as on the CPU; a NaN is true, as C++'s conversion to bool).
+// and wrap as the CPU's do: equal to the bit. all and any (over a dimension or every element) are
+// the integer kernel with a logical and or or (a bool result, uint8 for uint8 as on the CPU; a NaN
+// is true, as C++'s conversion to bool).
 //
 // _softmax and _softmax_backward_data of float32 and float64 tensors over one dimension, any
 // layout, the result contiguous as the CPU's, walk each row with the same offsets: softmax takes
@@ -98,7 +100,11 @@ enum class RowOp : uint64_t {
   kAll,
   kLogSoftmax,
   kLogSoftmaxBackward,
+  kAny,
 };
+
+// What the sum kernel adds up: numbers, or whether every (kAll) or any (kAny) element is nonzero.
+enum class Fold : uint8_t { kSum, kAll, kAny };
 
 uint64_t kernel_id(RowOp op, at::ScalarType in, at::ScalarType out, size_t kept, size_t reduced) {
   return (static_cast<uint64_t>(op) << 32) | (static_cast<uint64_t>(in) << 24) |
@@ -150,14 +156,16 @@ void launch_rows(const std::shared_ptr<const Kernel>& kernel, const at::Tensor& 
   count_native_launch();
 }
 
-// The source of the sum kernel (`all`: of all, whether every element is nonzero) from `in` to
-// `out` over `kept` and `reduced` dimensions.
+// The source of the sum kernel (or, by `fold`, of all or any: whether every or some element is
+// nonzero) from `in` to `out` over `kept` and `reduced` dimensions.
 KernelSource sum_source(at::ScalarType in, at::ScalarType out, size_t kept, size_t reduced,
-                        bool all = false) {
+                        Fold fold) {
   const std::string ti = cl_type(in), to = cl_type(out);
-  const bool floating = at::isFloatingType(in) && !all;
-  const std::string acc = floating ? ti : all ? "uchar" : "ulong";
-  const std::string name = std::string(all ? "oclvm_all_" : "oclvm_sum_") + ti + "_" + to +
+  const bool logical = fold != Fold::kSum;
+  const bool floating = at::isFloatingType(in) && !logical;
+  const std::string acc = floating ? ti : logical ? "uchar" : "ulong";
+  const char* prefix = fold == Fold::kAll ? "oclvm_all_" : logical ? "oclvm_any_" : "oclvm_sum_";
+  const std::string name = prefix + ti + "_" + to +
                            "_k" + std::to_string(kept) + "_r" + std::to_string(reduced);
   std::string s;
   if (in == at::kDouble) s += "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n";
@@ -188,7 +196,10 @@ KernelSource sum_source(at::ScalarType in, at::ScalarType out, size_t kept, size
          [](const std::string& i) { return " ir += k * ra" + i + ";"; });
     const std::string element = "OCLVM_PTR(" + ti + ", a)[ia + ir]";
     s += indent + "  " + target +
-         (all ? " &= " + element + " != 0" : " += (" + acc + ")" + element) + ";\n" + indent +
+         (fold == Fold::kAll   ? " &= " + element + " != 0"
+          : fold == Fold::kAny ? " |= " + element + " != 0"
+                               : " += (" + acc + ")" + element) +
+         ";\n" + indent +
          "}\n";
   };
   s += "  ulong j = 0;\n";
@@ -209,18 +220,19 @@ KernelSource sum_source(at::ScalarType in, at::ScalarType out, size_t kept, size
     s += "  s0 += s1; s0 += s2; s0 += s3;\n";
     s += "  OCLVM_PTR(" + to + ", out)[io] = (" + to + ")s0;\n}\n";
   } else {  // integers: int64 sums, wrapping as unsigned; all: 1 until an element is zero
-    s += "  " + acc + " sum = " + (all ? "1" : "0") + ";\n  for (; j < m; ++j)\n";
+    s += "  " + acc + " sum = " + (fold == Fold::kAll ? "1" : "0") + ";\n  for (; j < m; ++j)\n";
     add_element("sum", "  ");
     s += "  OCLVM_PTR(" + to + ", out)[io] = (" + to + ")sum;\n}\n";
   }
   return KernelSource{std::move(s), name, ""};
 }
 
-// Launches the sum kernel (`all`: its logical-and form) of `self` over the dimensions `reduced`
-// marks into `out`, the result of the CPU's shape (`keepdim`) and contiguous layout, one work-item
-// per element of `out`; false, having launched nothing, when the layout or the device refuses it.
+// Launches the sum kernel (or its all or any form, by `fold`) of `self` over the dimensions
+// `reduced` marks into `out`, the result of the CPU's shape (`keepdim`) and contiguous layout, one
+// work-item per element of `out`; false, having launched nothing, when the layout or the device
+// refuses it.
 bool launch_reduction(const at::Tensor& self, const std::vector<bool>& reduced, bool keepdim,
-                      const at::Tensor& out, bool all) {
+                      const at::Tensor& out, Fold fold) {
   Walk kept, summed;
   int64_t out_dim = 0, m = 1;
   for (int64_t d = 0; d < self.dim(); ++d) {
@@ -237,8 +249,11 @@ bool launch_reduction(const at::Tensor& self, const std::vector<bool>& reduced, 
   const at::ScalarType in = self.scalar_type(), out_type = out.scalar_type();
   const std::shared_ptr<const Kernel> kernel = native_kernel(
       self.device().index(), NativeKernelFamily::kReduction,
-      kernel_id(all ? RowOp::kAll : RowOp::kSum, in, out_type, kept.rank, summed.rank),
-      [&] { return sum_source(in, out_type, kept.rank, summed.rank, all); });
+      kernel_id(fold == Fold::kAll   ? RowOp::kAll
+                : fold == Fold::kAny ? RowOp::kAny
+                                     : RowOp::kSum,
+                in, out_type, kept.rank, summed.rank),
+      [&] { return sum_source(in, out_type, kept.rank, summed.rank, fold); });
   if (kernel == nullptr) return false;
   // The CPU's cascade step (2^power elements) for floating sums: ceil(log2(m)) / 4, and at least
   // 4; the other kernels do not read it.
@@ -388,14 +403,15 @@ std::optional<at::Tensor> native_sum(const at::Tensor& self, at::OptionalIntArra
   at::Tensor out = at::empty(sizes, self.options().dtype(out_type));
   if (out.numel() == 0) return out;
   if (self.numel() == 0) return out.zero_();  // sums over no elements; self has no blob
-  if (!launch_reduction(self, reduced, keepdim, out, /*all=*/false)) return std::nullopt;
+  if (!launch_reduction(self, reduced, keepdim, out, Fold::kSum)) return std::nullopt;
   return out;
 }
 
-std::optional<at::Tensor> native_all(const at::Tensor& self, int64_t dim, bool keepdim) {
+std::optional<at::Tensor> native_all_or_any(const at::Tensor& self, std::optional<int64_t> dim,
+                                             bool keepdim, bool any) {
   if (!self.defined() || !is_device(self) || self.layout() != at::kStrided || self.is_conj() ||
-      self.is_neg() || self.dim() == 0 || cl_type(self.scalar_type()) == nullptr ||
-      dim < -self.dim() || dim >= self.dim()) {
+      self.is_neg() || cl_type(self.scalar_type()) == nullptr ||
+      (dim && (self.dim() == 0 || *dim < -self.dim() || *dim >= self.dim()))) {
     return std::nullopt;  // the CPU's kernel, or its error
   }
   const c10::DeviceIndex device = self.device().index();
@@ -403,20 +419,25 @@ std::optional<at::Tensor> native_all(const at::Tensor& self, int64_t dim, bool k
   if (!native_kernels(device) || (in == at::kDouble && !native_float64(device))) {
     return std::nullopt;
   }
-  if (dim < 0) dim += self.dim();
-  std::vector<int64_t> sizes = self.sizes().vec();
-  if (keepdim) {
-    sizes[dim] = 1;
-  } else {
-    sizes.erase(sizes.begin() + dim);
+  std::vector<bool> reduced(static_cast<size_t>(self.dim()), !dim.has_value());
+  std::vector<int64_t> sizes;
+  if (dim) {
+    const int64_t d = *dim < 0 ? *dim + self.dim() : *dim;
+    reduced[static_cast<size_t>(d)] = true;
+    sizes = self.sizes().vec();
+    if (keepdim) {
+      sizes[static_cast<size_t>(d)] = 1;
+    } else {
+      sizes.erase(sizes.begin() + d);
+    }
   }
   const at::ScalarType out_type = in == at::kByte ? at::kByte : at::kBool;
   at::Tensor out = at::empty(sizes, self.options().dtype(out_type));
   if (out.numel() == 0) return out;
-  if (self.numel() == 0) return out.fill_(1);  // all of no elements; self has no blob
-  std::vector<bool> reduced(static_cast<size_t>(self.dim()), false);
-  reduced[static_cast<size_t>(dim)] = true;
-  if (!launch_reduction(self, reduced, keepdim, out, /*all=*/true)) return std::nullopt;
+  if (self.numel() == 0) return out.fill_(any ? 0 : 1);  // of no elements; self has no blob
+  if (!launch_reduction(self, reduced, keepdim, out, any ? Fold::kAny : Fold::kAll)) {
+    return std::nullopt;
+  }
   return out;
 }
 

@@ -43,10 +43,10 @@ def test_fallback_counts_name_the_operators_that_ran_a_cpu_kernel():
     torch.opencl.reset_fallback_counts()
     assert torch.opencl.fallback_counts() == {}
     for _ in range(3):
-        x.exp()
-    x.sin()
+        x.atan()
+    x.sinh()
     counts = torch.opencl.fallback_counts()
-    assert counts == {"aten::exp": 3, "aten::sin": 1}
+    assert counts == {"aten::atan": 3, "aten::sinh": 1}
     torch.opencl.reset_fallback_counts()
     assert torch.opencl.fallback_counts() == {}
 
@@ -546,9 +546,64 @@ def test_where_is_one_launch_with_promotion_numbers_and_out(dtype):
 
 
 @native_only
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int64, torch.uint8,
+                                   torch.bool], ids=str)
+def test_masked_fill_is_one_launch_into_self(dtype):
+    """Attention masks: masked_fill_ (and masked_fill, a clone and masked_fill_) by a bool mask
+    of self's shape or one that broadcasts to it, self a view too."""
+    g = torch.Generator().manual_seed(24)
+    x = (torch.randn(4, 5, 6, generator=g) * 10).to(dtype)
+    big = -1e9 if dtype.is_floating_point else True if dtype == torch.bool else 7
+    full, row = torch.rand(4, 5, 6, generator=g) > 0.5, torch.rand(6, generator=g) > 0.5
+    column = torch.rand(5, 1, generator=g) > 0.5
+    # (self's view, mask, value): the mask of self's shape, or broadcast; self transposed
+    cases = [(lambda t: t, full, 3), (lambda t: t, row, big), (lambda t: t, column, 0),
+             (lambda t: t.transpose(0, 1), full.transpose(0, 1), big),
+             (lambda t: t.transpose(0, 1), row, 1)]
+    for view, mask, value in cases:
+        expected, got = view(x.clone()), view(x.to("opencl"))
+        before = launches()
+        got.masked_fill_(mask.to("opencl"), value)
+        assert launches() == before + 1
+        expect_same(got, expected.masked_fill_(mask, value))
+    before = launches()
+    expect_same(x.to("opencl").masked_fill(row.to("opencl"), 2), x.masked_fill(row, 2))
+    assert launches() == before + 1  # the clone is one VM copy, the fill one launch
+    with pytest.raises(RuntimeError, match="without overflow"):
+        torch.zeros(3, dtype=torch.uint8, device="opencl").masked_fill_(
+            torch.ones(3, dtype=torch.bool, device="opencl"), 300)
+
+
+@native_only
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
-def test_isneginf_and_all_are_one_launch_each(dtype):
-    """_safe_softmax's rows of -inf: isneginf, then all over the row."""
+@pytest.mark.parametrize("name", ["sin", "cos", "exp", "log"])
+def test_sin_cos_exp_and_log_are_one_launch_each(name, dtype):
+    """Rotary embeddings' sin and cos, and exp and log: OpenCL's functions, within a few ulps of
+    the CPU's; infinities, NaN and the edges of the domain as the CPU gives them."""
+    f = getattr(torch, name)
+    g = torch.Generator().manual_seed(23)
+    x = make((6, 8), dtype, g) * 4
+    if name == "log":
+        x = x.abs()
+    special = torch.tensor([0.0, -0.0, float("inf"), -float("inf"), float("nan"), -1.0, 1.0],
+                           dtype=dtype)
+    for t in (x, x.t(), x[:, ::3], special):
+        before = launches()
+        got, expected = f(on_device_as(t)), f(t)
+        assert launches() == before + 1
+        assert got.dtype == expected.dtype and got.stride() == expected.stride()
+        torch.testing.assert_close(got.cpu(), expected, equal_nan=True)
+    # integers promote to float on the CPU: its kernel
+    before = launches()
+    ints = torch.arange(5)
+    torch.testing.assert_close(f(ints.to("opencl")).cpu(), f(ints), equal_nan=True)
+    assert launches() == before
+
+
+@native_only
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_isneginf_all_and_any_are_one_launch_each(dtype):
+    """_safe_softmax's rows of -inf: isneginf, then all over the row; and any of a mask."""
     g = torch.Generator().manual_seed(22)
     x = make((3, 4, 5), dtype, g)
     x[0, 1] = -float("inf")
@@ -559,15 +614,20 @@ def test_isneginf_and_all_are_one_launch_each(dtype):
         got, expected = torch.isneginf(view(on_device_as(x))), torch.isneginf(view(x))
         assert launches() == before + 1 and got.stride() == expected.stride()
         expect_same(got, expected)
-        for dim, keepdim in [(-1, True), (0, False), (1, True)]:
+        for dim, keepdim in [(-1, True), (0, False), (1, True), (None, False)]:
             for t in (got, view(on_device_as(x)), view(on_device_as(x)).to(torch.uint8)):
-                before = launches()
-                result = t.all(dim, keepdim)
-                assert launches() == before + 1
-                expect_same(result, t.cpu().all(dim, keepdim))
+                for fold in ("all", "any"):
+                    # every element (gpt2's attention mask check), or one dimension
+                    reduce = ((lambda v: getattr(v, fold)()) if dim is None else
+                              (lambda v: getattr(v, fold)(dim, keepdim)))
+                    before = launches()
+                    result = reduce(t)
+                    assert launches() == before + 1
+                    expect_same(result, reduce(t.cpu()))
     assert torch.opencl.fallback_counts() == {}
     empty = torch.empty(3, 0, device="opencl")
     expect_same(empty.all(1), torch.empty(3, 0).all(1))  # all of no elements: true
+    expect_same(empty.any(), torch.empty(3, 0).any())  # any of none: false
     with pytest.raises(IndexError, match="Dimension out of range"):
         on_device_as(x).all(3)
 
