@@ -188,7 +188,7 @@ std::optional<c10::DeviceIndex> product_device(const at::Tensor& a, const at::Te
 
 std::optional<at::Tensor> native_mm(const at::Tensor& self, const at::Tensor& mat2) {
   if (!product_device(self, mat2, 2) || self.size(1) != mat2.size(0) || self.numel() == 0 ||
-      mat2.numel() == 0) {
+      mat2.numel() == 0 || self.size(0) * mat2.size(1) > kIntMax) {
     return std::nullopt;
   }
   at::Tensor out = at::empty({self.size(0), mat2.size(1)}, self.options());
@@ -202,7 +202,8 @@ bool native_mm_out(const at::Tensor& self, const at::Tensor& mat2, const at::Ten
       !out.defined() || !is_device(out) || out.device().index() != *device ||
       out.layout() != at::kStrided || out.scalar_type() != self.scalar_type() || out.is_conj() ||
       out.is_neg() || out.dim() != 2 || out.size(0) != self.size(0) ||
-      out.size(1) != mat2.size(1) || out.is_alias_of(self) || out.is_alias_of(mat2)) {
+      out.size(1) != mat2.size(1) || out.is_alias_of(self) || out.is_alias_of(mat2) ||
+      !fits_int(out)) {
     return false;  // the CPU's resizing of `out`, its errors, or its order of reads and writes
   }
   if (out.is_contiguous()) {
@@ -218,7 +219,8 @@ bool native_mm_out(const at::Tensor& self, const at::Tensor& mat2, const at::Ten
 
 std::optional<at::Tensor> native_bmm(const at::Tensor& self, const at::Tensor& mat2) {
   if (!product_device(self, mat2, 3) || self.size(0) != mat2.size(0) ||
-      self.size(2) != mat2.size(1) || self.numel() == 0 || mat2.numel() == 0) {
+      self.size(2) != mat2.size(1) || self.numel() == 0 || mat2.numel() == 0 ||
+      self.size(1) * mat2.size(2) > kIntMax / self.size(0)) {
     return std::nullopt;
   }
   at::Tensor out = at::empty({self.size(0), self.size(1), mat2.size(2)}, self.options());
@@ -231,6 +233,7 @@ std::optional<at::Tensor> native_addmm(const at::Tensor& self, const at::Tensor&
                                        const at::Scalar& alpha) {
   const std::optional<c10::DeviceIndex> device = product_device(mat1, mat2, 2);
   if (!device || mat1.size(1) != mat2.size(0) || mat1.numel() == 0 || mat2.numel() == 0 ||
+      mat1.size(0) * mat2.size(1) > kIntMax ||
       !self.defined() || !is_device(self) || self.device().index() != *device ||
       self.layout() != at::kStrided || self.is_conj() || self.is_neg() ||
       self.scalar_type() != mat1.scalar_type() || beta.isComplex() || alpha.isComplex()) {

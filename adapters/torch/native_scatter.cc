@@ -40,8 +40,10 @@ namespace oclvm::torch_adapter {
 //   - index_add(self, dim, index, source) with alpha 1 (in place or not) is a scatter_add whose
 //     index is the vector `index` seen with source's shape, stepping along `dim` only: the CPU
 //     adds source's slice i into self's slice index[i] for each i in order, so each element sees
-//     the same additions in the same order. An index out of range in a vector self is the CPU's
-//     IndexError ("index out of range in self"), in more dimensions its RuntimeError.
+//     the same additions in the same order. An index out of range is the CPU's RuntimeError
+//     naming the dimension where the CPU adds through scatter_add_ (an int64 index along the
+//     first or last of two or more dimensions), else its IndexError ("index out of range in
+//     self").
 // gather and scatter move elements as bits, so they take every dtype of 1, 2, 4 or 8 bytes;
 // scatter_add adds float32, float64 and the integer types (modulo 2^bits, as the CPU's wrap).
 // An index outside [0, self.size(dim)) is an error found on the device (Note [Errors found on the
@@ -223,21 +225,26 @@ uint64_t value_bits(const at::Scalar& value, const at::Tensor& self) {
   return bits;
 }
 
-// Runs the scatter of `kind` into `out` (self, or self's copy), which the call has checked; an
-// index out of range reports `code`.
-bool scatter_into(ScatterKind kind, const at::Tensor& out, int64_t dim, const at::Tensor& index,
-                  const at::Tensor* src, uint64_t value, int32_t code) {
-  const char* bits = cl_bits_type(out.itemsize());
-  const char* type = kind == ScatterKind::kAdd ? cl_type(out.scalar_type()) : bits;
-  if (bits == nullptr || type == nullptr) return false;
-  const c10::DeviceIndex device = out.device().index();
-  const uint64_t id = kernel_id(1 + static_cast<uint64_t>(kind), out, index);
+// The compiled scatter of `kind` for self's dtype and index's dtype on self's device; nullptr
+// when there is none (a dtype the kernels do not take, a device that cannot build it).
+std::shared_ptr<const Kernel> scatter_kernel(ScatterKind kind, const at::Tensor& self,
+                                             const at::Tensor& index) {
+  const char* bits = cl_bits_type(self.itemsize());
+  const char* type = kind == ScatterKind::kAdd ? cl_type(self.scalar_type()) : bits;
+  if (bits == nullptr || type == nullptr) return nullptr;
+  const uint64_t id = kernel_id(1 + static_cast<uint64_t>(kind), self, index);
   const char* index_type = cl_type(index.scalar_type());
-  const std::shared_ptr<const Kernel> kernel =
-      native_kernel(device, NativeKernelFamily::kScatter, id,
-                    [&] { return scatter_source(kind, type, bits, index_type); });
-  if (kernel == nullptr) return false;
-  if (index.numel() == 0) return true;
+  return native_kernel(self.device().index(), NativeKernelFamily::kScatter, id,
+                       [&] { return scatter_source(kind, type, bits, index_type); });
+}
+
+// Launches `kernel`, the scatter of `kind`, into `out` (self, or self's copy), which the call has
+// checked; an index out of range reports `code`.
+void launch_scatter(const std::shared_ptr<const Kernel>& kernel, const at::Tensor& out,
+                    int64_t dim, const at::Tensor& index, const at::Tensor* src, uint64_t value,
+                    int32_t code) {
+  const c10::DeviceIndex device = out.device().index();
+  if (index.numel() == 0) return;
   const int64_t lead = static_cast<int64_t>(kMaxRank) - out.dim();
   Padded columns = padded(index);
   columns.sizes[static_cast<size_t>(lead + dim)] = 1;  // a column is the walk along dim
@@ -264,7 +271,6 @@ bool scatter_into(ScatterKind kind, const at::Tensor& out, int64_t dim, const at
   run_native_kernel(kernel, out, args, static_cast<size_t>(count));
   device_errors_submitted(device);
   count_native_launch();
-  return true;
 }
 
 // Whether the scatter of `kind` can run natively on these operands (its dtype and their sizes),
@@ -298,12 +304,13 @@ std::optional<at::Tensor> scatter(ScatterKind kind, bool in_place, const at::Ten
                    (src != nullptr && src->is_alias_of(self)))) {
     return std::nullopt;  // the CPU's overlap errors
   }
+  // Everything that can refuse or throw comes before the first launch.
+  const std::shared_ptr<const Kernel> kernel = scatter_kernel(kind, self, index);
+  if (kernel == nullptr) return std::nullopt;
+  const uint64_t bits = value != nullptr ? value_bits(*value, self) : 0;  // the CPU's error
   at::Tensor out = in_place ? self : at::empty(self.sizes(), self.options());
-  if (!in_place && !copy_for_operator(self, out)) return std::nullopt;
-  if (!scatter_into(kind, out, dim, index, src, value != nullptr ? value_bits(*value, self) : 0,
-                    code.value_or(out_of_bounds_code(dim)))) {
-    return std::nullopt;
-  }
+  if (!in_place && !copy_for_operator(self, out)) return std::nullopt;  // before any launch
+  launch_scatter(kernel, out, dim, index, src, bits, code.value_or(out_of_bounds_code(dim)));
   return out;
 }
 
@@ -314,9 +321,8 @@ std::optional<at::Tensor> index_add(bool in_place, const at::Tensor& self, int64
                                     const at::Tensor& index, const at::Tensor& source,
                                     const at::Scalar& alpha) {
   if (!plain_operands({&self, &source}) || !index.defined() || index.dim() > 1 ||
-      dim < -self.dim() || dim >= self.dim() ||
-      (alpha.isFloatingPoint() ? alpha.toDouble() != 1.0 : alpha.toLong() != 1) ||
-      alpha.isComplex()) {
+      dim < -self.dim() || dim >= self.dim() || alpha.isSymbolic() || alpha.isComplex() ||
+      !alpha.equal(1)) {
     return std::nullopt;  // alpha: the CPU's a + alpha * b, fused where it vectorises
   }
   dim = at::maybe_wrap_dim(dim, self.dim());
@@ -327,9 +333,12 @@ std::optional<at::Tensor> index_add(bool in_place, const at::Tensor& self, int64
   std::vector<int64_t> strides(static_cast<size_t>(self.dim()), 0);
   strides[static_cast<size_t>(dim)] = index.dim() == 0 ? 0 : index.stride(0);
   const at::Tensor along = index.as_strided(source.sizes(), strides, index.storage_offset());
-  // A vector's index out of range is the CPU's IndexError, a slice's its RuntimeError.
-  const int32_t code = self.dim() == 1 ? static_cast<int32_t>(DeviceError::kIndexOutOfRange)
-                                       : out_of_bounds_code(dim);
+  // The CPU adds through scatter_add_ (its RuntimeError naming the dimension) for an int64 index
+  // along the first or last of two or more dimensions; its own loop (an IndexError) otherwise.
+  const bool as_scatter = self.dim() > 1 && index.scalar_type() == at::kLong &&
+                          (dim == 0 || dim == self.dim() - 1);
+  const int32_t code = as_scatter ? out_of_bounds_code(dim)
+                                  : static_cast<int32_t>(DeviceError::kIndexOutOfRange);
   return scatter(ScatterKind::kAdd, in_place, self, dim, along, &source, nullptr, code);
 }
 

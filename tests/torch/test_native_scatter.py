@@ -173,19 +173,35 @@ def test_index_add_with_another_alpha_is_the_cpus_kernel():
 
 
 @native_only
-def test_an_index_add_out_of_range_is_the_cpus_error_for_its_rank():
-    # A vector's is the CPU's IndexError, a matrix's its RuntimeError naming the dimension.
-    for shape, error, words in [((3,), IndexError, "index out of range in self"),
-                                ((3, 2), RuntimeError,
-                                 "index 3 is out of bounds for dimension 0 with size 3")]:
-        source = torch.ones((1,) + shape[1:])
+def test_an_index_add_out_of_range_is_the_cpus_error_for_its_path():
+    # The CPU adds through scatter_add_ (a RuntimeError naming the dimension) for an int64 index
+    # along the first or last of two or more dimensions, and in its own loop (an IndexError)
+    # otherwise: a vector, an int32 index, a middle dimension.
+    named = "index 9 is out of bounds for dimension {} with size {}"
+    cases = [((3,), 0, torch.int64, IndexError, "index out of range in self"),
+             ((3, 4), 0, torch.int64, RuntimeError, named.format(0, 3)),
+             ((3, 4), 1, torch.int64, RuntimeError, named.format(1, 4)),
+             ((3, 4), 0, torch.int32, IndexError, "index out of range in self"),
+             ((3, 4, 5), 1, torch.int64, IndexError, "index out of range in self")]
+    for shape, dim, index_dtype, error, words in cases:
+        sizes = list(shape)
+        sizes[dim] = 1
+        index, source = torch.tensor([9], dtype=index_dtype), torch.ones(sizes)
         with pytest.raises(error, match=words):
-            torch.zeros(shape).index_add(0, torch.tensor([3]), source)
-        out = torch.zeros(shape, device="opencl").index_add(
-            0, torch.tensor([3], device="opencl"), source.to("opencl"))
+            torch.zeros(shape).index_add(dim, index, source)
+        out = torch.zeros(shape, device="opencl").index_add(dim, index.to("opencl"),
+                                                            source.to("opencl"))
         with pytest.raises(error, match=words):
             out.cpu()
     torch.opencl.synchronize()
+
+
+@native_only
+def test_index_add_with_a_complex_alpha_is_the_cpus():
+    x = torch.randn(3, 2, dtype=torch.complex64)
+    index, source = torch.tensor([0, 2]), torch.randn(2, 2, dtype=torch.complex64)
+    got = x.to("opencl").index_add(0, index.to("opencl"), source.to("opencl"), alpha=2j)
+    assert torch.equal(got.cpu(), x.index_add(0, index, source, alpha=2j))
 
 
 @native_only
