@@ -19,6 +19,7 @@
 #include "adapters/torch/host_view.h"
 #include "adapters/torch/native_kernel_table.h"
 #include "adapters/torch/native_kernels.h"
+#include "adapters/torch/native_gemm.h"
 #include "adapters/torch/native_launches.h"
 #include "oclvm/instructions/builder.h"
 #include "oclvm/instructions/instructions.h"
@@ -141,32 +142,7 @@ void enqueue_product(const at::Tensor& out, const Operand& a, const Operand& b, 
   call.b = b.matrix;
   call.c.ld = call.n;
   call.c.batch_stride = call.m * call.n;
-  const size_t element = item_bytes(out);
-  const std::string label = call.batch == 1 ? "clblast::Gemm" : "clblast::GemmStridedBatched";
-  InstructionsBuilder builder = runtime().builder();
-  translate_errors([&] {
-    builder.native(
-        stream_of(out), label,
-        {native_arg(out, beta == 0 ? KernelAccess::kWrite : KernelAccess::kReadWrite),
-         native_arg(a.tensor, KernelAccess::kRead), native_arg(b.tensor, KernelAccess::kRead)},
-        [call, element](const NativeCallContext& context) mutable {
-          const std::array<opencl::GemmMatrix*, 3> matrices{&call.c, &call.a, &call.b};
-          for (size_t i = 0; i < matrices.size(); ++i) {
-            const NativeBuffer& buffer = context.buffers[i];
-            if (buffer.offset % element != 0 ||
-                (buffer.offset + buffer.bytes) / element > static_cast<size_t>(kIntMax)) {
-              throw BackendError("Expected a GEMM operand to start at a whole element of its "
-                                 "buffer and to end within 2^31 elements of its start, but it "
-                                 "spans bytes " + std::to_string(buffer.offset) + " to " +
-                                 std::to_string(buffer.offset + buffer.bytes), 0);
-            }
-            matrices[i]->memory = buffer.memory;
-            matrices[i]->offset = buffer.offset / element;
-          }
-          opencl::enqueue_gemm(context.queue, call, context.device.str());
-        });
-  });
-  submit_native(out.device().index(), builder.take());
+  enqueue_gemm(out, a.tensor, b.tensor, call);
 }
 
 // The device of a product of `a` and `b` when the native path takes it (checks shared by the
@@ -185,6 +161,37 @@ std::optional<c10::DeviceIndex> product_device(const at::Tensor& a, const at::Te
 }
 
 }  // namespace
+
+void enqueue_gemm(const at::Tensor& c, const at::Tensor& a, const at::Tensor& b,
+                  const opencl::GemmCall& product) {
+  const size_t element = item_bytes(c);
+  const std::string label = product.batch == 1 ? "clblast::Gemm" : "clblast::GemmStridedBatched";
+  InstructionsBuilder builder = runtime().builder();
+  translate_errors([&] {
+    builder.native(
+        stream_of(c), label,
+        {native_arg(c, product.beta == 0 ? KernelAccess::kWrite : KernelAccess::kReadWrite),
+         native_arg(a, KernelAccess::kRead), native_arg(b, KernelAccess::kRead)},
+        [product, element](const NativeCallContext& context) {
+          opencl::GemmCall call = product;
+          const std::array<opencl::GemmMatrix*, 3> matrices{&call.c, &call.a, &call.b};
+          for (size_t i = 0; i < matrices.size(); ++i) {
+            const NativeBuffer& buffer = context.buffers[i];
+            if (buffer.offset % element != 0 ||
+                (buffer.offset + buffer.bytes) / element > static_cast<size_t>(kIntMax)) {
+              throw BackendError("Expected a GEMM operand to start at a whole element of its "
+                                 "buffer and to end within 2^31 elements of its start, but it "
+                                 "spans bytes " + std::to_string(buffer.offset) + " to " +
+                                 std::to_string(buffer.offset + buffer.bytes), 0);
+            }
+            matrices[i]->memory = buffer.memory;
+            matrices[i]->offset += buffer.offset / element;
+          }
+          opencl::enqueue_gemm(context.queue, call, context.device.str());
+        });
+  });
+  submit_native(c.device().index(), builder.take());
+}
 
 std::optional<at::Tensor> native_mm(const at::Tensor& self, const at::Tensor& mat2) {
   if (!product_device(self, mat2, 2) || self.size(1) != mat2.size(0) || self.numel() == 0 ||

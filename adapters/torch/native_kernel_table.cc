@@ -102,6 +102,11 @@ void run_native_kernel(const std::shared_ptr<const Kernel>& kernel, const at::Te
                        const std::vector<LaunchArg>& args, size_t work_items) {
   LaunchRange range;
   range.global[0] = work_items;
+  run_native_kernel(kernel, out, args, range);
+}
+
+void run_native_kernel(const std::shared_ptr<const Kernel>& kernel, const at::Tensor& out,
+                       const std::vector<LaunchArg>& args, const LaunchRange& range) {
   InstructionsBuilder builder = runtime().builder();
   translate_errors([&] { builder.launch(stream_of(out), kernel, range, args); });
   submit_native(out.device().index(), builder.take());

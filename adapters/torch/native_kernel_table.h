@@ -1,6 +1,6 @@
 // adapters/torch/native_kernel_table.h — what the native path's generated kernels share
 // (native_kernels.cc, native_elementwise_source.cc, native_composite.cc, native_index.cc,
-// native_scatter.cc, native_loss.cc, native_reduce.cc, native_norm.cc): the OpenCL C type of a
+// native_scatter.cc, native_loss.cc, native_reduce.cc, native_norm.cc, native_conv.cc): the OpenCL C type of a
 // dtype, the rank limit of an iteration space, the table of compiled kernels, the copy and
 // overlap checks operators share, and the key and source of an elementwise kernel. The table and
 // the launch are defined in native_kernel_table.cc, the checks and the key in native_kernels.cc.
@@ -40,7 +40,7 @@ inline bool is_device(const at::Tensor& t) {
 
 // Which generator a kernel comes from: its ids are its own.
 enum class NativeKernelFamily : uint8_t { kElementwise, kReduction, kTriangle, kRange, kIndex,
-                                          kLoss, kScatter };
+                                          kLoss, kScatter, kConvolution };
 
 // The compiled kernel `id` (below 2^48) of `family` on `device`: built from `source()` on the
 // first call and kept until exit; nullptr, warned of once, when the device cannot build it
@@ -64,10 +64,14 @@ bool elements_are_distinct(const at::Tensor& t);
 // (count_native_launch) rather than as a copy; false, having done nothing, where native_copy is.
 bool copy_for_operator(const at::Tensor& src, const at::Tensor& dst);
 
-// Runs `kernel` with `args` over `work_items` work-items on the current stream of `out`'s device,
-// and waits for it; oclvm's errors become the matching c10 errors. Counts nothing.
+// Enqueues `kernel` with `args` over `work_items` work-items on the current stream of `out`'s
+// device, without waiting for it (submit_native); oclvm's errors become the matching c10
+// errors. Counts nothing.
 void run_native_kernel(const std::shared_ptr<const Kernel>& kernel, const at::Tensor& out,
                        const std::vector<LaunchArg>& args, size_t work_items);
+// The same over `range` (two or three dimensions).
+void run_native_kernel(const std::shared_ptr<const Kernel>& kernel, const at::Tensor& out,
+                       const std::vector<LaunchArg>& args, const LaunchRange& range);
 
 // What a generated elementwise kernel is made for (Note [Native elementwise kernels] in
 // native_kernels.cc): the operator, the dtypes of the result, of each operand and of the

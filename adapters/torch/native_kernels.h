@@ -5,12 +5,13 @@
 // arithmetic, activations, where, copies, cat and pow; native_composite.cc: the _foreach_ loops,
 // mean, arange, tril and triu; native_index.cc: index_select and embedding's backward;
 // native_scatter.cc: gather, the scatters and index_add; native_loss.cc: nll_loss;
-// native_reduce.cc: sums, all and softmax; native_norm.cc: layer norm) or, for the matrix products,
-// a NativeCall of CLBlast's (native_blas.cc), through the adapter's Runtime, on the current stream
-// of the operands' device, or answers that it does not take the call (nullopt / false) having done
-// nothing, and the caller goes on to the host kernel or the CPU fallback: the values and errors of
-// those calls stay the CPU's. Each file's Note says which calls it takes. native_operators.h says
-// which torch operator each function answers.
+// native_reduce.cc: sums, all and softmax; native_norm.cc: layer norm) or NativeCalls of CLBlast's
+// (native_blas.cc: the matrix products; native_conv.cc: convolutions, with im2col and col2im
+// kernels), through the adapter's Runtime, on the current stream of the operands' device, or
+// answers that it does not take the call (nullopt / false) having done nothing, and the caller
+// goes on to the host kernel or the CPU fallback: the values and errors of those calls stay the
+// CPU's. Each file's Note says which calls it takes. native_operators.h says which torch operator
+// each function answers.
 //
 // Thread-safety: any thread, as every operator; the compiled kernels are shared under a mutex and
 // the VM orders the device work.
@@ -182,6 +183,20 @@ bool native_mm_out(const at::Tensor& self, const at::Tensor& mat2, const at::Ten
 std::optional<at::Tensor> native_addmm(const at::Tensor& self, const at::Tensor& mat1,
                                        const at::Tensor& mat2, const at::Scalar& beta,
                                        const at::Scalar& alpha);
+
+// convolution and convolution_backward of one or two spatial dimensions as im2col / col2im
+// kernels around CLBlast products (Note [Native convolutions] in native_conv.cc); the results are
+// contiguous, and the caller lays them out. nullopt when the native path does not take the call.
+std::optional<at::Tensor> native_convolution(const at::Tensor& input, const at::Tensor& weight,
+                                             const std::optional<at::Tensor>& bias,
+                                             at::IntArrayRef stride, at::IntArrayRef padding,
+                                             at::IntArrayRef dilation, bool transposed,
+                                             int64_t groups);
+// (grad_input, grad_weight, grad_bias), each undefined where output_mask says it is not wanted.
+std::optional<std::tuple<at::Tensor, at::Tensor, at::Tensor>> native_convolution_backward(
+    const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight,
+    at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation, bool transposed,
+    int64_t groups, std::array<bool, 3> output_mask);
 
 // tanh of a float32 or float64 tensor, and tanh_backward(grad, output) of two such device
 // tensors: one launch each; nullopt when the native path does not take the call.

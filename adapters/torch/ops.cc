@@ -8,9 +8,10 @@
 // as_strided, so all views alias). Every other operator runs its CPU kernel through the boxed
 // fallback (fallback.cc): on a device whose memory has host addresses, on the device's own bytes
 // in a host section, with no copy; elsewhere on host copies of its operands, its results and
-// mutated arguments written back. convolution / convolution_backward take the fallback
-// explicitly and give their results the device's layout (Note [Convolution layouts on the
-// device]); operators with both a CPU and a composite kernel are routed to it too (Note
+// mutated arguments written back. convolution / convolution_backward run natively where the
+// native path takes them (Note [Native convolutions] in native_conv.cc) and take the fallback
+// explicitly otherwise, and give their results the device's layout (Note [Convolution layouts on
+// the device]); operators with both a CPU and a composite kernel are routed to it too (Note
 // [Composite kernels the CPU does not use]).
 //
 // On a native-path device a copy between two of its tensors with one dtype and strides (or a
@@ -498,6 +499,58 @@ namespace {
 // or the weight is, and Inductor's compiled code then failed its stride check on the result. So
 // the device gives the results (the output; grad_input and grad_weight) the layout torch's rule
 // names for it, converting what the CPU kernel made otherwise; grad_bias is a vector either way.
+// The concrete values of `values`; nullopt when one is symbolic.
+std::optional<std::vector<int64_t>> concrete(const std::vector<c10::SymInt>& values) {
+  std::vector<int64_t> out;
+  out.reserve(values.size());
+  for (const c10::SymInt& v : values) {
+    const std::optional<int64_t> value = v.maybe_as_int();
+    if (!value) return std::nullopt;
+    out.push_back(*value);
+  }
+  return out;
+}
+
+// Runs the convolution (or its backward) whose `count` arguments start at `args` on the native
+// path, replacing them on the stack with its results (Note [Native convolutions] in
+// native_conv.cc); false, the stack unchanged, when the native path does not take it.
+bool native_convolution_boxed(bool backward, const c10::IValue* args, size_t count,
+                              torch::jit::Stack* stack) {
+  const size_t first = backward ? 1 : 0;
+  const std::optional<std::vector<int64_t>> stride =
+      concrete(args[first + 3].toSymIntVector());
+  const std::optional<std::vector<int64_t>> padding =
+      concrete(args[first + 4].toSymIntVector());
+  const std::optional<std::vector<int64_t>> dilation =
+      concrete(args[first + 5].toSymIntVector());
+  const std::optional<int64_t> groups = args[first + 8].toSymInt().maybe_as_int();
+  if (!stride || !padding || !dilation || !groups) return false;
+  const at::Tensor& input = args[first].toTensor();
+  const at::Tensor& weight = args[first + 1].toTensor();
+  const bool transposed = args[first + 6].toBool();
+  std::vector<c10::IValue> results;
+  if (backward) {
+    const std::vector<bool> mask = args[first + 9].toBoolList().vec();
+    if (mask.size() != 3) return false;
+    auto grads = native_convolution_backward(args[0].toTensor(), input, weight, *stride,
+                                             *padding, *dilation, transposed, *groups,
+                                             {mask[0], mask[1], mask[2]});
+    if (!grads) return false;
+    results = {std::get<0>(*grads), std::get<1>(*grads), std::get<2>(*grads)};
+  } else {
+    std::optional<at::Tensor> bias;
+    if (args[2].isTensor()) bias = args[2].toTensor();
+    std::optional<at::Tensor> out = native_convolution(input, weight, bias, *stride, *padding,
+                                                       *dilation, transposed, *groups);
+    if (!out) return false;
+    results = {std::move(*out)};
+  }
+  torch::jit::drop(*stack, count);
+  for (c10::IValue& result : results) stack->push_back(std::move(result));
+  count_native_call();
+  return true;
+}
+
 void convolution_in_device_layout(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const bool backward = op.schema().name() == "aten::convolution_backward";
   // convolution(input, weight, bias?, stride, padding, dilation, transposed, output_padding,
@@ -523,7 +576,7 @@ void convolution_in_device_layout(const c10::OperatorHandle& op, torch::jit::Sta
                                       args[first + 8].toSymInt(),
                                       bias_sizes ? at::OptionalSymIntArrayRef(*bias_sizes)
                                                  : at::OptionalSymIntArrayRef()));
-  cpu_fallback(op, stack);
+  if (!native_convolution_boxed(backward, args, count, stack)) cpu_fallback(op, stack);
   const size_t results = backward ? 2 : 1;  // grad_bias is not converted
   const size_t outputs = op.schema().returns().size();
   for (size_t i = 0; i < results; ++i) {
@@ -560,8 +613,8 @@ void register_native_kernels(torch::Library& m) {
   m.impl("view_as_complex", view_as_complex);
   m.impl("_has_compatible_shallow_copy_type", has_compatible_shallow_copy_type);
   // convolution and convolution_backward are composite: for this device they would route to
-  // convolution_overrideable, whose default kernel only throws. Registered here, they take the
-  // boxed CPU fallback whole (autograd stays above: ConvolutionBackward0 calls
+  // convolution_overrideable, whose default kernel only throws. Registered here, they run
+  // natively or take the boxed CPU fallback whole (autograd stays above: ConvolutionBackward0 calls
   // convolution_backward, which lands here too), with the device's layout (Note [Convolution
   // layouts on the device]).
   m.impl("convolution", torch::CppFunction::makeFromBoxedFunction<&convolution_in_device_layout>());

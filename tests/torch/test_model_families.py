@@ -474,7 +474,12 @@ def optimizer_for(family):
 # the step by a visible fraction of lr (the diffusers UNet's convolutions: 3.7e-5 after three steps
 # of lr 1e-3, whose moves reach 3e-3). A wrong kernel moves parameters by the order of lr itself,
 # so the allowance stays an absolute tenth of a step, also for parameters near 1 (layer norms).
+# Where a gradient element is near zero, the rounding of its sum can flip its sign, and AdamW's
+# step for it, a full lr, with it (the UNet's convolutions, one element of 787,844 after three
+# steps): one element in ten thousand per tensor may differ by up to a step's size. A wrong kernel
+# moves most of a tensor's elements.
 ADAMW_ON_NATIVE = dict(rtol=1e-5, atol=1e-4)
+ADAMW_OUTLIERS_ON_NATIVE = (1e-4, 1e-3)
 
 
 @by_name
@@ -483,9 +488,11 @@ def test_family_trains_as_on_cpu(family, optimizer_before_move):
     """Three steps give the CPU's losses, parameters and buffers; tied weights stay tied; memory
     comes back."""
     optimizer = optimizer_for(family)
-    tolerance = ADAMW_ON_NATIVE if NATIVE_PATH and optimizer is not sgd else EXACT
+    adamw_on_native = NATIVE_PATH and optimizer is not sgd
     train_both_and_compare(family, optimizer, steps=3, seed=5,
-                           optimizer_before_move=optimizer_before_move, tolerance=tolerance,
+                           optimizer_before_move=optimizer_before_move,
+                           tolerance=ADAMW_ON_NATIVE if adamw_on_native else EXACT,
+                           outliers=ADAMW_OUTLIERS_ON_NATIVE if adamw_on_native else None,
                            check=EXTRA_CHECKS.get(family.name))
 
 

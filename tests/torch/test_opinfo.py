@@ -115,7 +115,8 @@ NATIVE_OPERATORS = ["add", "sub", "mul", "div.no_rounding_mode", "true_divide", 
                     "nn.functional.embedding", "nn.functional.nll_loss", "gather", "scatter",
                     "scatter_add", "take_along_dim", "index_add", "eq", "ne", "lt", "le", "gt",
                     "ge", "bitwise_and", "bitwise_or", "bitwise_xor", "minimum", "maximum",
-                    "any", "sin", "cos", "exp", "log", "masked_fill"]
+                    "any", "sin", "cos", "exp", "log", "masked_fill", "nn.functional.conv1d",
+                    "nn.functional.conv2d"]
 
 
 def test_native_operators_match_the_cpu(tmp_path):

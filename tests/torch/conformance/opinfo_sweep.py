@@ -96,6 +96,16 @@ EXPECTED_FAILURES = {
         "the gradient (the CPU gives the same one for window[:8].clone())",
 }
 
+# Expected failures on the native path only (OCLVM_KERNELS=native), where the device computes with
+# its own kernels.
+NATIVE_EXPECTED_FAILURES = {
+    ("nn.functional.conv2d", "complex64"):
+        "torch's conv2d computes a complex convolution as three real ones and subtracts them "
+        "(Gauss's trick); the native float32 convolutions sum in CLBlast's order, and the "
+        "subtraction cancels most of the value: 1.8e-6 relative on the sample's worst element, "
+        "past complex64's default 1.3e-6 (its float32 convolutions pass)",
+}
+
 # Operators whose output values cannot match the CPU's by construction: only shape, dtype and
 # device are compared.
 METADATA_ONLY = {
@@ -204,7 +214,10 @@ def select_items(items, ops=None, dtypes=None):
 
 
 def expected_failure(key, dtype):
-    return EXPECTED_FAILURES.get((key, dtype)) or EXPECTED_FAILURES.get((key, "*"))
+    table = dict(EXPECTED_FAILURES)
+    if os.environ.get("OCLVM_KERNELS") == "native":
+        table.update(NATIVE_EXPECTED_FAILURES)
+    return table.get((key, dtype)) or table.get((key, "*"))
 
 
 # ------------------------------------------------------------------------------------ worker --
