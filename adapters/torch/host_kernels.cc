@@ -346,6 +346,36 @@ void add_out(torch::Library& m, const std::unordered_set<std::string>& routed) {
   m.impl(name.c_str(), TORCH_FN((NativeOutKernel<Op>::call)));
 }
 
+// A functional operator whose CPU kernel writes an argument its schema does not mark
+// (native_batch_norm's running statistics), so that HostKernel's fast path does not apply: its
+// native kernel when that takes the call, else the boxed route it had, which writes such
+// arguments back (Note [Mutations the schema does not mark] in operator_facts.cc).
+template <class Op, class Signature = typename Op::schema>
+struct NativeOrBoxedKernel;
+
+template <class Op, class Result, class... Args>
+struct NativeOrBoxedKernel<Op, Result(Args...)> {
+  static Result call(Args... args) {
+    std::optional<Result> result = NativeKernel<Op>::call(args...);
+    if (result) {
+      count_native_call();
+      return std::move(*result);
+    }
+    if (routed_to_one_device) return call_boxed<Op, &cpu_fallback_on_one_device>(args...);
+    return call_boxed<Op, &cpu_fallback>(args...);
+  }
+
+  static inline bool routed_to_one_device = false;  // set once by add_native(), at registration
+};
+
+// Registers Op's NativeOrBoxedKernel, with the boxed route it had (as add()).
+template <class Op>
+void add_native(torch::Library& m, const std::unordered_set<std::string>& routed) {
+  const std::string name = aten_impl_name(Op::name, Op::overload_name);
+  NativeOrBoxedKernel<Op>::routed_to_one_device = routed.count(name) != 0;
+  m.impl(name.c_str(), TORCH_FN((NativeOrBoxedKernel<Op>::call)));
+}
+
 // Registers Op's HostInPlaceKernel.
 template <class Op>
 void add_in_place(torch::Library& m) {
@@ -642,6 +672,10 @@ std::unordered_set<std::string> register_host_kernels(torch::Library& m) {
   add<at::_ops::nll_loss_backward>(m, routed);
   add<at::_ops::native_layer_norm>(m, routed);
   add<at::_ops::native_layer_norm_backward>(m, routed);
+  add<at::_ops::native_group_norm>(m, routed);  // diffusers' UNets
+  add<at::_ops::native_group_norm_backward>(m, routed);
+  add_native<at::_ops::native_batch_norm>(m, routed);  // its running statistics are written
+  add<at::_ops::native_batch_norm_backward>(m, routed);
   add_in_place<at::_ops::add__Tensor>(m);
   add_in_place<at::_ops::sub__Tensor>(m);
   add_in_place<at::_ops::mul__Tensor>(m);

@@ -44,25 +44,6 @@ namespace oclvm::torch_adapter {
 
 namespace {
 
-// The dimensions [begin, end) of `t` as one (size, stride), size-1 dimensions skipped; nullopt
-// when they do not step as one. (1, 0) when there are none.
-std::optional<std::pair<int64_t, int64_t>> as_one(const at::Tensor& t, int64_t begin,
-                                                  int64_t end) {
-  int64_t size = 1, stride = 0;
-  for (int64_t d = end; d-- > begin;) {  // innermost first
-    if (t.size(d) == 1) continue;
-    if (size == 1) {
-      size = t.size(d);
-      stride = t.stride(d);
-    } else if (t.stride(d) == stride * size) {
-      size *= t.size(d);
-    } else {
-      return std::nullopt;
-    }
-  }
-  return std::make_pair(size, stride);
-}
-
 // Whether the CPU's kernel for a one-dimensional self takes the dtype (its kernel for more
 // dimensions moves bytes, and takes every dtype).
 bool cpu_selects_vectors_of(at::ScalarType type) {
@@ -112,8 +93,8 @@ std::optional<at::Tensor> native_index_select(const at::Tensor& self, int64_t di
   if (self.dim() == 1 && !cpu_selects_vectors_of(self.scalar_type())) return std::nullopt;
   const char* bits = cl_bits_type(self.itemsize());  // an integer type of the element's size
   if (bits == nullptr) return std::nullopt;               // complex128
-  const std::optional<std::pair<int64_t, int64_t>> outer = as_one(self, 0, dim);
-  const std::optional<std::pair<int64_t, int64_t>> inner = as_one(self, dim + 1, self.dim());
+  const std::optional<std::pair<int64_t, int64_t>> outer = dimensions_as_one(self, 0, dim);
+  const std::optional<std::pair<int64_t, int64_t>> inner = dimensions_as_one(self, dim + 1, self.dim());
   if (!outer || !inner) return std::nullopt;
   const bool long_index = index.scalar_type() == at::kLong;
   const uint64_t id = (static_cast<uint64_t>(self.itemsize()) << 8) | (long_index ? 1u : 0u);

@@ -1,6 +1,7 @@
 // adapters/torch/native_kernel_table.h — what the native path's generated kernels share
 // (native_kernels.cc, native_elementwise_source.cc, native_composite.cc, native_index.cc,
-// native_scatter.cc, native_loss.cc, native_reduce.cc, native_norm.cc, native_conv.cc): the OpenCL C type of a
+// native_scatter.cc, native_loss.cc, native_reduce.cc, native_norm.cc, native_conv.cc,
+// native_channel_norm.cc): the OpenCL C type of a
 // dtype, the rank limit of an iteration space, the table of compiled kernels, the copy and
 // overlap checks operators share, and the key and source of an elementwise kernel. The table and
 // the launch are defined in native_kernel_table.cc, the checks and the key in native_kernels.cc.
@@ -15,6 +16,8 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
+#include <utility>
 #include <vector>
 
 #include "adapters/torch/native_kernels.h"
@@ -40,7 +43,8 @@ inline bool is_device(const at::Tensor& t) {
 
 // Which generator a kernel comes from: its ids are its own.
 enum class NativeKernelFamily : uint8_t { kElementwise, kReduction, kTriangle, kRange, kIndex,
-                                          kLoss, kScatter, kConvolution };
+                                          kLoss, kScatter, kConvolution,
+                                          kChannelNorm };
 
 // The compiled kernel `id` (below 2^48) of `family` on `device`: built from `source()` on the
 // first call and kept until exit; nullptr, warned of once, when the device cannot build it
@@ -59,6 +63,11 @@ LaunchArg blob_arg(const at::Tensor& t, KernelAccess access);
 // Whether no two elements of `t` share memory. A sufficient test that any strided view without
 // overlap passes (at::has_internal_overlap gives up on non-dense ones).
 bool elements_are_distinct(const at::Tensor& t);
+
+// The dimensions [begin, end) of `t` as one (size, stride), size-1 dimensions skipped; nullopt
+// when they do not step as one; (1, 0) when there are none.
+std::optional<std::pair<int64_t, int64_t>> dimensions_as_one(const at::Tensor& t, int64_t begin,
+                                                             int64_t end);
 
 // dst := src as native_copy does, its launch counted as one of an operator's
 // (count_native_launch) rather than as a copy; false, having done nothing, where native_copy is.

@@ -659,6 +659,23 @@ bool copy_for_operator(const at::Tensor& src, const at::Tensor& dst) {
 
 // Its dimensions of more than one element, in increasing stride, each step past every offset
 // the smaller ones reach.
+std::optional<std::pair<int64_t, int64_t>> dimensions_as_one(const at::Tensor& t, int64_t begin,
+                                                             int64_t end) {
+  int64_t size = 1, stride = 0;
+  for (int64_t d = end; d-- > begin;) {  // innermost first
+    if (t.size(d) == 1) continue;
+    if (size == 1) {
+      size = t.size(d);
+      stride = t.stride(d);
+    } else if (t.stride(d) == stride * size) {
+      size *= t.size(d);
+    } else {
+      return std::nullopt;
+    }
+  }
+  return std::make_pair(size, stride);
+}
+
 bool elements_are_distinct(const at::Tensor& t) {
   std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, size)
   for (int64_t d = 0; d < t.dim(); ++d) {

@@ -5,7 +5,8 @@
 // arithmetic, activations, where, copies, cat and pow; native_composite.cc: the _foreach_ loops,
 // mean, arange, tril and triu; native_index.cc: index_select and embedding's backward;
 // native_scatter.cc: gather, the scatters and index_add; native_loss.cc: nll_loss;
-// native_reduce.cc: sums, all and softmax; native_norm.cc: layer norm) or NativeCalls of CLBlast's
+// native_reduce.cc: sums, all and softmax; native_norm.cc: layer norm; native_channel_norm.cc:
+// batch and group norm) or NativeCalls of CLBlast's
 // (native_blas.cc: the matrix products; native_conv.cc: convolutions, with im2col and col2im
 // kernels), through the adapter's Runtime, on the current stream of the operands' device, or
 // answers that it does not take the call (nullopt / false) having done nothing, and the caller
@@ -183,6 +184,27 @@ bool native_mm_out(const at::Tensor& self, const at::Tensor& mat2, const at::Ten
 std::optional<at::Tensor> native_addmm(const at::Tensor& self, const at::Tensor& mat1,
                                        const at::Tensor& mat2, const at::Scalar& beta,
                                        const at::Scalar& alpha);
+
+// native_batch_norm, native_group_norm and their backward (Note [Native batch and group norm] in
+// native_channel_norm.cc); nullopt when the native path does not take the call. The batch norm
+// writes the running statistics in training, as the CPU's kernel does.
+std::optional<std::tuple<at::Tensor, at::Tensor, at::Tensor>> native_batch_norm(
+    const at::Tensor& input, const std::optional<at::Tensor>& weight,
+    const std::optional<at::Tensor>& bias, const std::optional<at::Tensor>& running_mean,
+    const std::optional<at::Tensor>& running_var, bool training, double momentum, double eps);
+std::optional<std::tuple<at::Tensor, at::Tensor, at::Tensor>> native_batch_norm_backward(
+    const at::Tensor& grad_out, const at::Tensor& input, const std::optional<at::Tensor>& weight,
+    const std::optional<at::Tensor>& running_mean, const std::optional<at::Tensor>& running_var,
+    const std::optional<at::Tensor>& save_mean, const std::optional<at::Tensor>& save_invstd,
+    bool train, double eps, std::array<bool, 3> output_mask);
+std::optional<std::tuple<at::Tensor, at::Tensor, at::Tensor>> native_group_norm(
+    const at::Tensor& input, const std::optional<at::Tensor>& weight,
+    const std::optional<at::Tensor>& bias, c10::SymInt n, c10::SymInt c, c10::SymInt hw,
+    int64_t groups, double eps);
+std::optional<std::tuple<at::Tensor, at::Tensor, at::Tensor>> native_group_norm_backward(
+    const at::Tensor& grad_out, const at::Tensor& input, const at::Tensor& mean,
+    const at::Tensor& rstd, const std::optional<at::Tensor>& weight, c10::SymInt n, c10::SymInt c,
+    c10::SymInt hw, int64_t groups, std::array<bool, 3> output_mask);
 
 // convolution and convolution_backward of one or two spatial dimensions as im2col / col2im
 // kernels around CLBlast products (Note [Native convolutions] in native_conv.cc); the results are

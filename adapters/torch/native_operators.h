@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <optional>
 #include <tuple>
+#include <utility>
 
 #include "adapters/torch/native_kernels.h"
 
@@ -527,6 +528,53 @@ struct NativeKernel<at::_ops::native_layer_norm_backward> {
       const std::optional<at::Tensor>& bias, std::array<bool, 3> output_mask) {
     return native_layer_norm_backward(grad_out, input, normalized, mean, rstd, weight, bias,
                                       output_mask);
+  }
+};
+template <>
+struct NativeKernel<at::_ops::native_batch_norm> {
+  static constexpr bool exists = true;
+  static std::optional<std::tuple<at::Tensor, at::Tensor, at::Tensor>> call(
+      const at::Tensor& input, const std::optional<at::Tensor>& weight,
+      const std::optional<at::Tensor>& bias, const std::optional<at::Tensor>& running_mean,
+      const std::optional<at::Tensor>& running_var, bool training, double momentum, double eps) {
+    return torch_adapter::native_batch_norm(input, weight, bias, running_mean, running_var,
+                                            training, momentum, eps);
+  }
+};
+template <>
+struct NativeKernel<at::_ops::native_batch_norm_backward> {
+  static constexpr bool exists = true;
+  static std::optional<std::tuple<at::Tensor, at::Tensor, at::Tensor>> call(
+      const at::Tensor& grad_out, const at::Tensor& input, const std::optional<at::Tensor>& weight,
+      const std::optional<at::Tensor>& running_mean, const std::optional<at::Tensor>& running_var,
+      const std::optional<at::Tensor>& save_mean, const std::optional<at::Tensor>& save_invstd,
+      bool train, double eps, std::array<bool, 3> output_mask) {
+    return torch_adapter::native_batch_norm_backward(grad_out, input, weight, running_mean,
+                                                     running_var, save_mean, save_invstd, train,
+                                                     eps, output_mask);
+  }
+};
+template <>
+struct NativeKernel<at::_ops::native_group_norm> {
+  static constexpr bool exists = true;
+  static std::optional<std::tuple<at::Tensor, at::Tensor, at::Tensor>> call(
+      const at::Tensor& input, const std::optional<at::Tensor>& weight,
+      const std::optional<at::Tensor>& bias, c10::SymInt n, c10::SymInt c, c10::SymInt hw,
+      int64_t groups, double eps) {
+    return torch_adapter::native_group_norm(input, weight, bias, std::move(n), std::move(c),
+                                            std::move(hw), groups, eps);
+  }
+};
+template <>
+struct NativeKernel<at::_ops::native_group_norm_backward> {
+  static constexpr bool exists = true;
+  static std::optional<std::tuple<at::Tensor, at::Tensor, at::Tensor>> call(
+      const at::Tensor& grad_out, const at::Tensor& input, const at::Tensor& mean,
+      const at::Tensor& rstd, const std::optional<at::Tensor>& weight, c10::SymInt n,
+      c10::SymInt c, c10::SymInt hw, int64_t groups, std::array<bool, 3> output_mask) {
+    return torch_adapter::native_group_norm_backward(grad_out, input, mean, rstd, weight,
+                                                     std::move(n), std::move(c), std::move(hw),
+                                                     groups, output_mask);
   }
 };
 template <>

@@ -1,7 +1,7 @@
-"""What the native path's test files share (test_native_kernels.py, test_native_launches.py,
-test_native_index.py, test_native_scatter.py): whether this process runs on the native path, the
-mark of the tests that need it, the test that runs a whole file there in a subprocess, the counts of
-native launches and copies, and operands of every dtype and layout.
+"""What the native path's test files share (test_native_*.py): whether this process runs on the
+native path, the mark of the tests that need it, the test that runs a whole file there in a
+subprocess, the counts of native launches and copies, operands of every dtype and layout, and the
+check that a call the native path leaves raises the CPU's error.
 
 PoCL's devices take the host path by default, so each file's native tests run in a subprocess with
 OCLVM_KERNELS=native (run_file_natively); run directly with OCLVM_KERNELS=native, they run in the
@@ -85,3 +85,13 @@ def make_device_error_words():
             index = torch.zeros(1, dtype=torch.long, device=device)
             torch.zeros(1, device=device).index_select(0, index)
     torch.opencl.synchronize()
+
+
+def assert_the_cpus_error(call):
+    """`call(to)` raises a RuntimeError with the first line of the CPU's message both with `to`
+    the identity (on the CPU) and with `to` moving a tensor to the device."""
+    with pytest.raises(RuntimeError) as cpu_error:
+        call(lambda t: t)
+    with pytest.raises(RuntimeError) as device_error:
+        call(lambda t: t.to("opencl"))
+    assert str(device_error.value).split("\n")[0] == str(cpu_error.value).split("\n")[0]

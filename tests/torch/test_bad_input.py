@@ -335,6 +335,42 @@ def test_set_past_the_storage_does_not_crash(args):
     assert out.stdout.startswith("GREW 28") or out.stdout.startswith("GREW 400"), out.stdout
 
 
+@pytest.mark.parametrize("kernels", ["host", "native"])
+def test_batch_norm_without_its_statistics_is_refused(kernels):
+    """native_batch_norm and its backward called directly without the statistics their mode reads,
+    or with vectors of another length than the channels: torch 2.13's CPU kernel crashes or reads
+    past them; on the device both paths refuse (in a subprocess, since a crash is the failure)."""
+    out = run_python("""
+        import torch, oclvm
+        x = torch.randn(10, 8, device="opencl")
+        ones, empty = torch.ones(8, device="opencl"), torch.ones(0, device="opencl")
+        aten = torch.ops.aten
+        calls = [
+            lambda: aten.native_batch_norm(x, None, None, None, None, False, 0.1, 1e-5),
+            lambda: aten.native_batch_norm(x, ones, None, ones, empty, True, 0.1, 1e-5),
+            lambda: aten.native_batch_norm(x, ones[:3], None, None, None, True, 0.1, 1e-5),
+            lambda: aten.native_batch_norm_backward(x, x, None, None, None, None, None, False,
+                                                    1e-5, [True, True, True]),
+            lambda: aten.native_batch_norm_backward(x, x, None, None, None, None, None, True,
+                                                    1e-5, [True, True, True]),
+        ]
+        for call in calls:
+            try:
+                call()
+                print("RAN")
+            except RuntimeError as e:
+                print("REFUSED", str(e).splitlines()[0])
+    """, OCLVM_KERNELS=kernels)
+    assert out.returncode == 0, f"exit {out.returncode}: {out.stderr[-2000:]}"
+    assert out.stdout.splitlines() == [
+        "REFUSED running_mean must be defined in evaluation mode",
+        "REFUSED running_var should contain 8 elements not 0",
+        "REFUSED weight should contain 8 elements not 3",
+        "REFUSED running_mean must be defined in evaluation mode",
+        "REFUSED save_mean must be defined in training mode",
+    ], out.stdout
+
+
 # ---------------------------------------------------------------------------------------------
 # set_per_process_memory_fraction.
 

@@ -116,7 +116,9 @@ NATIVE_OPERATORS = ["add", "sub", "mul", "div.no_rounding_mode", "true_divide", 
                     "scatter_add", "take_along_dim", "index_add", "eq", "ne", "lt", "le", "gt",
                     "ge", "bitwise_and", "bitwise_or", "bitwise_xor", "minimum", "maximum",
                     "any", "sin", "cos", "exp", "log", "masked_fill", "nn.functional.conv1d",
-                    "nn.functional.conv2d"]
+                    "nn.functional.conv2d", "nn.functional.batch_norm", "native_batch_norm",
+                    "nn.functional.group_norm", "native_group_norm",
+                    "nn.functional.instance_norm"]
 
 
 def test_native_operators_match_the_cpu(tmp_path):
