@@ -78,11 +78,13 @@ torch-lane-1:
 	OCLVM_KERNELS=native POCL_DEVICES="basic basic" $(PYTEST_EXIT) tests/torch/test_native_kernels.py \
 	  tests/torch/test_native_launches.py tests/torch/test_native_index.py \
 	  tests/torch/test_native_scatter.py tests/torch/test_native_blas.py \
-	  tests/torch/test_native_conv.py tests/torch/test_native_channel_norm.py
+	  tests/torch/test_native_conv.py tests/torch/test_native_channel_norm.py \
+	  tests/torch/test_native_attention.py
 	OCLVM_KERNELS=native OCLVM_ZERO_COPY=0 POCL_DEVICES="basic basic" $(PYTEST_EXIT) \
 	  tests/torch/test_native_kernels.py tests/torch/test_native_index.py \
 	  tests/torch/test_native_scatter.py tests/torch/test_native_blas.py \
-	  tests/torch/test_native_conv.py tests/torch/test_native_channel_norm.py
+	  tests/torch/test_native_conv.py tests/torch/test_native_channel_norm.py \
+	  tests/torch/test_native_attention.py
 	OCLVM_KERNELS=native $(PYTEST_EXIT) tests/torch/test_module_db.py tests/torch/test_cuda_parity.py \
 	  tests/torch/test_openreg_*.py
 	OCLVM_EXIT_RUNS=4 POCL_DEVICES="pthread pthread" $(PYTEST_EXIT) \
@@ -105,7 +107,8 @@ torch-lane-2:
 	  --deselect tests/torch/test_native_scatter.py::test_native_scatter_in_a_subprocess \
 	  --deselect tests/torch/test_native_blas.py::test_native_blas_in_a_subprocess \
 	  --deselect tests/torch/test_native_conv.py::test_native_conv_in_a_subprocess \
-	  --deselect tests/torch/test_native_channel_norm.py::test_native_channel_norm_in_a_subprocess
+	  --deselect tests/torch/test_native_channel_norm.py::test_native_channel_norm_in_a_subprocess \
+	  --deselect tests/torch/test_native_attention.py::test_native_attention_in_a_subprocess
 	OCLVM_EXIT_RUNS=2 OCLVM_OPINFO=0 OCLVM_DIST_FULL=0 OCLVM_ZERO_COPY=0 POCL_DEVICES="pthread pthread" $(PYTEST_TORCH) \
 	  --deselect tests/torch/test_compile.py::test_compiled_transformer_step_equals_eager_on_cpu \
 	  --ignore tests/torch/test_exit.py
