@@ -346,10 +346,11 @@ void add_out(torch::Library& m, const std::unordered_set<std::string>& routed) {
   m.impl(name.c_str(), TORCH_FN((NativeOutKernel<Op>::call)));
 }
 
-// A functional operator whose CPU kernel writes an argument its schema does not mark
-// (native_batch_norm's running statistics), so that HostKernel's fast path does not apply: its
-// native kernel when that takes the call, else the boxed route it had, which writes such
-// arguments back (Note [Mutations the schema does not mark] in operator_facts.cc).
+// A functional operator HostKernel's fast path does not fit: one whose CPU kernel writes an
+// argument its schema does not mark (native_batch_norm's running statistics, which the boxed route
+// writes back: Note [Mutations the schema does not mark] in operator_facts.cc), or one with a list
+// of optional tensors (index.Tensor's indices, which each_tensor does not walk). Its native kernel
+// when that takes the call, else the boxed route it had.
 template <class Op, class Signature = typename Op::schema>
 struct NativeOrBoxedKernel;
 
@@ -675,6 +676,7 @@ std::unordered_set<std::string> register_host_kernels(torch::Library& m) {
   add<at::_ops::native_group_norm>(m, routed);  // diffusers' UNets
   add<at::_ops::native_group_norm_backward>(m, routed);
   add_native<at::_ops::native_batch_norm>(m, routed);  // its running statistics are written
+  add_native<at::_ops::index_Tensor>(m, routed);  // its indices are a list of optional tensors
   add<at::_ops::native_batch_norm_backward>(m, routed);
   add_in_place<at::_ops::add__Tensor>(m);
   add_in_place<at::_ops::sub__Tensor>(m);

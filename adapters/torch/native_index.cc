@@ -57,8 +57,11 @@ bool cpu_selects_vectors_of(at::ScalarType type) {
   }
 }
 
-KernelSource index_select_source(const std::string& t, const std::string& index_type) {
-  const std::string name = "oclvm_index_select_" + t + "_" + index_type;
+// `wrap`: a negative index counts from the end of the dimension (advanced indexing's rule); the
+// error reports the index as given.
+KernelSource index_select_source(const std::string& t, const std::string& index_type, bool wrap) {
+  const std::string name =
+      "oclvm_index_select_" + t + "_" + index_type + (wrap ? "_wrapped" : "");
   std::string s = kDeviceErrorSource;
   s += "__kernel void " + name + "(OCLVM_BLOB(" + t + ", out), OCLVM_BLOB(" + t +
        ", a), OCLVM_BLOB(" + index_type +
@@ -67,9 +70,10 @@ KernelSource index_select_source(const std::string& t, const std::string& index_
   s += "  const ulong i = get_global_id(0);\n  if (i >= n) return;\n";
   s += "  const long in = (long)(i % (ulong)inner);\n  const ulong rest = i / (ulong)inner;\n";
   s += "  const long j = (long)(rest % (ulong)count), o = (long)(rest / (ulong)count);\n";
-  s += "  const long k = (long)OCLVM_PTR(" + index_type + ", idx)[j * index_stride];\n";
+  s += "  const long given = (long)OCLVM_PTR(" + index_type + ", idx)[j * index_stride];\n";
+  s += wrap ? "  const long k = given < 0 ? given + size : given;\n" : "  const long k = given;\n";
   s += "  if (k < 0 || k >= size) {\n";
-  s += "    oclvm_report(err_base, err_offset, code, k, size);\n";
+  s += "    oclvm_report(err_base, err_offset, code, given, size);\n";
   s += "    OCLVM_PTR(" + t + ", out)[i] = (" + t + ")0;\n    return;\n  }\n";
   s += "  OCLVM_PTR(" + t + ", out)[i] = OCLVM_PTR(" + t +
        ", a)[o * outer_stride + k * dim_stride + in * inner_stride];\n}\n";
@@ -78,41 +82,34 @@ KernelSource index_select_source(const std::string& t, const std::string& index_
 
 }  // namespace
 
-std::optional<at::Tensor> native_index_select(const at::Tensor& self, int64_t dim,
-                                              const at::Tensor& index) {
-  if (!self.defined() || !index.defined() || !is_device(self) || !is_device(index) ||
-      index.device() != self.device() || !native_kernels(self.device().index()) ||
-      self.layout() != at::kStrided || index.layout() != at::kStrided || self.is_conj() ||
-      self.is_neg() || index.is_conj() || index.is_neg() || self.dim() == 0 ||
-      self.numel() == 0 || index.dim() > 1 ||
-      index.numel() == 0 || (index.scalar_type() != at::kLong && index.scalar_type() != at::kInt) ||
-      dim < -self.dim() || dim >= self.dim()) {
-    return std::nullopt;
-  }
-  dim = at::maybe_wrap_dim(dim, self.dim());
-  if (self.dim() == 1 && !cpu_selects_vectors_of(self.scalar_type())) return std::nullopt;
+namespace {
+
+// self's elements at `index` (a vector or a single number) along `dim`, as index_select lays them
+// out, an index out of range reported with `code`; `wrap` as index_select_source's. nullopt when
+// the native path does not take the call (Note [Native index_select]).
+std::optional<at::Tensor> select_along(const at::Tensor& self, int64_t dim,
+                                       const at::Tensor& index, bool wrap, int32_t code) {
+  const std::optional<std::pair<int64_t, int64_t>> outer = dimensions_as_one(self, 0, dim);
+  const std::optional<std::pair<int64_t, int64_t>> inner =
+      dimensions_as_one(self, dim + 1, self.dim());
+  if (!outer || !inner) return std::nullopt;
   const char* bits = cl_bits_type(self.itemsize());  // an integer type of the element's size
   if (bits == nullptr) return std::nullopt;               // complex128
-  const std::optional<std::pair<int64_t, int64_t>> outer = dimensions_as_one(self, 0, dim);
-  const std::optional<std::pair<int64_t, int64_t>> inner = dimensions_as_one(self, dim + 1, self.dim());
-  if (!outer || !inner) return std::nullopt;
   const bool long_index = index.scalar_type() == at::kLong;
-  const uint64_t id = (static_cast<uint64_t>(self.itemsize()) << 8) | (long_index ? 1u : 0u);
+  const uint64_t id = (static_cast<uint64_t>(self.itemsize()) << 8) | (wrap ? 2u : 0u) |
+                      (long_index ? 1u : 0u);
   const std::shared_ptr<const Kernel> kernel =
       native_kernel(self.device().index(), NativeKernelFamily::kIndex, id,
-                    [&] { return index_select_source(bits, long_index ? "long" : "int"); });
+                    [&] { return index_select_source(bits, long_index ? "long" : "int", wrap); });
   if (kernel == nullptr) return std::nullopt;
   std::vector<int64_t> sizes = self.sizes().vec();
   sizes[dim] = index.numel();
   at::Tensor out = at::empty(sizes, self.options());  // contiguous, as the CPU's
-  // The CPU words an index out of range as its kernel for dim 1 of two or more dimensions does.
-  const DeviceError code = self.dim() > 1 && dim == 1 ? DeviceError::kIndexOutOfDataBounds
-                                                      : DeviceError::kIndexOutOfRange;
   const std::vector<LaunchArg> args{blob_arg(out, KernelAccess::kWrite),
                                     blob_arg(self, KernelAccess::kRead),
                                     blob_arg(index, KernelAccess::kRead),
                                     device_error_arg(self.device().index()),
-                                    LaunchArg::of(static_cast<int32_t>(code)),
+                                    LaunchArg::of(code),
                                     LaunchArg::of(static_cast<uint64_t>(out.numel())),
                                     LaunchArg::of(index.numel()),
                                     LaunchArg::of(inner->first),
@@ -125,6 +122,68 @@ std::optional<at::Tensor> native_index_select(const at::Tensor& self, int64_t di
   device_errors_submitted(self.device().index());
   count_native_launch();
   return out;
+}
+
+// Whether the native path takes self and index of an index_select or advanced index (checks both
+// share: one native-path device, strided, no conjugate or negative bits, a non-empty self, a
+// non-empty index of int64 or int32).
+bool selectable(const at::Tensor& self, const at::Tensor& index) {
+  return self.defined() && index.defined() && is_device(self) && is_device(index) &&
+         index.device() == self.device() && native_kernels(self.device().index()) &&
+         self.layout() == at::kStrided && index.layout() == at::kStrided && !self.is_conj() &&
+         !self.is_neg() && !index.is_conj() && !index.is_neg() && self.dim() > 0 &&
+         self.numel() > 0 && index.numel() > 0 &&
+         (index.scalar_type() == at::kLong || index.scalar_type() == at::kInt);
+}
+
+}  // namespace
+
+std::optional<at::Tensor> native_index_select(const at::Tensor& self, int64_t dim,
+                                              const at::Tensor& index) {
+  if (!selectable(self, index) || index.dim() > 1 || dim < -self.dim() || dim >= self.dim()) {
+    return std::nullopt;
+  }
+  dim = at::maybe_wrap_dim(dim, self.dim());
+  if (self.dim() == 1 && !cpu_selects_vectors_of(self.scalar_type())) return std::nullopt;
+  // The CPU words an index out of range as its kernel for dim 1 of two or more dimensions does.
+  const DeviceError code = self.dim() > 1 && dim == 1 ? DeviceError::kIndexOutOfDataBounds
+                                                      : DeviceError::kIndexOutOfRange;
+  return select_along(self, dim, index, /*wrap=*/false, static_cast<int32_t>(code));
+}
+
+// Note [Native advanced indexing]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// index.Tensor(self, indices) with one int64 or int32 index tensor, at position d, every other
+// entry absent (x[:, idx], x[idx], transformers' input_ids[:, [-1, 0]]): the result is self's
+// elements along d at the index's elements, shaped self.sizes[:d] + index.shape + self.sizes[d+1:]
+// and contiguous, as the CPU's. It is index_select's kernel over the flattened index, with a
+// negative index counting from the end of the dimension; an index out of range is found on the
+// device and the next sync point throws the CPU's IndexError, "index 7 is out of bounds for
+// dimension 0 with size 5" (the CPU numbers the dimension among the index tensors). Not taken:
+// several index tensors, boolean or byte masks (their result's size needs a sync), an empty
+// index, a non-contiguous self (the CPU's result then follows its layout), and whatever
+// index_select's kernel does not take.
+std::optional<at::Tensor> native_index(const at::Tensor& self,
+                                       const c10::List<std::optional<at::Tensor>>& indices) {
+  int64_t position = -1;
+  for (size_t i = 0; i < indices.size(); ++i) {
+    const std::optional<at::Tensor> entry = indices.get(i);
+    if (!entry.has_value() || !entry->defined()) continue;
+    if (position >= 0) return std::nullopt;  // several index tensors
+    position = static_cast<int64_t>(i);
+  }
+  if (position < 0 || static_cast<int64_t>(indices.size()) > self.dim()) return std::nullopt;
+  const at::Tensor index = *indices.get(static_cast<size_t>(position));
+  // The CPU's result follows the layout of a non-contiguous self (its TensorIterator's rule).
+  if (!selectable(self, index) || !self.is_contiguous()) return std::nullopt;
+  const int32_t code = static_cast<int32_t>(DeviceError::kIndexOutOfBoundsForIndexing);
+  std::optional<at::Tensor> flat = select_along(self, position, index.reshape({-1}),
+                                                /*wrap=*/true, code);
+  if (!flat) return std::nullopt;
+  std::vector<int64_t> sizes(self.sizes().begin(), self.sizes().begin() + position);
+  sizes.insert(sizes.end(), index.sizes().begin(), index.sizes().end());
+  sizes.insert(sizes.end(), self.sizes().begin() + position + 1, self.sizes().end());
+  return flat->view(sizes);
 }
 
 // Note [Native embedding backward]

@@ -3,7 +3,8 @@
 //
 // Each function here runs an operator as LaunchKernel instructions (native_kernels.cc: elementwise
 // arithmetic, activations, where, copies, cat and pow; native_composite.cc: the _foreach_ loops,
-// mean, arange, tril and triu; native_index.cc: index_select and embedding's backward;
+// mean, arange, tril and triu; native_index.cc: index_select, advanced indexing by one index
+// tensor and embedding's backward;
 // native_scatter.cc: gather, the scatters and index_add; native_loss.cc: nll_loss;
 // native_reduce.cc: sums, all and softmax; native_norm.cc: layer norm; native_channel_norm.cc:
 // batch and group norm) or NativeCalls of CLBlast's
@@ -248,6 +249,11 @@ std::optional<at::Tensor> native_triangle(const at::Tensor& self, int64_t diagon
 // index_select] in native_index.cc); nullopt when the native path does not take the call.
 std::optional<at::Tensor> native_index_select(const at::Tensor& self, int64_t dim,
                                               const at::Tensor& index);
+// index.Tensor with one int64 or int32 index tensor and every other entry absent: index_select's
+// kernel over the flattened index, negative indices counting from the end (Note [Native advanced
+// indexing] in native_index.cc); nullopt when the native path does not take the call.
+std::optional<at::Tensor> native_index(const at::Tensor& self,
+                                       const c10::List<std::optional<at::Tensor>>& indices);
 // embedding_dense_backward of a float32 or float64 gradient, without scale_grad_by_freq: four
 // launches, the CPU's sums (Note [Native embedding backward] in native_index.cc); nullopt when the
 // native path does not take the call.

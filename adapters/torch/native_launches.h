@@ -47,6 +47,8 @@ enum class DeviceError : int32_t {
   kIndexOutOfDataBounds = 3,  // kIndexOutOfRange where the CPU words it as its dim-1 kernel does
   kIndexOutOfBoundsOfDim = 4,  // kIndexOutOfRange as gather and scatter word it: the code's bits
                                // above 8 hold the dimension
+  kIndexOutOfBoundsForIndexing = 5,  // kIndexOutOfRange as advanced indexing words it (the index
+                                     // as given, before a negative one counts from the end)
 };
 
 // Device `index`'s error word, a read-write blob argument for a kernel (Note [Errors found on

@@ -361,6 +361,14 @@ struct NativeKernel<at::_ops::triu> {
   }
 };
 template <>
+struct NativeKernel<at::_ops::index_Tensor> {
+  static constexpr bool exists = true;
+  static std::optional<at::Tensor> call(const at::Tensor& self,
+                                        const c10::List<std::optional<at::Tensor>>& indices) {
+    return native_index(self, indices);
+  }
+};
+template <>
 struct NativeKernel<at::_ops::index_select> {
   static constexpr bool exists = true;
   static std::optional<at::Tensor> call(const at::Tensor& self, int64_t dim,

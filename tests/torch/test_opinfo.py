@@ -118,7 +118,8 @@ NATIVE_OPERATORS = ["add", "sub", "mul", "div.no_rounding_mode", "true_divide", 
                     "any", "sin", "cos", "exp", "log", "masked_fill", "nn.functional.conv1d",
                     "nn.functional.conv2d", "nn.functional.batch_norm", "native_batch_norm",
                     "nn.functional.group_norm", "native_group_norm",
-                    "nn.functional.instance_norm", "nn.functional.scaled_dot_product_attention"]
+                    "nn.functional.instance_norm", "nn.functional.scaled_dot_product_attention",
+                    "__getitem__"]
 
 
 def test_native_operators_match_the_cpu(tmp_path):
