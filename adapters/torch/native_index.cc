@@ -7,6 +7,7 @@
 #include <ATen/ops/empty.h>
 #include <c10/core/ScalarType.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <memory>
@@ -153,37 +154,145 @@ std::optional<at::Tensor> native_index_select(const at::Tensor& self, int64_t di
 
 // Note [Native advanced indexing]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// index.Tensor(self, indices) with one int64 or int32 index tensor, at position d, every other
-// entry absent (x[:, idx], x[idx], transformers' input_ids[:, [-1, 0]]): the result is self's
-// elements along d at the index's elements, shaped self.sizes[:d] + index.shape + self.sizes[d+1:]
-// and contiguous, as the CPU's. It is index_select's kernel over the flattened index, with a
-// negative index counting from the end of the dimension; an index out of range is found on the
-// device and the next sync point throws the CPU's IndexError, "index 7 is out of bounds for
-// dimension 0 with size 5" (the CPU numbers the dimension among the index tensors). Not taken:
-// several index tensors, boolean or byte masks (their result's size needs a sync), an empty
-// index, a non-contiguous self (the CPU's result then follows its layout), and whatever
+// index.Tensor(self, indices) of a contiguous self with k int64 (or k int32) index tensors at
+// consecutive positions p .. p + k - 1, every other entry absent (x[:, idx], x[idx],
+// transformers' input_ids[:, [-1, 0]] and its mask functions' padding_mask[batch_idx, kv_idx]):
+// the index tensors broadcast to one shape B, and the result is
+// self[o, idx_0[b], ..., idx_(k-1)[b], i] at (o, b, i), shaped self.sizes[:p] + B +
+// self.sizes[p+k:] and contiguous, as the CPU's. One index tensor is index_select's kernel over
+// the flattened index; more are one kernel that reads each index tensor expanded to B and made
+// contiguous (a native copy, where it is not already). A negative index counts from the end of
+// its dimension; an index out of range is found on the device and the next sync point throws
+// the CPU's IndexError, "index 7 is out of bounds for dimension 1 with size 5" (the CPU numbers
+// the dimension among the index tensors). Not taken: index tensors that are not consecutive
+// (the CPU then puts B first), of mixed or other dtypes (boolean or byte masks: their result's
+// size needs a sync), more than four, shapes that do not broadcast (the CPU's error), an empty
+// index or self, a non-contiguous self (the CPU's result then follows its layout), and whatever
 // index_select's kernel does not take.
+
+namespace {
+
+constexpr size_t kMaxIndexTensors = 4;
+
+KernelSource multi_index_source(const std::string& t, const std::string& index_type, size_t k) {
+  const std::string name = "oclvm_index_" + std::to_string(k) + "_" + t + "_" + index_type;
+  std::string s = kDeviceErrorSource;
+  s += "__kernel void " + name + "(OCLVM_BLOB(" + t + ", out), OCLVM_BLOB(" + t + ", a), ";
+  for (size_t j = 0; j < k; ++j) {
+    s += "OCLVM_BLOB(" + index_type + ", idx" + std::to_string(j) + "), ";
+  }
+  s += "OCLVM_BLOB(long, err), int code, ulong n, long count, long inner, long outer_stride";
+  for (size_t j = 0; j < k; ++j) {
+    s += ", long size" + std::to_string(j) + ", long stride" + std::to_string(j);
+  }
+  s += ") {\n  const ulong i = get_global_id(0);\n  if (i >= n) return;\n";
+  s += "  const long in = (long)(i % (ulong)inner);\n  const ulong rest = i / (ulong)inner;\n";
+  s += "  const long b = (long)(rest % (ulong)count), o = (long)(rest / (ulong)count);\n";
+  s += "  long at = o * outer_stride + in;\n";
+  for (size_t j = 0; j < k; ++j) {
+    const std::string n = std::to_string(j);
+    s += "  {\n    const long given = (long)OCLVM_PTR(" + index_type + ", idx" + n + ")[b];\n";
+    s += "    const long k = given < 0 ? given + size" + n + " : given;\n";
+    s += "    if (k < 0 || k >= size" + n + ") {\n";
+    s += "      oclvm_report(err_base, err_offset, code + (" + n + " << 8), given, size" + n +
+         ");\n";
+    s += "      OCLVM_PTR(" + t + ", out)[i] = (" + t + ")0;\n      return;\n    }\n";
+    s += "    at += k * stride" + n + ";\n  }\n";
+  }
+  s += "  OCLVM_PTR(" + t + ", out)[i] = OCLVM_PTR(" + t + ", a)[at];\n}\n";
+  return KernelSource{std::move(s), name, ""};
+}
+
+// The shape `shapes` broadcast to; nullopt when they do not broadcast.
+std::optional<std::vector<int64_t>> broadcast_shape(const std::vector<at::Tensor>& tensors) {
+  size_t rank = 0;
+  for (const at::Tensor& t : tensors) rank = std::max(rank, static_cast<size_t>(t.dim()));
+  std::vector<int64_t> shape(rank, 1);
+  for (const at::Tensor& t : tensors) {
+    const size_t offset = rank - static_cast<size_t>(t.dim());
+    for (size_t d = 0; d < static_cast<size_t>(t.dim()); ++d) {
+      const int64_t size = t.size(static_cast<int64_t>(d));
+      int64_t& into = shape[offset + d];
+      if (size == into || size == 1) continue;
+      if (into != 1) return std::nullopt;
+      into = size;
+    }
+  }
+  return shape;
+}
+
+}  // namespace
+
 std::optional<at::Tensor> native_index(const at::Tensor& self,
                                        const c10::List<std::optional<at::Tensor>>& indices) {
-  int64_t position = -1;
+  std::vector<at::Tensor> given;
+  int64_t first = -1;
   for (size_t i = 0; i < indices.size(); ++i) {
     const std::optional<at::Tensor> entry = indices.get(i);
     if (!entry.has_value() || !entry->defined()) continue;
-    if (position >= 0) return std::nullopt;  // several index tensors
-    position = static_cast<int64_t>(i);
+    if (first < 0) first = static_cast<int64_t>(i);
+    if (static_cast<int64_t>(i) != first + static_cast<int64_t>(given.size())) {
+      return std::nullopt;  // not consecutive
+    }
+    given.push_back(*entry);
   }
-  if (position < 0 || static_cast<int64_t>(indices.size()) > self.dim()) return std::nullopt;
-  const at::Tensor index = *indices.get(static_cast<size_t>(position));
-  // The CPU's result follows the layout of a non-contiguous self (its TensorIterator's rule).
-  if (!selectable(self, index) || !self.is_contiguous()) return std::nullopt;
+  if (given.empty() || given.size() > kMaxIndexTensors ||
+      static_cast<int64_t>(indices.size()) > self.dim() || !self.is_contiguous()) {
+    return std::nullopt;
+  }
+  for (const at::Tensor& index : given) {
+    if (!selectable(self, index) || index.scalar_type() != given[0].scalar_type()) {
+      return std::nullopt;
+    }
+  }
   const int32_t code = static_cast<int32_t>(DeviceError::kIndexOutOfBoundsForIndexing);
-  std::optional<at::Tensor> flat = select_along(self, position, index.reshape({-1}),
-                                                /*wrap=*/true, code);
-  if (!flat) return std::nullopt;
-  std::vector<int64_t> sizes(self.sizes().begin(), self.sizes().begin() + position);
-  sizes.insert(sizes.end(), index.sizes().begin(), index.sizes().end());
-  sizes.insert(sizes.end(), self.sizes().begin() + position + 1, self.sizes().end());
-  return flat->view(sizes);
+  const std::optional<std::vector<int64_t>> shape = broadcast_shape(given);
+  if (!shape) return std::nullopt;
+  std::vector<int64_t> sizes(self.sizes().begin(), self.sizes().begin() + first);
+  sizes.insert(sizes.end(), shape->begin(), shape->end());
+  const int64_t after = first + static_cast<int64_t>(given.size());
+  sizes.insert(sizes.end(), self.sizes().begin() + after, self.sizes().end());
+  if (given.size() == 1) {
+    std::optional<at::Tensor> flat =
+        select_along(self, first, given[0].reshape({-1}), /*wrap=*/true, code);
+    if (!flat) return std::nullopt;
+    return flat->view(sizes);
+  }
+  const char* bits = cl_bits_type(self.itemsize());
+  if (bits == nullptr) return std::nullopt;
+  const bool long_index = given[0].scalar_type() == at::kLong;
+  const uint64_t id = (uint64_t{2} << 16) | (static_cast<uint64_t>(given.size()) << 12) |
+                      (static_cast<uint64_t>(self.itemsize()) << 4) | (long_index ? 1u : 0u);
+  const std::shared_ptr<const Kernel> kernel =
+      native_kernel(self.device().index(), NativeKernelFamily::kIndex, id, [&] {
+        return multi_index_source(bits, long_index ? "long" : "int", given.size());
+      });
+  if (kernel == nullptr) return std::nullopt;
+  int64_t count = 1, inner = 1;
+  for (const int64_t size : *shape) count *= size;
+  for (int64_t d = after; d < self.dim(); ++d) inner *= self.size(d);
+  at::Tensor out = at::empty(sizes, self.options());  // contiguous, as the CPU's
+  if (out.numel() == 0) return out;
+  std::vector<at::Tensor> expanded;  // each index, count elements in B's row-major order
+  for (const at::Tensor& index : given) expanded.push_back(index.expand(*shape).contiguous());
+  std::vector<LaunchArg> args{blob_arg(out, KernelAccess::kWrite),
+                              blob_arg(self, KernelAccess::kRead)};
+  for (const at::Tensor& index : expanded) args.push_back(blob_arg(index, KernelAccess::kRead));
+  args.push_back(device_error_arg(self.device().index()));
+  args.push_back(LaunchArg::of(code));
+  args.push_back(LaunchArg::of(static_cast<uint64_t>(out.numel())));
+  args.push_back(LaunchArg::of(count));
+  args.push_back(LaunchArg::of(inner));
+  args.push_back(LaunchArg::of(first == 0 ? int64_t{0} : self.stride(first - 1)));
+  for (size_t j = 0; j < given.size(); ++j) {
+    const int64_t d = first + static_cast<int64_t>(j);
+    args.push_back(LaunchArg::of(self.size(d)));
+    args.push_back(LaunchArg::of(self.stride(d)));
+  }
+  run_native_kernel(kernel, out, args, static_cast<size_t>(out.numel()));
+  device_errors_submitted(self.device().index());
+  count_native_launch();
+  return out;
 }
 
 // Note [Native embedding backward]

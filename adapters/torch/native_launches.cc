@@ -172,8 +172,9 @@ void throw_device_error(c10::DeviceIndex index, const ErrorWord& word) {
   TORCH_CHECK((code & 0xff) != static_cast<int32_t>(DeviceError::kIndexOutOfBoundsOfDim), "index ",
               word[1], " is out of bounds for dimension ", code >> 8, " with size ", word[2],
               " (found by a kernel on opencl:", device, kWhere);
-  TORCH_CHECK_INDEX(code != static_cast<int32_t>(DeviceError::kIndexOutOfBoundsForIndexing),
-                    "index ", word[1], " is out of bounds for dimension 0 with size ", word[2],
+  constexpr int32_t kIndexing = static_cast<int32_t>(DeviceError::kIndexOutOfBoundsForIndexing);
+  TORCH_CHECK_INDEX((code & 0xff) != kIndexing, "index ", word[1],
+                    " is out of bounds for dimension ", code >> 8, " with size ", word[2],
                     " (found by a kernel on opencl:", device, kWhere);
   TORCH_CHECK(false, "opencl:", device, " reported device error ", code);
 }

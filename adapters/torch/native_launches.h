@@ -48,7 +48,8 @@ enum class DeviceError : int32_t {
   kIndexOutOfBoundsOfDim = 4,  // kIndexOutOfRange as gather and scatter word it: the code's bits
                                // above 8 hold the dimension
   kIndexOutOfBoundsForIndexing = 5,  // kIndexOutOfRange as advanced indexing words it (the index
-                                     // as given, before a negative one counts from the end)
+                                     // as given, before a negative one counts from the end): the
+                                     // code's bits above 8 hold the index tensor's position
 };
 
 // Device `index`'s error word, a read-write blob argument for a kernel (Note [Errors found on

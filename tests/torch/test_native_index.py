@@ -157,12 +157,17 @@ def test_embedding_backward_scaled_by_frequency_is_left_to_the_cpu_kernel():
     assert torch.equal(device_weight.grad.cpu(), weight.grad)
 
 
-# Advanced indexing by one index tensor: (the index made with `to`, on a tensor `t` of 3 x 4 x 5).
+# Advanced indexing: (the indices made with `to`, on a tensor `t` of 3 x 4 x 5).
 ADVANCED = {
     "columns_from_the_end": lambda t, to: t[:, to(torch.tensor([-1, 0, 2]))],  # GPT-2's padding
     "a_matrix_of_rows": lambda t, to: t[to(torch.tensor([[2, -3], [0, 1]]))],
     "last_dimension_int32": lambda t, to: t[..., to(torch.tensor([4, 0, 4], dtype=torch.int32))],
     "one_element_index": lambda t, to: torch.ops.aten.index(t, [None, to(torch.tensor(2))]),
+    "two_broadcast": lambda t, to: t[:, to(torch.tensor([[0], [1]])), to(torch.tensor([1, -2, 3]))],
+    "three": lambda t, to: t[to(torch.tensor([2, 0])), to(torch.tensor([1, 3])),
+                             to(torch.tensor([4, -5]))],
+    "mask_function": lambda t, to: t[to(torch.arange(3).view(3, 1, 1, 1)),
+                                     to(torch.arange(4).view(1, 1, 1, 4))],  # transformers'
 }
 
 
@@ -170,12 +175,12 @@ ADVANCED = {
 @pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.bool, torch.float16],
                          ids=str)
 @pytest.mark.parametrize("case", ADVANCED.values(), ids=ADVANCED.keys())
-def test_advanced_indexing_by_one_index_tensor_is_one_launch(case, dtype):
+def test_advanced_indexing_is_one_launch(case, dtype):
     x = make((3, 4, 5), dtype, torch.Generator().manual_seed(2))
     before_calls, before = oclvm._C.native_operator_calls(), launches()
     got = case(x.to("opencl"), lambda i: i.to("opencl"))
     assert oclvm._C.native_operator_calls() == before_calls + 1
-    assert launches() == before + 1
+    assert launches() == before + 1  # the broadcast indices' copies are copies, not launches
     expected = case(x, lambda i: i)
     assert got.shape == expected.shape and got.stride() == expected.stride()
     assert torch.equal(got.cpu(), expected)
@@ -183,11 +188,11 @@ def test_advanced_indexing_by_one_index_tensor_is_one_launch(case, dtype):
 
 @native_only
 @pytest.mark.parametrize("case", [
-    lambda t, to: t[to(torch.tensor([0, 2])), to(torch.tensor([1, 3]))],  # two index tensors
+    lambda t, to: t[to(torch.tensor([0, 2])), :, to(torch.tensor([1, 3]))],  # not consecutive
     lambda t, to: t[to(torch.tensor([True, False, True]))],               # a mask
     lambda t, to: t.transpose(0, 2)[:, to(torch.tensor([1, 1]))],         # a transposed self
     lambda t, to: t[:, to(torch.tensor([], dtype=torch.long))],          # an empty index
-], ids=["two_indices", "mask", "transposed_self", "empty_index"])
+], ids=["apart", "mask", "transposed_self", "empty_index"])
 def test_advanced_indexing_the_native_path_leaves_is_the_cpus(case):
     x = torch.randn(3, 4, 5, generator=torch.Generator().manual_seed(3))
     before = oclvm._C.native_operator_calls()
@@ -200,13 +205,20 @@ def test_advanced_indexing_the_native_path_leaves_is_the_cpus(case):
 
 @native_only
 @pytest.mark.parametrize("bad", [7, -9])
-def test_an_advanced_index_out_of_range_is_the_cpus_index_error(bad):
+@pytest.mark.parametrize("second", [False, True], ids=["one_index", "second_of_two"])
+def test_an_advanced_index_out_of_range_is_the_cpus_index_error(bad, second):
     x = torch.randn(3, 4, 5)
-    words = f"index {bad} is out of bounds for dimension 0 with size 5"
+
+    def index(t, to):
+        if second:  # the CPU numbers the dimension among the index tensors
+            return t[:, to(torch.tensor([0, 1])), to(torch.tensor([1, bad]))]
+        return t[:, :, to(torch.tensor([1, bad]))]
+
+    words = f"index {bad} is out of bounds for dimension {int(second)} with size 5"
     with pytest.raises(IndexError, match=words):
-        x[:, :, torch.tensor([1, bad])]
+        index(x, lambda i: i)
     torch.opencl.synchronize()
-    out = x.to("opencl")[:, :, torch.tensor([1, bad], device="opencl")]  # returns: no error yet
+    out = index(x.to("opencl"), lambda i: i.to("opencl"))  # returns: no error yet
     with pytest.raises(IndexError, match=words):
         out.cpu()
     torch.opencl.synchronize()
