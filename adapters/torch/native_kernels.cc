@@ -403,7 +403,7 @@ std::optional<at::Tensor> native_unary(BinaryOp op, const at::Tensor& self,
     return std::nullopt;
   }
   // The unary operator's layout: TensorIterator's for self with itself.
-  at::Tensor out = new_result(self.sizes(), out_type, self, self);
+  at::Tensor out = new_result(self.sizes(), out_type, self, self, self.scalar_type());
   if (out.numel() == 0) return out;
   const at::Tensor unused = at::native::wrapped_scalar_tensor(0.0);
   Layout layout;
