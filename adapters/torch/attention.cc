@@ -13,9 +13,10 @@
 // kernel on the device's tensors, so for float32 and float64 it chooses the math decomposition
 // instead: scaling, matrix products, the mask's arithmetic and softmax, forward and backward, all
 // of which run natively. Its values differ from the flash kernel's by float rounding (another
-// order of sums). float16 and bfloat16 keep the CPU's choice: the decomposition would round each
-// step to the half type, where the flash kernel accumulates in float, and their arithmetic has no
-// native kernels anyway.
+// order of sums). It keeps the CPU's choice where the user turned the math backend off
+// (torch.nn.attention.sdpa_kernel), and for float16 and bfloat16: the decomposition would round
+// each step to the half type, where the flash kernel accumulates in float, and their arithmetic
+// has no native kernels anyway.
 //
 // Thread-safety: stateless.
 #include <ATen/ATen.h>
@@ -34,7 +35,8 @@ int64_t fused_sdp_choice(const at::Tensor& query, const at::Tensor& key, const a
                          bool is_causal, std::optional<double> scale, bool enable_gqa) {
   const at::ScalarType type = query.scalar_type();
   if (query.device().type() == c10::DeviceType::PrivateUse1 &&
-      native_kernels(query.device().index()) && (type == at::kFloat || type == at::kDouble)) {
+      native_kernels(query.device().index()) && (type == at::kFloat || type == at::kDouble) &&
+      at::globalContext().userEnabledMathSDP()) {
     return static_cast<int64_t>(at::SDPBackend::math);
   }
   return at::native::_fused_sdp_choice_cpp(query, key, value, attn_mask, dropout_p, is_causal,

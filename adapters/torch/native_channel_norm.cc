@@ -39,10 +39,11 @@ namespace oclvm::torch_adapter {
 //     unbiased variance, written in place by the same work-item. Evaluation uses the running
 //     statistics and returns empty saved statistics, as the CPU does. Then one work-item per
 //     element: y = x * alpha + beta, alpha = invstd * w, beta = b - mean * alpha.
-//     Backward: per channel, sum(dy) and sum((x - mean) * dy), compensated; then per element, in
-//     training, dx = (dy - (x - mean) * proj - sum(dy) / (N x S)) * invstd * w with
-//     proj = dot * invstd^2 / (N x S), in evaluation dx = dy * invstd * w; dw = dot * invstd and
-//     db = sum(dy).
+//     Backward: per channel, sum(dy) and dot = sum((x - mean) * dy), compensated; then per
+//     element, in training, dx = ((dy - sum(dy) / (N x S)) - (x - mean) * proj) * invstd * w with
+//     proj = dot * invstd^2 / (N x S), in evaluation dx = dy * invstd * w (each product left to
+//     right, as the CPU's kernel); dw = dot * invstd and db = sum(dy). torch's InvStd is 0, not
+//     inf, where the variance and eps are both 0, and so is this one.
 //   - group norm sees a contiguous input as N x groups rows of C / groups x HxW elements. Forward:
 //     one work-item per row for the mean and rstd (compensated sums), then per element
 //     y = x * scale + bias with scale = rstd * w[c] and bias = -scale * mean + b[c]. Backward:
@@ -60,7 +61,8 @@ namespace oclvm::torch_adapter {
 // refuses (a weight or statistic of the wrong size, groups that do not divide the channels, a
 // group norm's N, C and HxW that do not describe the input), a batch norm input whose spatial
 // dimensions do not step as one, a channels-last group norm, float64 on a device whose kernels
-// cannot build it, and more than 2^31 elements.
+// cannot build it, and inputs or gradients of more than 2^31 elements or spanning more (the
+// kernels index in int).
 
 namespace {
 
@@ -120,20 +122,21 @@ __kernel void oclvm_batch_norm_stats(OCLVM_BLOB(T, mean), OCLVM_BLOB(T, invstd),
   if (c >= C) return;
   __global const T* x = OCLVM_PTR(T, x);
 #if TRAIN
-  const int count = N * S;
+  const T count = (T)N * (T)S;
   T sum = 0, e = 0;
   for (int n = 0; n < N; ++n)
     for (int i = 0; i < S; ++i) KAHAN_ADD(sum, e, AT(x, n, c, i));
-  const T mu = sum / (T)count;
+  const T mu = sum / count;
   T sq = 0;
   e = 0;
   for (int n = 0; n < N; ++n)
     for (int i = 0; i < S; ++i) KAHAN_ADD(sq, e, (AT(x, n, c, i) - mu) * (AT(x, n, c, i) - mu));
   OCLVM_PTR(T, mean)[c] = mu;
-  OCLVM_PTR(T, invstd)[c] = (T)1 / sqrt(sq / (T)count + eps);
+  // torch's InvStd: 0 where the variance and eps are both 0, not inf.
+  OCLVM_PTR(T, invstd)[c] = sq == (T)0 && eps == (T)0 ? (T)0 : (T)1 / sqrt(sq / count + eps);
 #if RUNNING
   OCLVM_PTR(T, rm)[c] = momentum * mu + ((T)1 - momentum) * OCLVM_PTR(T, rm)[c];
-  OCLVM_PTR(T, rv)[c] = momentum * (sq / (T)(count - 1)) + ((T)1 - momentum) * OCLVM_PTR(T, rv)[c];
+  OCLVM_PTR(T, rv)[c] = momentum * (sq / (count - (T)1)) + ((T)1 - momentum) * OCLVM_PTR(T, rv)[c];
 #endif
 #else
   OCLVM_PTR(T, mean)[c] = OCLVM_PTR(T, rm)[c];
@@ -207,19 +210,17 @@ __kernel void oclvm_batch_norm_input(OCLVM_BLOB(T, dx), OCLVM_BLOB(T, dy), OCLVM
   const int i = (int)get_global_id(0), c = (int)get_global_id(1), n = (int)get_global_id(2);
   if (i >= S || c >= C || n >= N) return;
   const T r = OCLVM_PTR(T, sums)[3 * c + 2];
-#if HAS_W
-  const T scale = r * OCLVM_PTR(T, w)[c];
-#else
-  const T scale = r;
-#endif
   const T g = OCLVM_PTR(T, dy)[n * gn + c * gc + i * gs];
 #if TRAIN
-  const T count = (T)(N * S);
+  const T count = (T)N * (T)S;
   const T proj = OCLVM_PTR(T, sums)[3 * c + 1] * r * r / count;
   const T gmean = OCLVM_PTR(T, sums)[3 * c] / count;
-  const T v = (g - (AT(OCLVM_PTR(T, x), n, c, i) - OCLVM_PTR(T, mean)[c]) * proj - gmean) * scale;
+  T v = (g - gmean - (AT(OCLVM_PTR(T, x), n, c, i) - OCLVM_PTR(T, mean)[c]) * proj) * r;
 #else
-  const T v = g * scale;
+  T v = g * r;
+#endif
+#if HAS_W
+  v = v * OCLVM_PTR(T, w)[c];
 #endif
   OCLVM_PTR(T, dx)[n * on + c * oc + i * os] = v;
 }
@@ -408,7 +409,7 @@ bool operand(const at::Tensor& t, const at::Tensor& like) {
 bool native_input(const at::Tensor& input) {
   if (!input.defined() || !is_device(input) || !native_kernels(input.device().index()) ||
       !operand(input, input) || input.dim() < 2 || input.numel() == 0 ||
-      span_elements(input) > kIndexMax) {
+      input.numel() > kIndexMax || span_elements(input) > kIndexMax) {
     return false;
   }
   const at::ScalarType type = input.scalar_type();
@@ -495,6 +496,7 @@ std::optional<std::tuple<at::Tensor, at::Tensor, at::Tensor>> native_batch_norm(
       channel_kernel(device, ChannelKernel::kBatchApply, type, v);
   if (stats == nullptr || apply == nullptr) return std::nullopt;
   at::Tensor mean = at::empty({c}, input.options()), invstd = at::empty({c}, input.options());
+  const at::Tensor wc = w.defined() ? w.contiguous() : w, bc = b.defined() ? b.contiguous() : b;
   launch(stats, mean,
          {blob_arg(mean, KernelAccess::kWrite), blob_arg(invstd, KernelAccess::kWrite),
           blob_arg(input, KernelAccess::kRead), blob_or(rm, input, KernelAccess::kReadWrite),
@@ -505,7 +507,7 @@ std::optional<std::tuple<at::Tensor, at::Tensor, at::Tensor>> native_batch_norm(
   launch(apply, y,
          {blob_arg(y, KernelAccess::kWrite), blob_arg(input, KernelAccess::kRead),
           blob_arg(mean, KernelAccess::kRead), blob_arg(invstd, KernelAccess::kRead),
-          blob_or(w, input, KernelAccess::kRead), blob_or(b, input, KernelAccess::kRead),
+          blob_or(wc, input, KernelAccess::kRead), blob_or(bc, input, KernelAccess::kRead),
           int_arg(n), int_arg(c), int_arg(s), int_arg((*in)[0]), int_arg((*in)[1]),
           int_arg((*in)[2]), int_arg((*out)[0]), int_arg((*out)[1]), int_arg((*out)[2])},
          range_of(s, c, n));
@@ -538,8 +540,8 @@ std::optional<std::tuple<at::Tensor, at::Tensor, at::Tensor>> native_batch_norm_
     check_per_channel(input, {{"weight", &w}, {"running_mean", &rm}, {"running_var", &rv}});
   }
   if (!native_input(input) || !grad_out.defined() || !operand(grad_out, input) ||
-      !grad_out.sizes().equals(input.sizes()) || !mean.defined() || !spread.defined() ||
-      (output_mask[1] && !w.defined())) {
+      !grad_out.sizes().equals(input.sizes()) || span_elements(grad_out) > kIndexMax ||
+      !mean.defined() || !spread.defined() || (output_mask[1] && !w.defined())) {
     return std::nullopt;
   }
   const int64_t n = input.size(0), c = input.size(1), s = spatial_size(input);
@@ -559,6 +561,7 @@ std::optional<std::tuple<at::Tensor, at::Tensor, at::Tensor>> native_batch_norm_
                      : nullptr;
   if (reduce == nullptr || (output_mask[0] && input_kernel == nullptr)) return std::nullopt;
   const at::Tensor mu = mean.contiguous(), r = spread.contiguous();
+  const at::Tensor wc = w.defined() ? w.contiguous() : w;
   at::Tensor dx, dw, db;
   if (output_mask[1]) dw = at::empty({c}, input.options());
   if (output_mask[2]) db = at::empty({c}, input.options());
@@ -578,7 +581,7 @@ std::optional<std::tuple<at::Tensor, at::Tensor, at::Tensor>> native_batch_norm_
     launch(input_kernel, dx,
            {blob_arg(dx, KernelAccess::kWrite), blob_arg(grad_out, KernelAccess::kRead),
             blob_arg(input, KernelAccess::kRead), blob_arg(mu, KernelAccess::kRead),
-            blob_arg(sums, KernelAccess::kRead), blob_or(w, sums, KernelAccess::kRead),
+            blob_arg(sums, KernelAccess::kRead), blob_or(wc, sums, KernelAccess::kRead),
             int_arg(n), int_arg(c), int_arg(s), int_arg((*in)[0]), int_arg((*in)[1]),
             int_arg((*in)[2]), int_arg((*grad)[0]), int_arg((*grad)[1]), int_arg((*grad)[2]),
             int_arg((*out)[0]), int_arg((*out)[1]), int_arg((*out)[2])},

@@ -58,7 +58,8 @@ namespace oclvm::torch_adapter {
 // spatial dimensions, other dtypes, mixed dtypes or devices, conjugate or negative bits, empty
 // tensors, shapes or arguments the CPU refuses (a weight that does not match the input's channels
 // and groups, a non-positive stride or dilation, negative padding, an empty output), float64 on a
-// device whose kernels cannot build it, a sample whose columns pass 2^31 elements, and a module
+// device whose kernels cannot build it, a sample whose columns, an input, a weight or an output
+// of more than 2^31 elements, a stride, padding, dilation or padded size past 2^31, and a module
 // built without CLBlast.
 
 #if defined(OCLVM_WITH_CLBLAST)
@@ -121,7 +122,11 @@ std::optional<ConvShape> conv_shape(const at::Tensor& input, const at::Tensor& w
   s.padding = *pad;
   s.dilation = *dil;
   for (size_t i = 0; i < 2; ++i) {
-    if (s.stride[i] < 1 || s.dilation[i] < 1 || s.padding[i] < 0) return std::nullopt;
+    // The kernels take these as int; the reach below stays far from int64's range then.
+    if (s.stride[i] < 1 || s.dilation[i] < 1 || s.padding[i] < 0 || s.stride[i] > kIntMax ||
+        s.dilation[i] > kIntMax || s.padding[i] > kIntMax) {
+      return std::nullopt;
+    }
   }
   const bool two = s.spatial == 2;
   s.n = input.size(0);
@@ -134,6 +139,10 @@ std::optional<ConvShape> conv_shape(const at::Tensor& input, const at::Tensor& w
   s.groups = groups;
   if (s.c % groups != 0 || s.oc % groups != 0 || weight.size(1) != s.c / groups) {
     return std::nullopt;
+  }
+  if (input.numel() > kIntMax || weight.numel() > kIntMax ||
+      s.h + 2 * s.padding[0] > kIntMax || s.w + 2 * s.padding[1] > kIntMax) {
+    return std::nullopt;  // the kernels' int indices
   }
   const int64_t reach_h = s.dilation[0] * (s.kh - 1) + 1, reach_w = s.dilation[1] * (s.kw - 1) + 1;
   if (s.h + 2 * s.padding[0] < reach_h || s.w + 2 * s.padding[1] < reach_w) return std::nullopt;
@@ -161,9 +170,9 @@ int64_t chunk_samples(const ConvShape& s) {
 
 enum class ConvKernel : uint8_t { kIm2col, kCol2im };
 
-// im2col moves elements as bits; col2im adds them, in `t`. Both run over a two-dimensional range
-// and index in int: every offset they form lies within the input, the output or one chunk's
-// columns, which conv_shape keeps within 2^31 elements.
+// im2col copies elements; col2im adds them, in `t`. Both run over a two-dimensional range and
+// index in int: every offset they form lies within the input, the output or one chunk's columns,
+// and every geometry argument is an int, as conv_shape keeps them.
 KernelSource conv_source(ConvKernel kind, const std::string& t) {
   const std::string geometry =
       "int C, int H, int W, int KH, int KW, int OW, int L, int sth, int stw, int ph, int pw, "
@@ -172,7 +181,8 @@ KernelSource conv_source(ConvKernel kind, const std::string& t) {
   if (kind == ConvKernel::kIm2col) {
     // Work-item (l, row): output position l, row (b, r) of sample b's columns.
     name = "oclvm_im2col_" + t;
-    s = "__kernel void " + name + "(OCLVM_BLOB(" + t + ", cols), OCLVM_BLOB(" + t +
+    if (t == "double") s += "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n";
+    s += "__kernel void " + name + "(OCLVM_BLOB(" + t + ", cols), OCLVM_BLOB(" + t +
         ", in), int rows, " + geometry +
         ", int sn, int sc, int sh, int sw, int sample_step, int row_step) {\n";
     s += "  const int l = (int)get_global_id(0), row = (int)get_global_id(1);\n";

@@ -167,8 +167,8 @@ std::optional<at::Tensor> native_index_select(const at::Tensor& self, int64_t di
 // the dimension among the index tensors). Not taken: index tensors that are not consecutive
 // (the CPU then puts B first), of mixed or other dtypes (boolean or byte masks: their result's
 // size needs a sync), more than four, shapes that do not broadcast (the CPU's error), an empty
-// index or self, a non-contiguous self (the CPU's result then follows its layout), and whatever
-// index_select's kernel does not take.
+// index or self, a non-contiguous self or index tensor (the CPU's result then follows their
+// layout), and whatever index_select's kernel does not take.
 
 namespace {
 
@@ -241,7 +241,9 @@ std::optional<at::Tensor> native_index(const at::Tensor& self,
     return std::nullopt;
   }
   for (const at::Tensor& index : given) {
-    if (!selectable(self, index) || index.scalar_type() != given[0].scalar_type()) {
+    // A non-contiguous index orders the CPU's result by its strides (TensorIterator's rule).
+    if (!selectable(self, index) || index.scalar_type() != given[0].scalar_type() ||
+        !index.is_contiguous()) {
       return std::nullopt;
     }
   }
@@ -283,7 +285,12 @@ std::optional<at::Tensor> native_index(const at::Tensor& self,
   args.push_back(LaunchArg::of(static_cast<uint64_t>(out.numel())));
   args.push_back(LaunchArg::of(count));
   args.push_back(LaunchArg::of(inner));
-  args.push_back(LaunchArg::of(first == 0 ? int64_t{0} : self.stride(first - 1)));
+  // A contiguous self's elements lie in row-major order: the stride of the dimensions before the
+  // index tensors is the product of the sizes from `first` on (a size-1 dimension's own stride
+  // may be anything).
+  int64_t outer_stride = 1;
+  for (int64_t d = first; d < self.dim(); ++d) outer_stride *= self.size(d);
+  args.push_back(LaunchArg::of(outer_stride));
   for (size_t j = 0; j < given.size(); ++j) {
     const int64_t d = first + static_cast<int64_t>(j);
     args.push_back(LaunchArg::of(self.size(d)));

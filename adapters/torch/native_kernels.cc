@@ -657,8 +657,6 @@ bool copy_for_operator(const at::Tensor& src, const at::Tensor& dst) {
   return copy_on_device(src, dst, g_launches);
 }
 
-// Its dimensions of more than one element, in increasing stride, each step past every offset
-// the smaller ones reach.
 std::optional<std::pair<int64_t, int64_t>> dimensions_as_one(const at::Tensor& t, int64_t begin,
                                                              int64_t end) {
   int64_t size = 1, stride = 0;
@@ -676,6 +674,8 @@ std::optional<std::pair<int64_t, int64_t>> dimensions_as_one(const at::Tensor& t
   return std::make_pair(size, stride);
 }
 
+// Its dimensions of more than one element, in increasing stride, each step past every offset
+// the smaller ones reach.
 bool elements_are_distinct(const at::Tensor& t) {
   std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, size)
   for (int64_t d = 0; d < t.dim(); ++d) {

@@ -62,3 +62,15 @@ def test_half_attention_keeps_the_cpus_flash_kernel(dtype):
     assert FLASH <= set(torch.opencl.fallback_counts())
     for a, e in zip(got, expected):
         assert torch.equal(a.cpu(), e)  # the CPU's kernel on the device's bytes
+
+
+@native_only
+def test_the_users_backend_choice_is_kept():
+    """Inside sdpa_kernel(FLASH_ATTENTION) the math backend is off: the CPU's choice, flash."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    torch.opencl.reset_fallback_counts()
+    with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+        expected, got = attend_both(torch.float32)
+    assert FLASH <= set(torch.opencl.fallback_counts())
+    for a, e in zip(got, expected):
+        assert torch.equal(a.cpu(), e)

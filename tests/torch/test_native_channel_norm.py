@@ -127,6 +127,43 @@ def test_group_norm_runs_natively_and_matches_the_cpu(case, dtype):
 
 
 @native_only
+@pytest.mark.parametrize("weight", [
+    lambda to: to(torch.full((1,), 1.5)).expand(4),        # one element, stride 0
+    lambda to: to(torch.arange(8.0) / 4 + 0.5)[::2],       # every other element
+], ids=["expanded", "strided"])
+def test_batch_norm_reads_a_strided_weight_and_bias_as_the_cpu(weight):
+    x = torch.randn(3, 4, 5, generator=torch.Generator().manual_seed(5))
+
+    def norm(to):
+        xs = to(x).requires_grad_()
+        w, b = weight(to), weight(to) * 2
+        y = F.batch_norm(xs, None, None, w, b, training=True)
+        y.sum().backward()
+        return y, xs.grad
+
+    before = answered_natively()
+    got, expected = norm(lambda t: t.to("opencl")), norm(lambda t: t.clone())
+    assert answered_natively() >= before + 2
+    for a, e in zip(got, expected):
+        torch.testing.assert_close(a.cpu(), e, atol=1e-5, rtol=1.3e-6)
+
+
+@native_only
+def test_batch_norm_of_a_constant_channel_with_eps_0_is_the_cpus():
+    """torch's InvStd is 0 where the variance and eps are both 0: y is the bias, not NaN."""
+    x = torch.ones(2, 3, 4)
+    x[:, 1] = torch.arange(8.0).view(2, 4)
+    b = torch.tensor([0.5, -1.0, 2.0])
+    norm = torch.ops.aten.native_batch_norm  # F.batch_norm refuses eps=0 in training
+    expected = norm(x, None, b, None, None, True, 0.1, 0.0)
+    before = answered_natively()
+    got = norm(x.to("opencl"), None, b.to("opencl"), None, None, True, 0.1, 0.0)
+    assert answered_natively() == before + 1
+    for a, e in zip(got, expected):
+        torch.testing.assert_close(a.cpu(), e, equal_nan=False)
+
+
+@native_only
 @pytest.mark.parametrize("mask", [(True, False, False), (False, True, False),
                                   (False, False, True), (False, True, True)], ids=str)
 def test_backward_computes_what_the_mask_asks(mask):

@@ -159,6 +159,9 @@ LEFT = {
     "conv3d": lambda to: F.conv3d(to(torch.randn(1, 2, 4, 4, 4)), to(torch.randn(3, 2, 2, 2, 2))),
     "float16": lambda to: F.conv2d(to(torch.randn(1, 2, 4, 4).half()),
                                    to(torch.randn(3, 2, 2, 2).half())),
+    # past the kernels' int arguments: the output is all padding (zeros), one element wide
+    "padding_past_int": lambda to: F.conv1d(to(torch.randn(1, 1, 3)), to(torch.randn(1, 1, 1)),
+                                            stride=2 ** 34, padding=2 ** 32),
 }
 
 

@@ -187,12 +187,32 @@ def test_advanced_indexing_is_one_launch(case, dtype):
 
 
 @native_only
+def test_advanced_indexing_of_a_contiguous_self_with_an_odd_stride_of_one():
+    """[3, 1, 4, 5] with strides (20, 60, 5, 1) is contiguous: its elements lie in row-major order
+    whatever the stride of its size-1 dimension, which the kernel must not step by."""
+    x = torch.randn(3, 4, 5, generator=torch.Generator().manual_seed(4))
+
+    def index(t, to):
+        view = t.reshape(1, 3, 4, 5).transpose(0, 1)
+        assert view.is_contiguous() and view.stride() == (20, 60, 5, 1)
+        return view[:, :, to(torch.tensor([1, 3])), to(torch.tensor([0, -1]))]
+
+    before = oclvm._C.native_operator_calls()
+    got = index(x.to("opencl"), lambda i: i.to("opencl"))
+    assert oclvm._C.native_operator_calls() == before + 1
+    expected = index(x, lambda i: i)
+    assert got.shape == expected.shape and got.is_contiguous() and expected.is_contiguous()
+    assert torch.equal(got.cpu(), expected)
+
+
+@native_only
 @pytest.mark.parametrize("case", [
     lambda t, to: t[to(torch.tensor([0, 2])), :, to(torch.tensor([1, 3]))],  # not consecutive
     lambda t, to: t[to(torch.tensor([True, False, True]))],               # a mask
     lambda t, to: t.transpose(0, 2)[:, to(torch.tensor([1, 1]))],         # a transposed self
     lambda t, to: t[:, to(torch.tensor([], dtype=torch.long))],          # an empty index
-], ids=["apart", "mask", "transposed_self", "empty_index"])
+    lambda t, to: t[to(torch.tensor([[0, 1, 2], [2, 1, 0]])).t()],      # a transposed index
+], ids=["apart", "mask", "transposed_self", "empty_index", "transposed_index"])
 def test_advanced_indexing_the_native_path_leaves_is_the_cpus(case):
     x = torch.randn(3, 4, 5, generator=torch.Generator().manual_seed(3))
     before = oclvm._C.native_operator_calls()

@@ -22,7 +22,8 @@ Per sample (`op.sample_inputs("cpu", dtype, requires_grad=...)`, at most `max_sa
     path (OCLVM_KERNELS=native), where the device takes its own route by design, an operator
     whose op_db entry overrides TestCommon's tolerance for the dtype (`toleranceOverride`:
     PyTorch's own allowance for that operator's rounding by another implementation) is compared
-    within that override where it is looser. A device output tensor must be on the opencl
+    within that override where it is looser (its gradients too). A device output tensor
+    must be on the opencl
     device (unless the sample names no device at all);
   - the sample's tensors after the call are compared too (what the operator wrote back:
     running statistics, in-place random fills);
@@ -334,7 +335,9 @@ def _call(op, sample, seeded):
 FLOAT32_TOLERANCE = None
 
 # The tolerance of the (op, dtype) being compared when op_db overrides TestCommon's for it and the
-# sweep runs on the native path (None otherwise): run_item sets it.
+# sweep runs on the native path (None otherwise): run_item sets it. torch's test_compare_cpu
+# compares outputs only; this sweep compares gradients too, and they come from the same other
+# route (sdpa's math backward), so the allowance covers them as well.
 OP_TOLERANCE = None
 
 
