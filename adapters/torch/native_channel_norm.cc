@@ -372,8 +372,6 @@ std::shared_ptr<const Kernel> channel_kernel(c10::DeviceIndex device, ChannelKer
                        [&] { return channel_source(kind, type, v); });
 }
 
-LaunchArg int_arg(int64_t value) { return LaunchArg::of(static_cast<int32_t>(value)); }
-
 LaunchArg float_arg(at::ScalarType type, double value) {
   return type == at::kFloat ? LaunchArg::of(static_cast<float>(value)) : LaunchArg::of(value);
 }
@@ -382,19 +380,6 @@ LaunchArg float_arg(at::ScalarType type, double value) {
 // read it still takes the argument).
 LaunchArg blob_or(const at::Tensor& t, const at::Tensor& stand_in, KernelAccess access) {
   return blob_arg(t.defined() ? t : stand_in, t.defined() ? access : KernelAccess::kRead);
-}
-
-LaunchRange range_of(int64_t x, int64_t y = 1, int64_t z = 1) {
-  LaunchRange range;
-  range.dims = z > 1 ? 3 : y > 1 ? 2 : 1;
-  range.global = {static_cast<size_t>(x), static_cast<size_t>(y), static_cast<size_t>(z)};
-  return range;
-}
-
-void launch(const std::shared_ptr<const Kernel>& kernel, const at::Tensor& on,
-            const std::vector<LaunchArg>& args, const LaunchRange& range) {
-  run_native_kernel(kernel, on, args, range);
-  count_native_launch();
 }
 
 // Whether `t` (absent: yes) is a float tensor of `like`'s dtype and device, without bits.
@@ -497,20 +482,21 @@ std::optional<std::tuple<at::Tensor, at::Tensor, at::Tensor>> native_batch_norm(
   if (stats == nullptr || apply == nullptr) return std::nullopt;
   at::Tensor mean = at::empty({c}, input.options()), invstd = at::empty({c}, input.options());
   const at::Tensor wc = w.defined() ? w.contiguous() : w, bc = b.defined() ? b.contiguous() : b;
-  launch(stats, mean,
-         {blob_arg(mean, KernelAccess::kWrite), blob_arg(invstd, KernelAccess::kWrite),
-          blob_arg(input, KernelAccess::kRead), blob_or(rm, input, KernelAccess::kReadWrite),
-          blob_or(rv, input, KernelAccess::kReadWrite), int_arg(n), int_arg(c), int_arg(s),
-          int_arg((*in)[0]), int_arg((*in)[1]), int_arg((*in)[2]), float_arg(type, eps),
-          float_arg(type, momentum)},
-         range_of(c));
-  launch(apply, y,
-         {blob_arg(y, KernelAccess::kWrite), blob_arg(input, KernelAccess::kRead),
-          blob_arg(mean, KernelAccess::kRead), blob_arg(invstd, KernelAccess::kRead),
-          blob_or(wc, input, KernelAccess::kRead), blob_or(bc, input, KernelAccess::kRead),
-          int_arg(n), int_arg(c), int_arg(s), int_arg((*in)[0]), int_arg((*in)[1]),
-          int_arg((*in)[2]), int_arg((*out)[0]), int_arg((*out)[1]), int_arg((*out)[2])},
-         range_of(s, c, n));
+  launch_counted(stats, mean,
+                 {blob_arg(mean, KernelAccess::kWrite), blob_arg(invstd, KernelAccess::kWrite),
+                  blob_arg(input, KernelAccess::kRead),
+                  blob_or(rm, input, KernelAccess::kReadWrite),
+                  blob_or(rv, input, KernelAccess::kReadWrite), int_arg(n), int_arg(c), int_arg(s),
+                  int_arg((*in)[0]), int_arg((*in)[1]), int_arg((*in)[2]), float_arg(type, eps),
+                  float_arg(type, momentum)},
+                 launch_range(c));
+  launch_counted(apply, y,
+                 {blob_arg(y, KernelAccess::kWrite), blob_arg(input, KernelAccess::kRead),
+                  blob_arg(mean, KernelAccess::kRead), blob_arg(invstd, KernelAccess::kRead),
+                  blob_or(wc, input, KernelAccess::kRead), blob_or(bc, input, KernelAccess::kRead),
+                  int_arg(n), int_arg(c), int_arg(s), int_arg((*in)[0]), int_arg((*in)[1]),
+                  int_arg((*in)[2]), int_arg((*out)[0]), int_arg((*out)[1]), int_arg((*out)[2])},
+                 launch_range(s, c, n));
   if (!training) {  // the CPU's saved statistics in evaluation: empty
     return std::make_tuple(std::move(y), at::empty({0}, input.options()),
                            at::empty({0}, input.options()));
@@ -566,26 +552,27 @@ std::optional<std::tuple<at::Tensor, at::Tensor, at::Tensor>> native_batch_norm_
   if (output_mask[1]) dw = at::empty({c}, input.options());
   if (output_mask[2]) db = at::empty({c}, input.options());
   at::Tensor sums = at::empty({3 * c}, input.options());
-  launch(reduce, sums,
-         {blob_arg(sums, KernelAccess::kWrite), blob_or(dw, input, KernelAccess::kWrite),
-          blob_or(db, input, KernelAccess::kWrite), blob_arg(grad_out, KernelAccess::kRead),
-          blob_arg(input, KernelAccess::kRead), blob_arg(mu, KernelAccess::kRead),
-          blob_arg(r, KernelAccess::kRead), int_arg(n), int_arg(c), int_arg(s),
-          int_arg((*in)[0]), int_arg((*in)[1]), int_arg((*in)[2]), int_arg((*grad)[0]),
-          int_arg((*grad)[1]), int_arg((*grad)[2]), float_arg(type, eps)},
-         range_of(c));
+  launch_counted(reduce, sums,
+                 {blob_arg(sums, KernelAccess::kWrite), blob_or(dw, input, KernelAccess::kWrite),
+                  blob_or(db, input, KernelAccess::kWrite), blob_arg(grad_out, KernelAccess::kRead),
+                  blob_arg(input, KernelAccess::kRead), blob_arg(mu, KernelAccess::kRead),
+                  blob_arg(r, KernelAccess::kRead), int_arg(n), int_arg(c), int_arg(s),
+                  int_arg((*in)[0]), int_arg((*in)[1]), int_arg((*in)[2]), int_arg((*grad)[0]),
+                  int_arg((*grad)[1]), int_arg((*grad)[2]), float_arg(type, eps)},
+                 launch_range(c));
   if (output_mask[0]) {
     dx = at::empty_like(input, input.suggest_memory_format());
     const std::optional<std::array<int64_t, 3>> out = ncs_strides(dx);
     if (!out) return std::nullopt;  // not reached: empty_like's layouts merge
-    launch(input_kernel, dx,
-           {blob_arg(dx, KernelAccess::kWrite), blob_arg(grad_out, KernelAccess::kRead),
-            blob_arg(input, KernelAccess::kRead), blob_arg(mu, KernelAccess::kRead),
-            blob_arg(sums, KernelAccess::kRead), blob_or(wc, sums, KernelAccess::kRead),
-            int_arg(n), int_arg(c), int_arg(s), int_arg((*in)[0]), int_arg((*in)[1]),
-            int_arg((*in)[2]), int_arg((*grad)[0]), int_arg((*grad)[1]), int_arg((*grad)[2]),
-            int_arg((*out)[0]), int_arg((*out)[1]), int_arg((*out)[2])},
-           range_of(s, c, n));
+    launch_counted(input_kernel, dx,
+                   {blob_arg(dx, KernelAccess::kWrite), blob_arg(grad_out, KernelAccess::kRead),
+                    blob_arg(input, KernelAccess::kRead), blob_arg(mu, KernelAccess::kRead),
+                    blob_arg(sums, KernelAccess::kRead), blob_or(wc, sums, KernelAccess::kRead),
+                    int_arg(n), int_arg(c), int_arg(s), int_arg((*in)[0]), int_arg((*in)[1]),
+                    int_arg((*in)[2]), int_arg((*grad)[0]), int_arg((*grad)[1]),
+                    int_arg((*grad)[2]),
+                    int_arg((*out)[0]), int_arg((*out)[1]), int_arg((*out)[2])},
+                   launch_range(s, c, n));
   }
   return std::make_tuple(std::move(dx), std::move(dw), std::move(db));
 }
@@ -637,17 +624,18 @@ std::optional<std::tuple<at::Tensor, at::Tensor, at::Tensor>> native_group_norm(
   at::Tensor y = at::empty_like(x, at::MemoryFormat::Contiguous);
   at::Tensor mean = at::empty({g.n, groups}, input.options());
   at::Tensor rstd = at::empty({g.n, groups}, input.options());
-  launch(stats, mean,
-         {blob_arg(mean, KernelAccess::kWrite), blob_arg(rstd, KernelAccess::kWrite),
-          blob_arg(x, KernelAccess::kRead), int_arg(g.n * groups), int_arg(g.per_group() * g.hw),
-          float_arg(type, eps)},
-         range_of(g.n * groups));
-  launch(apply, y,
-         {blob_arg(y, KernelAccess::kWrite), blob_arg(x, KernelAccess::kRead),
-          blob_arg(mean, KernelAccess::kRead), blob_arg(rstd, KernelAccess::kRead),
-          blob_or(wc, x, KernelAccess::kRead), blob_or(bc, x, KernelAccess::kRead),
-          int_arg(g.hw), int_arg(g.c), int_arg(g.per_group()), int_arg(g.n)},
-         range_of(g.hw, g.c, g.n));
+  launch_counted(stats, mean,
+                 {blob_arg(mean, KernelAccess::kWrite), blob_arg(rstd, KernelAccess::kWrite),
+                  blob_arg(x, KernelAccess::kRead), int_arg(g.n * groups),
+                  int_arg(g.per_group() * g.hw),
+                  float_arg(type, eps)},
+                 launch_range(g.n * groups));
+  launch_counted(apply, y,
+                 {blob_arg(y, KernelAccess::kWrite), blob_arg(x, KernelAccess::kRead),
+                  blob_arg(mean, KernelAccess::kRead), blob_arg(rstd, KernelAccess::kRead),
+                  blob_or(wc, x, KernelAccess::kRead), blob_or(bc, x, KernelAccess::kRead),
+                  int_arg(g.hw), int_arg(g.c), int_arg(g.per_group()), int_arg(g.n)},
+                 launch_range(g.hw, g.c, g.n));
   return std::make_tuple(std::move(y), std::move(mean), std::move(rstd));
 }
 
@@ -688,36 +676,37 @@ std::optional<std::tuple<at::Tensor, at::Tensor, at::Tensor>> native_group_norm_
   const at::Tensor mu = mean.contiguous(), r = rstd.contiguous();
   const at::Tensor wc = w.defined() ? w.contiguous() : w;
   at::Tensor sums = at::empty({2 * g.n * g.c}, input.options());
-  launch(channels, sums,
-         {blob_arg(sums, KernelAccess::kWrite), blob_arg(dy, KernelAccess::kRead),
-          blob_arg(x, KernelAccess::kRead), int_arg(g.n * g.c), int_arg(g.hw)},
-         range_of(g.n * g.c));
+  launch_counted(channels, sums,
+                 {blob_arg(sums, KernelAccess::kWrite), blob_arg(dy, KernelAccess::kRead),
+                  blob_arg(x, KernelAccess::kRead), int_arg(g.n * g.c), int_arg(g.hw)},
+                 launch_range(g.n * g.c));
   at::Tensor dx, dw, db;
   if (output_mask[0]) {
     at::Tensor coef = at::empty({2 * g.n * groups}, input.options());
-    launch(rows, coef,
-           {blob_arg(coef, KernelAccess::kWrite), blob_arg(sums, KernelAccess::kRead),
-            blob_arg(mu, KernelAccess::kRead), blob_arg(r, KernelAccess::kRead),
-            blob_or(wc, sums, KernelAccess::kRead), int_arg(g.n * groups), int_arg(g.c),
-            int_arg(g.per_group()), int_arg(g.hw)},
-           range_of(g.n * groups));
+    launch_counted(rows, coef,
+                   {blob_arg(coef, KernelAccess::kWrite), blob_arg(sums, KernelAccess::kRead),
+                    blob_arg(mu, KernelAccess::kRead), blob_arg(r, KernelAccess::kRead),
+                    blob_or(wc, sums, KernelAccess::kRead), int_arg(g.n * groups), int_arg(g.c),
+                    int_arg(g.per_group()), int_arg(g.hw)},
+                   launch_range(g.n * groups));
     dx = at::empty_like(x, at::MemoryFormat::Contiguous);
-    launch(input_kernel, dx,
-           {blob_arg(dx, KernelAccess::kWrite), blob_arg(dy, KernelAccess::kRead),
-            blob_arg(x, KernelAccess::kRead), blob_arg(r, KernelAccess::kRead),
-            blob_arg(coef, KernelAccess::kRead), blob_or(wc, sums, KernelAccess::kRead),
-            int_arg(g.hw), int_arg(g.c), int_arg(g.per_group()), int_arg(g.n)},
-           range_of(g.hw, g.c, g.n));
+    launch_counted(input_kernel, dx,
+                   {blob_arg(dx, KernelAccess::kWrite), blob_arg(dy, KernelAccess::kRead),
+                    blob_arg(x, KernelAccess::kRead), blob_arg(r, KernelAccess::kRead),
+                    blob_arg(coef, KernelAccess::kRead), blob_or(wc, sums, KernelAccess::kRead),
+                    int_arg(g.hw), int_arg(g.c), int_arg(g.per_group()), int_arg(g.n)},
+                   launch_range(g.hw, g.c, g.n));
   }
   if (parameters != nullptr) {
     if (output_mask[1]) dw = at::empty({g.c}, input.options());
     if (output_mask[2]) db = at::empty({g.c}, input.options());
-    launch(parameters, sums,
-           {blob_or(dw, sums, KernelAccess::kWrite), blob_or(db, sums, KernelAccess::kWrite),
-            blob_arg(sums, KernelAccess::kRead), blob_arg(mu, KernelAccess::kRead),
-            blob_arg(r, KernelAccess::kRead), int_arg(g.n), int_arg(g.c),
-            int_arg(g.per_group())},
-           range_of(g.c));
+    launch_counted(parameters, sums,
+                   {blob_or(dw, sums, KernelAccess::kWrite),
+                    blob_or(db, sums, KernelAccess::kWrite),
+                    blob_arg(sums, KernelAccess::kRead), blob_arg(mu, KernelAccess::kRead),
+                    blob_arg(r, KernelAccess::kRead), int_arg(g.n), int_arg(g.c),
+                    int_arg(g.per_group())},
+                   launch_range(g.c));
   }
   return std::make_tuple(std::move(dx), std::move(dw), std::move(db));
 }

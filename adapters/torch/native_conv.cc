@@ -228,8 +228,6 @@ std::shared_ptr<const Kernel> conv_kernel(c10::DeviceIndex device, ConvKernel ki
                        [&] { return conv_source(kind, cl_type(type)); });
 }
 
-LaunchArg int_arg(int64_t value) { return LaunchArg::of(static_cast<int32_t>(value)); }
-
 // The geometry arguments both kernels take, in their order.
 std::vector<LaunchArg> geometry_args(const ConvShape& s) {
   std::vector<LaunchArg> args;
@@ -238,15 +236,6 @@ std::vector<LaunchArg> geometry_args(const ConvShape& s) {
     args.push_back(int_arg(v));
   }
   return args;
-}
-
-// A launch over `columns` x `rows` work-items.
-LaunchRange plane_range(int64_t columns, int64_t rows) {
-  LaunchRange range;
-  range.dims = 2;
-  range.global[0] = static_cast<size_t>(columns);
-  range.global[1] = static_cast<size_t>(rows);
-  return range;
 }
 
 // cols := the columns of `input`'s samples [first, first + count), with `sample_step` elements
@@ -265,8 +254,7 @@ void im2col(const ConvShape& s, const std::shared_ptr<const Kernel>& kernel,
                           input.stride(-1), sample_step, row_step}) {
     args.push_back(int_arg(v));
   }
-  run_native_kernel(kernel, cols, args, plane_range(s.l(), rows));
-  count_native_launch();
+  launch_counted(kernel, cols, args, launch_range(s.l(), rows));
 }
 
 opencl::GemmMatrix matrix(int64_t offset, int64_t ld, int64_t batch_stride,
@@ -390,8 +378,7 @@ std::optional<std::tuple<at::Tensor, at::Tensor, at::Tensor>> native_convolution
                                   blob_arg(cols, KernelAccess::kRead), int_arg(count * s.c)};
       for (LaunchArg& arg : geometry_args(s)) args.push_back(std::move(arg));
       args.push_back(int_arg(s.oh));
-      run_native_kernel(from_columns, samples, args, plane_range(s.h * s.w, count * s.c));
-      count_native_launch();
+      launch_counted(from_columns, samples, args, launch_range(s.h * s.w, count * s.c));
     }
     if (output_mask[1]) {
       // grad_weight[g] (OC/groups x K) += grad_output[g] (OC/groups x count L) @ cols[g]^T, with

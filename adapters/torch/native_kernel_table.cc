@@ -112,4 +112,17 @@ void run_native_kernel(const std::shared_ptr<const Kernel>& kernel, const at::Te
   submit_native(out.device().index(), builder.take());
 }
 
+LaunchRange launch_range(int64_t x, int64_t y, int64_t z) {
+  LaunchRange range;
+  range.dims = z > 1 ? 3 : y > 1 ? 2 : 1;
+  range.global = {static_cast<size_t>(x), static_cast<size_t>(y), static_cast<size_t>(z)};
+  return range;
+}
+
+void launch_counted(const std::shared_ptr<const Kernel>& kernel, const at::Tensor& out,
+                    const std::vector<LaunchArg>& args, const LaunchRange& range) {
+  run_native_kernel(kernel, out, args, range);
+  count_native_launch();
+}
+
 }  // namespace oclvm::torch_adapter

@@ -57,6 +57,16 @@ std::shared_ptr<const Kernel> native_kernel(c10::DeviceIndex device, NativeKerne
 // Counts one launch of a native operator (native_kernel_calls in native_kernels.h).
 void count_native_launch();
 
+// `value` as a kernel's int argument (the caller keeps it within int).
+inline LaunchArg int_arg(int64_t value) { return LaunchArg::of(static_cast<int32_t>(value)); }
+
+// A launch over x (by y, by z) work-items: one, two or three dimensions.
+LaunchRange launch_range(int64_t x, int64_t y = 1, int64_t z = 1);
+
+// run_native_kernel, its launch counted as one of an operator's (count_native_launch).
+void launch_counted(const std::shared_ptr<const Kernel>& kernel, const at::Tensor& out,
+                    const std::vector<LaunchArg>& args, const LaunchRange& range);
+
 // Element 0 of the device tensor `t` as a kernel's blob argument.
 LaunchArg blob_arg(const at::Tensor& t, KernelAccess access);
 

@@ -489,40 +489,19 @@ void route_cpu_kernels_over_composites(torch::Library& m) {
 
 namespace {
 
-// Note [Convolution layouts on the device]
-// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// torch decides the layout of a convolution's results from the backend it would pick for the
-// tensors' device: _determine_backend_memory_format(input, weight, select_conv_backend(...)). For
-// this device that backend is Overrideable, whose results are contiguous, and FakeTensor's
-// convolution (what torch.compile and torch.export trace with) predicts exactly that. The CPU
-// kernel the device runs picks the CPU's backend instead, mkldnn, channels-last whenever the input
-// or the weight is, and Inductor's compiled code then failed its stride check on the result. So
-// the device gives the results (the output; grad_input and grad_weight) the layout torch's rule
-// names for it, converting what the CPU kernel made otherwise; grad_bias is a vector either way.
-// The concrete values of `values`; nullopt when one is symbolic.
-std::optional<std::vector<int64_t>> concrete(const std::vector<c10::SymInt>& values) {
-  std::vector<int64_t> out;
-  out.reserve(values.size());
-  for (const c10::SymInt& v : values) {
-    const std::optional<int64_t> value = v.maybe_as_int();
-    if (!value) return std::nullopt;
-    out.push_back(*value);
-  }
-  return out;
-}
-
 // Runs the convolution (or its backward) whose `count` arguments start at `args` on the native
 // path, replacing them on the stack with its results (Note [Native convolutions] in
 // native_conv.cc); false, the stack unchanged, when the native path does not take it.
 bool native_convolution_boxed(bool backward, const c10::IValue* args, size_t count,
                               torch::jit::Stack* stack) {
   const size_t first = backward ? 1 : 0;
-  const std::optional<std::vector<int64_t>> stride =
-      concrete(args[first + 3].toSymIntVector());
-  const std::optional<std::vector<int64_t>> padding =
-      concrete(args[first + 4].toSymIntVector());
-  const std::optional<std::vector<int64_t>> dilation =
-      concrete(args[first + 5].toSymIntVector());
+  const std::vector<c10::SymInt> strides = args[first + 3].toSymIntVector();
+  const std::vector<c10::SymInt> paddings = args[first + 4].toSymIntVector();
+  const std::vector<c10::SymInt> dilations = args[first + 5].toSymIntVector();
+  // nullopt where a value is symbolic (torch.compile's tracing): the CPU kernel's route then.
+  const std::optional<at::IntArrayRef> stride = c10::asIntArrayRefSlowOpt(strides);
+  const std::optional<at::IntArrayRef> padding = c10::asIntArrayRefSlowOpt(paddings);
+  const std::optional<at::IntArrayRef> dilation = c10::asIntArrayRefSlowOpt(dilations);
   const std::optional<int64_t> groups = args[first + 8].toSymInt().maybe_as_int();
   if (!stride || !padding || !dilation || !groups) return false;
   const at::Tensor& input = args[first].toTensor();
@@ -551,6 +530,16 @@ bool native_convolution_boxed(bool backward, const c10::IValue* args, size_t cou
   return true;
 }
 
+// Note [Convolution layouts on the device]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// torch decides the layout of a convolution's results from the backend it would pick for the
+// tensors' device: _determine_backend_memory_format(input, weight, select_conv_backend(...)). For
+// this device that backend is Overrideable, whose results are contiguous, and FakeTensor's
+// convolution (what torch.compile and torch.export trace with) predicts exactly that. The CPU
+// kernel the device runs picks the CPU's backend instead, mkldnn, channels-last whenever the input
+// or the weight is, and Inductor's compiled code then failed its stride check on the result. So
+// the device gives the results (the output; grad_input and grad_weight) the layout torch's rule
+// names for it, converting what the CPU kernel made otherwise; grad_bias is a vector either way.
 void convolution_in_device_layout(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const bool backward = op.schema().name() == "aten::convolution_backward";
   // convolution(input, weight, bias?, stride, padding, dilation, transposed, output_padding,
