@@ -1,11 +1,11 @@
 """Which operators each model family runs on the CPU's kernels on the native path.
 
 For every family of tests/torch/test_model_families.py (small random configurations, nothing
-downloaded), this builds the model, moves it to opencl:0, and trains it with AdamW (foreach) on the
-native path (OCLVM_KERNELS=native): one step to warm up, then one step counted. It prints, per
-family, the operator calls that ran native kernels, the calls that fell back to a CPU kernel
-(torch.opencl.fallback_counts()), the share of native calls, the counted step's time, and the most
-frequent fallbacks.
+downloaded), this builds the model with its dropout as configured, moves it to opencl:0, and trains
+it with AdamW (foreach) on the native path (OCLVM_KERNELS=native): one step to warm up, then one
+step counted. It prints, per family, the operator calls that ran native kernels, the calls that
+fell back to a CPU kernel (torch.opencl.fallback_counts()), the share of native calls, the counted
+step's time, and the most frequent fallbacks.
 
     .venv/bin/python bench/family_fallbacks.py [--families gpt2 mixtral_moe ...] [--top 6]
 """
@@ -44,6 +44,7 @@ def main() -> int:
     parser.add_argument("--top", type=int, default=6, help="fallbacks listed per family")
     args = parser.parse_args()
     import test_model_families  # the families' definitions (imports transformers and diffusers)
+    test_model_families.NOISE_ON_CPU = False  # a user's loop draws its noise on the device
     from model_families_util import move_to_device, to_device
 
     families = [f for f in test_model_families.FAMILIES
@@ -61,7 +62,7 @@ def main() -> int:
           f"{torch.opencl.get_device_name(0)}): one AdamW training step each")
     print(f"{'family':<24} {'native':>7} {'CPU':>5} {'share':>7} {'ms':>7}  most frequent fallbacks")
     for family in families:
-        model = move_to_device(family.build())
+        model = move_to_device(family.build(keep_dropout=True))  # a user's model, dropout on
         model.train()
         optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=True)
         batches = [to_device(b, "opencl") for b in family.batches(2)]

@@ -1,5 +1,6 @@
 // adapters/torch/dropout.cc — native_dropout of the "opencl" device, drawing from the device's
-// generator.
+// generator: on the native path its Philox stream (native_dropout_on_device in native_kernels.h),
+// on the host path its CPU generator, as follows.
 //
 // ATen's CPU kernel of native_dropout draws its mask from the CPU's default generator and takes no
 // generator argument, so through the CPU fallback every dropout on the device consumed the CPU's
@@ -20,6 +21,7 @@
 #include <tuple>
 
 #include "adapters/torch/generator.h"
+#include "adapters/torch/native_kernels.h"
 #include "adapters/torch/registration.h"
 
 namespace oclvm::torch_adapter {
@@ -28,6 +30,13 @@ namespace {
 std::tuple<at::Tensor, at::Tensor> native_dropout(const at::Tensor& input, double p,
                                                   std::optional<bool> train) {
   const c10::Device device = input.device();
+  if (input.numel() != 0 && (!train.has_value() || *train)) {
+    // The native path draws on the device (Note [Native random numbers] in native_random.cc).
+    if (auto native = native_dropout_on_device(input, p)) {
+      count_native_call();
+      return std::move(*native);
+    }
+  }
   const at::Tensor host = input.cpu();
   if (input.numel() == 0 || (train.has_value() && !*train)) {
     auto [output, mask] = at::native_dropout(host, p, train);

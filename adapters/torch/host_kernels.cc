@@ -369,6 +369,23 @@ struct NativeOrBoxedKernel<Op, Result(Args...)> {
   static inline bool routed_to_one_device = false;  // set once by add_native(), at registration
 };
 
+// An in-place operator whose native kernel says whether it took the call (the random fills, whose
+// CPU kernel needs the boxed route's generator: Note [Random operators on the device] in
+// fallback.cc).
+template <class Op, class... Rest>
+struct NativeOrBoxedKernel<Op, at::Tensor&(at::Tensor&, Rest...)> {
+  static at::Tensor& call(at::Tensor& self, Rest... rest) {
+    if (NativeKernel<Op>::call(self, rest...)) {
+      count_native_call();
+      return self;
+    }
+    if (routed_to_one_device) return call_boxed<Op, &cpu_fallback_on_one_device>(self, rest...);
+    return call_boxed<Op, &cpu_fallback>(self, rest...);
+  }
+
+  static inline bool routed_to_one_device = false;  // set once by add_native(), at registration
+};
+
 // Registers Op's NativeOrBoxedKernel, with the boxed route it had (as add()).
 template <class Op>
 void add_native(torch::Library& m, const std::unordered_set<std::string>& routed) {
@@ -678,6 +695,13 @@ std::unordered_set<std::string> register_host_kernels(torch::Library& m) {
   add_native<at::_ops::native_batch_norm>(m, routed);  // its running statistics are written
   add_native<at::_ops::index_Tensor>(m, routed);  // its indices are a list of optional tensors
   add<at::_ops::native_batch_norm_backward>(m, routed);
+  // The random fills (rand, randn, randint, init's fills, dropout's feature masks).
+  add_native<at::_ops::uniform_>(m, routed);
+  add_native<at::_ops::normal_>(m, routed);
+  add_native<at::_ops::bernoulli__float>(m, routed);
+  add_native<at::_ops::random_>(m, routed);
+  add_native<at::_ops::random__to>(m, routed);
+  add_native<at::_ops::random__from>(m, routed);
   add_in_place<at::_ops::add__Tensor>(m);
   add_in_place<at::_ops::sub__Tensor>(m);
   add_in_place<at::_ops::mul__Tensor>(m);

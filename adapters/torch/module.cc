@@ -23,6 +23,7 @@
 //   fused_foreach_calls() -> int    calls of those that ran the device's own _foreach_ loops
 //                              (Note [Fused foreach loops]; tests)
 //   native_kernel_calls() -> int    launches of native operators' kernels, since start
+//   philox_draws() -> int      draws from the generators' Philox streams, since start
 //                              (native_kernels.h; tests)
 //   native_copy_calls() -> int      launches of the native strided copy, since start (ditto)
 //   native_operator_calls() -> int  operator calls a native kernel answered, since start (ditto;
@@ -41,8 +42,9 @@
 //   manual_seed(int, int)      seeds the device's default generator (generator.h)
 //   seed(int) -> int           seeds it nondeterministically; returns the seed
 //   initial_seed(int) -> int   its current seed
-//   get_rng_state(int) -> bytes     its state (the CPU generator's layout)
-//   set_rng_state(int, bytes)  sets it; ValueError for bytes of another length, nothing changed
+//   get_rng_state(int) -> bytes     its state (the CPU generator's bytes, then the Philox offset's)
+//   set_rng_state(int, bytes)  sets it (the CPU generator's bytes alone: offset 0); ValueError for
+//                              bytes of another length, nothing changed
 //   drain_autograd()           waits until autograd's opencl threads hold no finished backward
 //                              (called at interpreter exit: Note [Autograd threads at exit])
 //   _note_finalizing_thread()  records the calling thread as the one finalizing the interpreter
@@ -301,6 +303,10 @@ PyObject* py_fused_foreach_calls(PyObject*, PyObject*) {
   return PyLong_FromUnsignedLongLong(fused_foreach_calls());
 }
 
+PyObject* py_philox_draws(PyObject*, PyObject*) {
+  return PyLong_FromUnsignedLongLong(philox_draws());
+}
+
 PyObject* py_native_kernel_calls(PyObject*, PyObject*) {
   return PyLong_FromUnsignedLongLong(native_kernel_calls());
 }
@@ -454,10 +460,15 @@ PyObject* py_set_rng_state(PyObject*, PyObject* args) {
   at::Generator* generator = generator_of(index_arg);
   if (generator == nullptr) return nullptr;
   const auto size = static_cast<int64_t>(PyBytes_GET_SIZE(state_arg));
+  // get_state's layout, or the CPU generator's alone (DeviceGenerator::set_state).
   const int64_t expected = generator->get_state().numel();
-  if (size != expected) {
-    PyErr_Format(PyExc_ValueError, "Expected an RNG state of %lld bytes, but got %lld bytes",
-                 static_cast<long long>(expected), static_cast<long long>(size));
+  const int64_t host_only = expected - DeviceGenerator::kOffsetBytes;
+  if (size != expected && size != host_only) {
+    PyErr_Format(PyExc_ValueError,
+                 "Expected an RNG state of %lld bytes (or %lld, the CPU generator's), but got "
+                 "%lld bytes",
+                 static_cast<long long>(expected), static_cast<long long>(host_only),
+                 static_cast<long long>(size));
     return nullptr;
   }
   return guarded([&] {
@@ -643,6 +654,8 @@ PyMethodDef kMethods[] = {
      "Calls that took an unboxed host kernel's fast path, since start."},
     {"fused_foreach_calls", py_fused_foreach_calls, METH_NOARGS,
      "Calls that ran the device's own _foreach_ loops, since start."},
+    {"philox_draws", py_philox_draws, METH_NOARGS,
+     "Draws from the generators' Philox streams since the process started."},
     {"native_kernel_calls", py_native_kernel_calls, METH_NOARGS,
      "Launches of native operators' kernels, since start."},
     {"native_copy_calls", py_native_copy_calls, METH_NOARGS,

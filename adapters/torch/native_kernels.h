@@ -7,7 +7,7 @@
 // tensor and embedding's backward;
 // native_scatter.cc: gather, the scatters and index_add; native_loss.cc: nll_loss;
 // native_reduce.cc: sums, all and softmax; native_norm.cc: layer norm; native_channel_norm.cc:
-// batch and group norm) or NativeCalls of CLBlast's
+// batch and group norm; native_random.cc: random fills and dropout) or NativeCalls of CLBlast's
 // (native_blas.cc: the matrix products; native_conv.cc: convolutions, with im2col and col2im
 // kernels), through the adapter's Runtime, on the current stream of the operands' device, or
 // answers that it does not take the call (nullopt / false) having done nothing, and the caller
@@ -19,6 +19,7 @@
 // the VM orders the device work.
 #pragma once
 
+#include <ATen/core/Generator.h>
 #include <ATen/core/Tensor.h>
 
 #include <array>
@@ -323,6 +324,24 @@ std::optional<std::tuple<at::Tensor, at::Tensor, at::Tensor>> native_layer_norm_
     const at::Tensor& grad_out, const at::Tensor& input, c10::SymIntArrayRef normalized,
     const at::Tensor& mean, const at::Tensor& rstd, const std::optional<at::Tensor>& weight,
     const std::optional<at::Tensor>& bias, std::array<bool, 3> output_mask);
+
+// Random fills on the device from the generator's Philox stream (Note [Native random numbers]
+// in native_random.cc), one launch each (and a copy for a result that is not contiguous):
+// uniform_, normal_, bernoulli_.float and random_ (random_() without `from`, random_.to without
+// `from`, random_.from with both or `from` alone); false, having done nothing and drawn nothing,
+// when the native path does not take the call.
+bool native_uniform_(const at::Tensor& self, double from, double to,
+                     const std::optional<at::Generator>& generator);
+bool native_normal_(const at::Tensor& self, double mean, double std,
+                    const std::optional<at::Generator>& generator);
+bool native_bernoulli_(const at::Tensor& self, double p,
+                       const std::optional<at::Generator>& generator);
+bool native_random_(const at::Tensor& self, std::optional<int64_t> from,
+                    std::optional<int64_t> to, const std::optional<at::Generator>& generator);
+// native_dropout in training of a contiguous input, from the device's default generator: the
+// output and the bool mask, one launch; nullopt when the native path does not take the call.
+std::optional<std::tuple<at::Tensor, at::Tensor>> native_dropout_on_device(
+    const at::Tensor& input, double p);
 
 // Whether the module was built with CLBlast: without it the three above always decline.
 bool native_matrix_products();

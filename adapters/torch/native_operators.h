@@ -647,4 +647,53 @@ struct NativeKernel<at::_ops::addmm> {
   }
 };
 
+// The random fills (native_random.cc): in place, so call() says whether it took the call.
+template <>
+struct NativeKernel<at::_ops::uniform_> {
+  static constexpr bool exists = true;
+  static bool call(const at::Tensor& self, double from, double to,
+                   const std::optional<at::Generator>& generator) {
+    return native_uniform_(self, from, to, generator);
+  }
+};
+template <>
+struct NativeKernel<at::_ops::normal_> {
+  static constexpr bool exists = true;
+  static bool call(const at::Tensor& self, double mean, double std,
+                   const std::optional<at::Generator>& generator) {
+    return native_normal_(self, mean, std, generator);
+  }
+};
+template <>
+struct NativeKernel<at::_ops::bernoulli__float> {
+  static constexpr bool exists = true;
+  static bool call(const at::Tensor& self, double p,
+                   const std::optional<at::Generator>& generator) {
+    return native_bernoulli_(self, p, generator);
+  }
+};
+template <>
+struct NativeKernel<at::_ops::random_> {
+  static constexpr bool exists = true;
+  static bool call(const at::Tensor& self, const std::optional<at::Generator>& generator) {
+    return native_random_(self, std::nullopt, std::nullopt, generator);
+  }
+};
+template <>
+struct NativeKernel<at::_ops::random__to> {
+  static constexpr bool exists = true;
+  static bool call(const at::Tensor& self, int64_t to,
+                   const std::optional<at::Generator>& generator) {
+    return native_random_(self, 0, to, generator);
+  }
+};
+template <>
+struct NativeKernel<at::_ops::random__from> {
+  static constexpr bool exists = true;
+  static bool call(const at::Tensor& self, int64_t from, std::optional<int64_t> to,
+                   const std::optional<at::Generator>& generator) {
+    return native_random_(self, from, to, generator);
+  }
+};
+
 }  // namespace oclvm::torch_adapter

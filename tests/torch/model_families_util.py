@@ -22,6 +22,13 @@ properties say native_kernels) the matrix products are CLBlast's, which sums in 
 `EXACT` there is Inductor's float32 tolerance (rtol 1e-4, atol 1e-5): float32 rounding apart, and
 still far below what a wrong kernel gives. `assert_state_close` names the worst tensor and its
 largest difference when they are not close.
+
+Random numbers: on the host path the device draws the CPU's numbers from the same seed, so
+dropout stays on. On the native path the device draws from its own Philox stream (as CUDA's are
+not the CPU's), so the scenario first turns every dropout of the model off (`without_dropout`),
+on both sides (test_model_families.seeded builds every family so), and checks that the device's
+training drew nothing; a loss that draws noise draws it on the CPU and moves it. The native
+random kernels have their own tests (test_native_random.py).
 """
 import contextlib
 import copy
@@ -189,6 +196,24 @@ def assert_memory_returns(scenario: Callable[[], Any]) -> Any:
     return result
 
 
+# The attributes in which transformers' attention modules and torch.nn's recurrent layers keep a
+# dropout probability as a float (T5's `dropout`, BERT's and ViT's `dropout_prob`, Llama's
+# `attention_dropout`, nn.LSTM's `dropout`).
+DROPOUT_ATTRIBUTES = ("dropout", "dropout_prob", "attention_dropout", "dropout_rate")
+
+
+def without_dropout(model: torch.nn.Module) -> torch.nn.Module:
+    """`model` with every dropout probability set to 0: nn.Dropout modules and the float
+    attributes of DROPOUT_ATTRIBUTES. Returns the model."""
+    for module in model.modules():
+        if isinstance(module, torch.nn.modules.dropout._DropoutNd):
+            module.p = 0.0
+        for name in DROPOUT_ATTRIBUTES:
+            if isinstance(getattr(module, name, None), float):
+                setattr(module, name, 0.0)
+    return model
+
+
 def train_both_and_compare(family: Family, make_optimizer, *, steps=3, seed=0,
                            optimizer_before_move=False, clip=None, autocast_dtype=None,
                            tolerance=EXACT, outliers=None, check=None) -> None:
@@ -216,6 +241,9 @@ def train_both_and_compare(family: Family, make_optimizer, *, steps=3, seed=0,
         kwargs = dict(seed=seed, clip=clip, autocast_dtype=autocast_dtype)
         expected = train(cpu, opt_cpu, family, batches, "cpu", **kwargs)
         got = train(device_model, opt_dev, family, batches, DEV, **kwargs)
+        if NATIVE_PATH:  # train() seeds first, which sets the Philox offset (the last 8 bytes) to 0
+            assert torch.opencl.get_rng_state()[-8:].eq(0).all(), (
+                "the device drew random numbers in training with every dropout off")
         assert_close(torch.stack(got.losses), torch.stack(expected.losses), **tolerance,
                      msg=lambda m: f"losses differ: {got.losses} vs {expected.losses}\n{m}")
         if clip is not None:

@@ -41,7 +41,7 @@ from torch.utils.checkpoint import checkpoint
 
 from model_families_util import (BF16, DEV, EXACT, NATIVE_PATH, Family, assert_memory_returns,
                                  assert_state_close, assert_ties_kept, move_to_device, tie_groups,
-                                 train, train_both_and_compare)
+                                 train, train_both_and_compare, without_dropout)
 
 # Device memory after each passing test equals before (tests/torch/conftest.py).
 pytestmark = pytest.mark.usefixtures("nothing_leaks")
@@ -51,13 +51,32 @@ diffusers.logging.set_verbosity_error()
 
 VOCAB = 64
 
+# The tests of the device drawing the CPU's numbers: the host path's stream (the native path's is
+# Philox: test_native_random.py).
+cpu_stream = pytest.mark.skipif(NATIVE_PATH, reason="the native path draws from Philox: "
+                                                    "test_native_random.py")
+
 
 def seeded(seed, build):
-    """`build()` run right after torch.manual_seed(seed): the same initial weights every time."""
-    def make():
+    """`build()` run right after torch.manual_seed(seed): the same initial weights every time. On
+    the native path, whose random numbers are the device's own, without dropout
+    (model_families_util: "Random numbers") unless `keep_dropout` (bench/family_fallbacks.py
+    counts a user's step)."""
+    def make(keep_dropout=False):
         torch.manual_seed(seed)
-        return build()
+        model = build()
+        return without_dropout(model) if NATIVE_PATH and not keep_dropout else model
     return make
+
+
+# Whether a loss draws its noise on the CPU and moves it: on the native path, whose numbers are not
+# the CPU's (model_families_util: "Random numbers"); otherwise, and in bench/family_fallbacks.py,
+# which counts a user's step, on the batch's device.
+NOISE_ON_CPU = NATIVE_PATH
+
+
+def noise_device(device):
+    return "cpu" if NOISE_ON_CPU else device
 
 
 def generator(seed=1):
@@ -212,9 +231,10 @@ def denoising_loss(model, batch):
     latents from DDPMScheduler.add_noise, and the MSE of the predicted noise."""
     latents = batch["latents"]
     scheduler = ddpm()
-    noise = torch.randn_like(latents)
+    drawn_on = noise_device(latents.device)
+    noise = torch.randn(latents.shape, device=drawn_on).to(latents.device)
     timesteps = torch.randint(0, scheduler.config.num_train_timesteps, (latents.shape[0],),
-                              device=latents.device)
+                              device=drawn_on).to(latents.device)
     noisy = scheduler.add_noise(latents, noise, timesteps)
     text = batch["text"]
     predicted = (model(noisy, timesteps) if text is None
@@ -555,7 +575,7 @@ def test_ddpm_scheduler_step_as_on_cpu():
             with torch.no_grad():
                 predicted = model(noisy, t, encoder_hidden_states=text).sample
             out = scheduler.step(predicted, t, noisy,
-                                 generator=torch.Generator(device).manual_seed(6))
+                                 generator=torch.Generator(noise_device(device)).manual_seed(6))
             return [x.cpu() for x in (noisy, predicted, out.prev_sample,
                                       out.pred_original_sample)]
 
@@ -588,6 +608,7 @@ def test_activation_checkpointing_with_dropout_as_on_cpu():
     train_both_and_compare(CHECKPOINTED, sgd, steps=4, seed=8)
 
 
+@cpu_stream
 def test_device_random_stream_is_its_own():
     """As on CUDA, the device draws from its own default generator (with the CPU's algorithm, so
     one seed gives the CPU's dropout masks): torch.manual_seed and torch.opencl.manual_seed seed
@@ -612,6 +633,7 @@ def test_device_random_stream_is_its_own():
     assert_memory_returns(scenario)
 
 
+@cpu_stream
 def test_explicit_device_generator_as_on_cpu():
     """A torch.Generator of the device passed to a random op gives the CPU generator's numbers."""
     def scenario():

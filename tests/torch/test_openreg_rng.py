@@ -8,10 +8,13 @@ alone; the same seed gives the same numbers; torch.manual_seed, torch.seed,
 torch.random.fork_rng and torch.utils.checkpoint reach the device; bad seeds and bad states are
 refused and change nothing; a generator of the other device type is refused.
 
-The device's random operators run CPU kernels with a CPU Mersenne Twister owned by the device
-(adapters/torch/generator.h), so a seed gives the device the same numbers as the CPU, the state
-has the CPU generator's layout, and the device's numbers never advance the CPU's generator (nor
-the reverse). The native side is oclvm._C.manual_seed / seed / initial_seed / get_rng_state /
+On the host path the device's random operators run CPU kernels with a CPU Mersenne Twister owned
+by the device (adapters/torch/generator.h), so a seed gives the device the same numbers as the CPU;
+on the native path they draw from a Philox stream under the same seed, whose numbers are the
+device's own (test_native_random.py checks them), so there the tests that compare with the CPU
+compare with the device's own draws after the same seed. The state is the CPU generator's bytes
+and the Philox offset's 8, and the device's numbers never advance the CPU's generator (nor the
+reverse). The native side is oclvm._C.manual_seed / seed / initial_seed / get_rng_state /
 set_rng_state.
 """
 import warnings
@@ -21,7 +24,20 @@ import torch
 import torch.nn.functional as F
 
 DEV = "opencl"
-STATE_BYTES = torch.get_rng_state().numel()  # the CPU generator's state: 5056 bytes in 2.13
+CPU_BYTES = torch.get_rng_state().numel()  # the CPU generator's state: 5056 bytes in 2.13
+STATE_BYTES = CPU_BYTES + 8                 # and the Philox offset
+# Whether the device's random operators give the CPU's numbers (the host path).
+CPU_STREAM = not torch.opencl.get_device_properties(0).native_kernels
+
+
+def seeded_draws(draw, seed, device=DEV):
+    """What `draw(device, generator)` gives on the device, and what it must equal: the CPU's
+    draw with a CPU generator of the same seed on the host path, the device's own again on the
+    native path."""
+    got = draw(device, torch.Generator(device).manual_seed(seed))
+    if CPU_STREAM:
+        return got, draw("cpu", torch.Generator().manual_seed(seed))
+    return got, draw(device, torch.Generator(device).manual_seed(seed)).cpu()
 
 pytestmark = pytest.mark.usefixtures("nothing_leaks", "device_zero_and_default_streams")
 
@@ -36,9 +52,9 @@ def test_generator_of_the_device():
 def test_generator_of_the_second_device():
     g = torch.Generator(device=f"{DEV}:1")
     assert g.device == torch.device(DEV, 1)
-    x = torch.randn(8, device=f"{DEV}:1", generator=g.manual_seed(3))
+    x, expected = seeded_draws(lambda d, g: torch.randn(8, device=d, generator=g), 3, f"{DEV}:1")
     assert x.device == torch.device(DEV, 1)
-    assert torch.equal(x.cpu(), torch.randn(8, generator=torch.Generator().manual_seed(3)))
+    assert torch.equal(x.cpu(), expected)
 
 
 def test_generator_seed_state_round_trip():
@@ -59,9 +75,9 @@ def test_generator_seed_state_round_trip():
 def test_explicit_generator_gives_the_cpu_numbers_and_leaves_the_default_alone():
     device_state = torch.opencl.get_rng_state()
     cpu_state = torch.get_rng_state()
-    x = torch.randn(32, device=DEV, generator=torch.Generator(DEV).manual_seed(11))
+    x, expected = seeded_draws(lambda d, g: torch.randn(32, device=d, generator=g), 11)
     assert x.device == torch.device(DEV, 0)
-    assert torch.equal(x.cpu(), torch.randn(32, generator=torch.Generator().manual_seed(11)))
+    assert torch.equal(x.cpu(), expected)
     assert torch.equal(torch.opencl.get_rng_state(), device_state)
     assert torch.equal(torch.get_rng_state(), cpu_state)
 
@@ -106,10 +122,9 @@ def test_device_and_cpu_generators_are_independent():
                  id="multinomial"),
 ])
 def test_random_operators_match_the_cpu_with_the_same_seed(draw):
-    on_device = draw(DEV, torch.Generator(DEV).manual_seed(123))
-    on_cpu = draw("cpu", torch.Generator().manual_seed(123))
+    on_device, expected = seeded_draws(draw, 123)
     assert on_device.device.type == DEV
-    assert torch.equal(on_device.cpu(), on_cpu)
+    assert torch.equal(on_device.cpu(), expected)
 
 
 def test_dropout_draws_from_the_device_generator():
@@ -167,10 +182,17 @@ def test_rng_state_all_round_trip():
 def test_state_has_the_cpu_generator_layout():
     torch.manual_seed(2024)
     cpu_state = torch.get_rng_state()
-    torch.opencl.set_rng_state(cpu_state)
+    torch.opencl.manual_seed(1)
+    torch.randn(20, device=DEV)
+    torch.opencl.set_rng_state(cpu_state)  # the CPU's layout alone: its seed, Philox offset 0
+    assert torch.opencl.get_rng_state()[CPU_BYTES:].eq(0).all()
     on_device = torch.randn(20, device=DEV).cpu()
-    on_cpu = torch.randn(20)
-    assert torch.equal(on_device, on_cpu)
+    if CPU_STREAM:
+        expected = torch.randn(20)
+    else:
+        torch.opencl.manual_seed(2024)
+        expected = torch.randn(20, device=DEV).cpu()
+    assert torch.equal(on_device, expected)
     torch.opencl.set_rng_state(torch.opencl.get_rng_state().to(DEV))  # a state on the device
 
 
@@ -228,7 +250,7 @@ def test_torch_manual_seed_seeds_every_device():
         warnings.simplefilter("error")
         torch.manual_seed(123)
     assert [torch.opencl.get_rng_state(i).tolist() for i in range(torch.opencl.device_count())] \
-        == [torch.get_rng_state().tolist()] * torch.opencl.device_count()
+        == [torch.get_rng_state().tolist() + [0] * 8] * torch.opencl.device_count()
     with torch.opencl.device(torch.opencl.device_count() - 1):
         assert torch.opencl.initial_seed() == 123
     a = torch.randn(50, device=DEV).cpu()

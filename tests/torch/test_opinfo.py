@@ -119,7 +119,10 @@ NATIVE_OPERATORS = ["add", "sub", "mul", "div.no_rounding_mode", "true_divide", 
                     "nn.functional.conv2d", "nn.functional.batch_norm", "native_batch_norm",
                     "nn.functional.group_norm", "native_group_norm",
                     "nn.functional.instance_norm", "nn.functional.scaled_dot_product_attention",
-                    "__getitem__"]
+                    "__getitem__", "bernoulli", "normal", "normal.in_place",
+                    "normal.number_mean", "uniform", "randn", "rand_like", "randn_like",
+                    "randint", "randint_like", "nn.functional.dropout",
+                    "nn.functional.dropout2d", "nn.functional.dropout3d"]
 
 
 def test_native_operators_match_the_cpu(tmp_path):

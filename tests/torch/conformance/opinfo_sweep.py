@@ -40,9 +40,12 @@ string "cpu") becomes the opencl device; the tensors of `args`/`kwargs` of the o
 
 Operators with random output (`random_ops()`, derived from op_db itself: the ones whose
 test_compare_cpu op_db skips as "output is non-deterministic", and those whose callable reseeds
-through `wrapper_set_seed`) run after `torch.manual_seed(SEED)` on each side: the device runs the
-CPU kernel with its own generator, which has the CPU generator's algorithm and is seeded by
-torch.manual_seed too, so the values must match. Where values cannot match
+through `wrapper_set_seed`) run after `torch.manual_seed(SEED)` on each side: on the host path the
+device runs the CPU kernel with its own generator, which has the CPU generator's algorithm and is
+seeded by torch.manual_seed too, so the values must match. On the native path a sample whose call
+drew from the device's Philox stream (`_philox_draws` moved) cannot give the CPU's
+numbers, as CUDA's do not: its output's shape, dtype and device are compared, its errors as
+every sample's, and the result notes how many samples did so. Where values cannot match
 by construction (`METADATA_ONLY`: uninitialised memory) only shape, dtype and device are
 compared, and the result says so with the reason.
 
@@ -482,6 +485,7 @@ def run_item(op, dtype_name, max_samples, random_keys, on_sample=None):
     if seeded:
         result["notes"].append(RANDOM_NOTE)
     grads_both_raised = 0
+    philox_samples = 0
     torch.manual_seed(SEED)
     try:
         samples = op.sample_inputs("cpu", dtype, requires_grad=differentiable)
@@ -501,11 +505,16 @@ def run_item(op, dtype_name, max_samples, random_keys, on_sample=None):
             if "options" in sample.kwargs and key.startswith("nn.functional.linear_cross_entropy"):
                 sample.kwargs["options"] = as_resolved_on_the_device(sample.kwargs["options"],
                                                                      dtype)
+            draws = _philox_draws()
             dev_out = _call(op, dev_sample, seeded)
+            drew = seeded and native and _philox_draws() != draws
             cpu_out = _call(op, sample, seeded)
-            if _check_pair(dev_out, cpu_out, f"{where} output", metadata_reason is not None,
-                           on_device):
+            if _check_pair(dev_out, cpu_out, f"{where} output",
+                           metadata_reason is not None or drew, on_device):
                 result["both_raised"] += 1
+                continue
+            if drew:
+                philox_samples += 1
                 continue
             if written:
                 dev_bumps = [after - before for before, after
@@ -548,7 +557,17 @@ def run_item(op, dtype_name, max_samples, random_keys, on_sample=None):
                                "samples")
     if grads_both_raised:
         result["notes"].append(f"gradients: both raised in {grads_both_raised} samples")
+    if philox_samples:
+        result["notes"].append(f"{philox_samples} of {result['samples']} samples drew from the "
+                               "device's Philox stream: shape, dtype and device compared")
     return result
+
+
+def _philox_draws():
+    """How many draws the device's generators have made from their Philox streams (the native
+    path's random operators) in this process."""
+    import oclvm
+    return oclvm._C.philox_draws()
 
 
 # Note [The fork server]
