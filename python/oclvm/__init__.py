@@ -18,8 +18,8 @@ the storage methods.
   through ``torch.accelerator`` (the same c10::DeviceAllocator behind both). ``torch.opencl.memory``
   has them too, and the memory history and snapshots (_record_memory_history, _snapshot,
   _dump_snapshot) and record_trace;
-- random numbers, on each device's default generator (a CPU Mersenne Twister owned by the device:
-  random operators run CPU kernels, and its state has the CPU generator's layout): manual_seed,
+- random numbers, on each device's default generator (the host path's CPU Mersenne Twister and
+  the native path's Philox offset under one seed; oclvm.random says more): manual_seed,
   manual_seed_all, seed, seed_all, initial_seed, get_rng_state, set_rng_state, get_rng_state_all,
   set_rng_state_all. ``torch.manual_seed`` and ``torch.seed`` reach manual_seed_all;
 - streams: Stream and Event (classes: ``isinstance`` works), current_stream, default_stream,

@@ -2,8 +2,9 @@
 
 As torch.cuda.random: manual_seed, manual_seed_all, seed, seed_all, initial_seed, get_rng_state,
 set_rng_state, get_rng_state_all, set_rng_state_all, all also names of ``torch.opencl``. A
-generator is a CPU Mersenne Twister owned by the device (random operators run CPU kernels), and
-its state has the CPU generator's layout.
+generator holds a CPU Mersenne Twister (the host path's random operators run CPU kernels) and a
+Philox offset (the native path's kernels compute from the seed and it); its state is the CPU
+generator's bytes followed by the offset's 8, and one seed sets both.
 """
 import torch
 
@@ -58,7 +59,8 @@ def initial_seed() -> int:
 
 def get_rng_state(device="opencl") -> torch.Tensor:
     """The state of the device's default generator (int, str or torch.device; "opencl": the
-    current device) as a new 1-D uint8 CPU tensor, in the CPU generator's layout."""
+    current device) as a new 1-D uint8 CPU tensor: the CPU generator's bytes, then the Philox
+    offset's 8, little-endian."""
     state = _native("get_rng_state")(_index(device))
     return torch.frombuffer(bytearray(state), dtype=torch.uint8)
 
@@ -80,8 +82,8 @@ def _state_bytes(new_state) -> bytes:
 
 def set_rng_state(new_state: torch.Tensor, device="opencl") -> None:
     """Sets the state of the device's default generator to `new_state` (from get_rng_state, or
-    torch.get_rng_state(): the layouts agree). A state of the wrong type, shape or length is
-    refused and changes nothing."""
+    torch.get_rng_state(), the CPU generator's bytes alone, which sets the Philox offset to 0). A
+    state of the wrong type, shape or length is refused and changes nothing."""
     index = _index(device)
     _native("set_rng_state")(index, _state_bytes(new_state))
 
