@@ -79,7 +79,9 @@ void DeviceGenerator::set_state(const c10::TensorImpl& new_state) {
   TORCH_CHECK_TYPE(new_state.dtype() == caffe2::TypeMeta::Make<uint8_t>(),
                    "RNG state must be a torch.ByteTensor");
   const at::Tensor whole = at::Tensor(c10::intrusive_ptr<c10::TensorImpl>::reclaim_copy(
-      const_cast<c10::TensorImpl*>(&new_state)));
+                                          const_cast<c10::TensorImpl*>(&new_state)))
+                               .reshape({-1})
+                               .contiguous();
   cpu_impl(host_).set_state(*whole.narrow(0, 0, host_bytes).contiguous().unsafeGetTensorImpl());
   uint64_t offset = 0;
   const auto* bytes = whole.const_data_ptr<uint8_t>() + host_bytes;

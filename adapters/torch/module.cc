@@ -23,8 +23,9 @@
 //   fused_foreach_calls() -> int    calls of those that ran the device's own _foreach_ loops
 //                              (Note [Fused foreach loops]; tests)
 //   native_kernel_calls() -> int    launches of native operators' kernels, since start
-//   philox_draws() -> int      draws from the generators' Philox streams, since start
 //                              (native_kernels.h; tests)
+//   philox_draws() -> int      draws from the generators' Philox streams, since start
+//                              (generator.h; tests and the OpInfo sweep)
 //   native_copy_calls() -> int      launches of the native strided copy, since start (ditto)
 //   native_operator_calls() -> int  operator calls a native kernel answered, since start (ditto;
 //                              the bench's share of calls computed on the device)

@@ -2,6 +2,7 @@
 // computed on the device by a Philox kernel from the generator's seed and offset
 // (native_kernels.h, generator.h).
 
+#include <ATen/MemoryOverlap.h>
 #include <ATen/ops/empty.h>
 #include <c10/core/ScalarType.h>
 #include <c10/util/BFloat16.h>
@@ -190,11 +191,12 @@ bool computable(c10::DeviceIndex device, at::ScalarType type) {
 
 // The generator and the device a call runs on, or nullopt when the native path does not take it:
 // `self` a non-empty strided device tensor of a native-path device, without the conjugate or
-// negative bit, and an opencl generator (or none).
+// negative bit, no two elements sharing memory, and an opencl generator (or none).
 std::optional<DeviceGenerator*> random_target(const at::Tensor& self,
                                               const std::optional<at::Generator>& generator) {
   if (!self.defined() || !is_device(self) || self.layout() != at::kStrided || self.is_conj() ||
-      self.is_neg() || self.numel() == 0 || !native_kernels(self.device().index())) {
+      self.is_neg() || self.numel() == 0 || !native_kernels(self.device().index()) ||
+      at::has_internal_overlap(self) == at::MemOverlap::Yes) {  // the CPU's error, nothing drawn
     return std::nullopt;
   }
   DeviceGenerator* chosen = device_generator(generator, self.device().index());
@@ -256,6 +258,16 @@ bool floating(at::ScalarType type) { return type == at::kFloat || type == at::kD
 // float16 and bfloat16, which the kernels compute in float32 and store rounded.
 bool half_bits(at::ScalarType type) { return type == at::kHalf || type == at::kBFloat16; }
 
+// The largest finite value of a floating dtype the kernels store.
+double largest(at::ScalarType type) {
+  switch (type) {
+    case at::kDouble: return std::numeric_limits<double>::max();
+    case at::kHalf: return static_cast<double>(std::numeric_limits<c10::Half>::max());
+    case at::kBFloat16: return static_cast<double>(std::numeric_limits<c10::BFloat16>::max());
+    default: return static_cast<double>(std::numeric_limits<float>::max());
+  }
+}
+
 // The largest integer every value up to which the floating dtype holds exactly (2^digits).
 int64_t exact_integers(at::ScalarType type) {
   return type == at::kDouble ? int64_t{1} << std::numeric_limits<double>::digits
@@ -285,12 +297,15 @@ bool native_uniform_(const at::Tensor& self, double from, double to,
   const std::optional<DeviceGenerator*> chosen = random_target(self, generator);
   const at::ScalarType type = self.scalar_type();
   if (!chosen || !(floating(type) || half_bits(type))) return false;
-  // The CPU's checks (from <= to, a range the dtype holds) refuse the rest.
+  // The CPU's checks refuse the rest: both bounds within the dtype's, from <= to, and a range
+  // the dtype holds; and the range must stay finite in the type the kernel computes in.
+  const double most = largest(type);
   const double range = type == at::kDouble ? to - from
                                             : static_cast<double>(static_cast<float>(to) -
                                                                   static_cast<float>(from));
-  if (!(from <= to) || !std::isfinite(range) ||
-      (half_bits(type) && range > (type == at::kHalf ? 65504. : 3.3895313892515355e38))) {
+  if (!(from >= -most && from <= most && to >= -most && to <= most && from <= to &&
+        to - from <= most) ||
+      !std::isfinite(range)) {
     return false;
   }
   return fill(RandomKernel::kUniform, self, *chosen, {real_arg(type, from), real_arg(type, to)});
@@ -344,6 +359,7 @@ bool native_random_(const at::Tensor& self, std::optional<int64_t> from,
   } else {
     first = *from;
     last = high;
+    if (floating(type) && first == high) return false;  // the CPU wants from < 2^digits
   }
   if (first < low || last > high || first > last) return false;
   const uint64_t range = static_cast<uint64_t>(last) - static_cast<uint64_t>(first) + 1;

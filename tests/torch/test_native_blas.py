@@ -158,7 +158,7 @@ def test_mm_out_the_native_path_leaves_is_the_cpus():
     torch.mm(da, db, out=resized)  # an out of another shape: the CPU resizes it
     assert resized.shape == (4, 2)
     torch.testing.assert_close(resized.cpu(), a @ b)
-    d_square = torch.randn(3, 3, device="opencl")
+    d_square = torch.randn(3, 3).to("opencl")  # made on the CPU: no native launch
     torch.mm(d_square, d_square, out=d_square)  # out is an operand: the CPU's call, its values
     # whatever the CPU's BLAS makes of the overlap (so not compared)
     with pytest.raises(RuntimeError, match="dtype"):

@@ -140,7 +140,7 @@ def test_embedding_backward_of_odd_operands_is_the_cpus(index_dtype):
     assert launches() == before + 4
     # A gradient that is not one row per index: the CPU's error.
     with pytest.raises(RuntimeError):
-        backward(torch.randn(4, 6, device="opencl"), ids.to("opencl"), 4, -1, False)
+        backward(torch.randn(4, 6).to("opencl"), ids.to("opencl"), 4, -1, False)
     assert launches() == before + 4
 
 

@@ -1,6 +1,6 @@
 """Random numbers on the native path (adapters/torch/native_random.cc, Note [Native random
-numbers]): uniform_, normal_, bernoulli_, random_ and dropout computed on the device by Philox4x32-10
-of the counter (element, offset) under the seed.
+numbers]): uniform_, normal_, bernoulli_, random_ and dropout computed on the device by
+Philox4x32-10 of the counter (element, offset) under the seed.
 
 The kernel's numbers are checked bit for bit against this file's own Philox, itself checked against
 Random123's published answers; then what users rely on: manual_seed and the RNG state replay the
@@ -164,13 +164,28 @@ def test_distributions_have_their_moments(dtype):
     assert abs((z - 1.5).div(2).pow(4).mean() - 3) < 0.1  # the normal's kurtosis
     b = torch.empty(n, device=DEV, dtype=dtype).bernoulli_(0.2, generator=g).cpu().double()
     assert set(b.unique().tolist()) <= {0.0, 1.0} and abs(b.mean() - 0.2) < 0.005
-    x = torch.randn(n, device=DEV, dtype=dtype)
+    x = torch.randn(n, device=DEV, dtype=dtype, generator=g)
+    torch.opencl.manual_seed(7)  # dropout draws from the default generator
     out, mask = torch.native_dropout(x, 0.25, True)
     assert mask.dtype == torch.bool and abs(mask.cpu().double().mean() - 0.75) < 0.005
     scale = torch.tensor(1 / 0.75, dtype=dtype)
     expected = torch.where(mask.cpu(), x.cpu() * scale, x.cpu() * 0)
     assert torch.equal(out.cpu(), expected)
     assert not torch.opencl.fallback_counts()
+
+
+@native_only
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_dropout_gradient_is_the_masked_scaled_gradient(dtype):
+    torch.opencl.manual_seed(8)
+    x = torch.randn(64, 33, device=DEV, dtype=dtype, requires_grad=True)
+    grad = torch.randn(64, 33, device=DEV, dtype=dtype)
+    out, mask = torch.native_dropout(x, 0.3, True)
+    out.backward(grad)
+    expected = grad.cpu() * mask.cpu() * (1 / 0.7)
+    torch.testing.assert_close(x.grad.cpu(), expected, rtol=0, atol=0)
+    torch.testing.assert_close(out.cpu(), x.detach().cpu() * mask.cpu() * (1 / 0.7), rtol=0,
+                               atol=0)
 
 
 @native_only
@@ -219,6 +234,12 @@ def test_bad_arguments_get_the_cpus_errors_and_change_nothing():
         t.random_(5, 5)
     with pytest.raises(RuntimeError, match="Expected a 'opencl' device type for generator"):
         t.uniform_(0, 1, generator=torch.Generator())
+    with pytest.raises(RuntimeError, match="from is out of bounds for"):
+        torch.zeros(4, device=DEV, dtype=torch.half).uniform_(70000, 70001)
+    with pytest.raises(RuntimeError, match="random_ expects 'from' casted to dtype"):
+        t.random_(2**24, None)
+    with pytest.raises(RuntimeError, match="unsupported operation"):
+        torch.zeros(1, device=DEV).expand(4).uniform_()  # elements that share memory
     assert torch.equal(t.cpu(), torch.zeros(4))
     assert torch.equal(torch.opencl.get_rng_state(), offset)
 
