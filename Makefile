@@ -79,7 +79,8 @@ torch-lane-1:
 	  tests/torch/test_native_launches.py tests/torch/test_native_index.py \
 	  tests/torch/test_native_scatter.py tests/torch/test_native_blas.py \
 	  tests/torch/test_native_conv.py tests/torch/test_native_channel_norm.py \
-	  tests/torch/test_native_attention.py tests/torch/test_native_random.py
+	  tests/torch/test_native_attention.py tests/torch/test_native_random.py \
+	  tests/torch/test_native_pool.py
 	OCLVM_KERNELS=native OCLVM_ZERO_COPY=0 POCL_DEVICES="basic basic" $(PYTEST_EXIT) \
 	  tests/torch/test_native_kernels.py tests/torch/test_native_index.py \
 	  tests/torch/test_native_scatter.py tests/torch/test_native_blas.py \

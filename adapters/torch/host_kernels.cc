@@ -695,6 +695,13 @@ std::unordered_set<std::string> register_host_kernels(torch::Library& m) {
   add_native<at::_ops::native_batch_norm>(m, routed);  // its running statistics are written
   add_native<at::_ops::index_Tensor>(m, routed);  // its indices are a list of optional tensors
   add<at::_ops::native_batch_norm_backward>(m, routed);
+  // Pooling (CNNs' max and average pools, and their global average pools).
+  add<at::_ops::max_pool2d_with_indices>(m, routed);
+  add<at::_ops::max_pool2d_with_indices_backward>(m, routed);
+  add<at::_ops::avg_pool2d>(m, routed);
+  add<at::_ops::avg_pool2d_backward>(m, routed);
+  add<at::_ops::_adaptive_avg_pool2d>(m, routed);
+  add<at::_ops::_adaptive_avg_pool2d_backward>(m, routed);
   // The random fills (rand, randn, randint, init's fills, dropout's feature masks).
   add_native<at::_ops::uniform_>(m, routed);
   add_native<at::_ops::normal_>(m, routed);

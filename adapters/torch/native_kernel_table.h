@@ -1,7 +1,7 @@
 // adapters/torch/native_kernel_table.h — what the native path's generated kernels share
 // (native_kernels.cc, native_elementwise_source.cc, native_composite.cc, native_index.cc,
 // native_scatter.cc, native_loss.cc, native_reduce.cc, native_norm.cc, native_conv.cc,
-// native_channel_norm.cc, native_random.cc): the OpenCL C type of a
+// native_channel_norm.cc, native_random.cc, native_pool.cc): the OpenCL C type of a
 // dtype, the rank limit of an iteration space, the table of compiled kernels, the copy and
 // overlap checks operators share, and the key and source of an elementwise kernel. The table and
 // the launch are defined in native_kernel_table.cc, the checks and the key in native_kernels.cc.
@@ -44,7 +44,7 @@ inline bool is_device(const at::Tensor& t) {
 // Which generator a kernel comes from: its ids are its own.
 enum class NativeKernelFamily : uint8_t { kElementwise, kReduction, kTriangle, kRange, kIndex,
                                           kLoss, kScatter, kConvolution,
-                                          kChannelNorm, kRandom };
+                                          kChannelNorm, kRandom, kPool };
 
 // The compiled kernel `id` (below 2^48) of `family` on `device`: built from `source()` on the
 // first call and kept until exit; nullptr, warned of once, when the device cannot build it

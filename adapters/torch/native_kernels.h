@@ -3,11 +3,11 @@
 //
 // Each function here runs an operator as LaunchKernel instructions (native_kernels.cc: elementwise
 // arithmetic, activations, where, copies, cat and pow; native_composite.cc: the _foreach_ loops,
-// mean, arange, tril and triu; native_index.cc: index_select, advanced indexing by one index
-// tensor and embedding's backward;
-// native_scatter.cc: gather, the scatters and index_add; native_loss.cc: nll_loss;
-// native_reduce.cc: sums, all and softmax; native_norm.cc: layer norm; native_channel_norm.cc:
-// batch and group norm; native_random.cc: random fills and dropout) or NativeCalls of CLBlast's
+// mean, arange, tril and triu; native_index.cc: index_select, advanced indexing by index tensors
+// and embedding's backward; native_scatter.cc: gather, the scatters and index_add;
+// native_loss.cc: nll_loss; native_reduce.cc: sums, all and softmax; native_norm.cc: layer norm;
+// native_channel_norm.cc: batch and group norm; native_pool.cc: pooling; native_random.cc:
+// random fills and dropout) or NativeCalls of CLBlast's
 // (native_blas.cc: the matrix products; native_conv.cc: convolutions, with im2col and col2im
 // kernels), through the adapter's Runtime, on the current stream of the operands' device, or
 // answers that it does not take the call (nullopt / false) having done nothing, and the caller
@@ -324,6 +324,29 @@ std::optional<std::tuple<at::Tensor, at::Tensor, at::Tensor>> native_layer_norm_
     const at::Tensor& grad_out, const at::Tensor& input, c10::SymIntArrayRef normalized,
     const at::Tensor& mean, const at::Tensor& rstd, const std::optional<at::Tensor>& weight,
     const std::optional<at::Tensor>& bias, std::array<bool, 3> output_mask);
+
+// max_pool2d_with_indices, avg_pool2d and _adaptive_avg_pool2d and their backward of float32 or
+// float64 3-d and 4-d tensors: one launch each (Note [Native pooling] in native_pool.cc); nullopt
+// when the native path does not take the call.
+std::optional<std::tuple<at::Tensor, at::Tensor>> native_max_pool2d_with_indices(
+    const at::Tensor& self, at::IntArrayRef kernel_size, at::IntArrayRef stride,
+    at::IntArrayRef padding, at::IntArrayRef dilation, bool ceil_mode);
+std::optional<at::Tensor> native_max_pool2d_with_indices_backward(
+    const at::Tensor& grad_output, const at::Tensor& self, at::IntArrayRef kernel_size,
+    at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation, bool ceil_mode,
+    const at::Tensor& indices);
+std::optional<at::Tensor> native_avg_pool2d(const at::Tensor& self, at::IntArrayRef kernel_size,
+                                            at::IntArrayRef stride, at::IntArrayRef padding,
+                                            bool ceil_mode, bool count_include_pad,
+                                            std::optional<int64_t> divisor_override);
+std::optional<at::Tensor> native_avg_pool2d_backward(
+    const at::Tensor& grad_output, const at::Tensor& self, at::IntArrayRef kernel_size,
+    at::IntArrayRef stride, at::IntArrayRef padding, bool ceil_mode, bool count_include_pad,
+    std::optional<int64_t> divisor_override);
+std::optional<at::Tensor> native_adaptive_avg_pool2d(const at::Tensor& self,
+                                                     c10::SymIntArrayRef output_size);
+std::optional<at::Tensor> native_adaptive_avg_pool2d_backward(const at::Tensor& grad_output,
+                                                              const at::Tensor& self);
 
 // Random fills on the device from the generator's Philox stream (Note [Native random numbers]
 // in native_random.cc), one launch each (and a copy for a result that is not contiguous):

@@ -696,4 +696,64 @@ struct NativeKernel<at::_ops::random__from> {
   }
 };
 
+// Pooling (native_pool.cc).
+template <>
+struct NativeKernel<at::_ops::max_pool2d_with_indices> {
+  static constexpr bool exists = true;
+  static std::optional<std::tuple<at::Tensor, at::Tensor>> call(
+      const at::Tensor& self, at::IntArrayRef kernel_size, at::IntArrayRef stride,
+      at::IntArrayRef padding, at::IntArrayRef dilation, bool ceil_mode) {
+    return native_max_pool2d_with_indices(self, kernel_size, stride, padding, dilation,
+                                          ceil_mode);
+  }
+};
+template <>
+struct NativeKernel<at::_ops::max_pool2d_with_indices_backward> {
+  static constexpr bool exists = true;
+  static std::optional<at::Tensor> call(const at::Tensor& grad_output, const at::Tensor& self,
+                                        at::IntArrayRef kernel_size, at::IntArrayRef stride,
+                                        at::IntArrayRef padding, at::IntArrayRef dilation,
+                                        bool ceil_mode, const at::Tensor& indices) {
+    return native_max_pool2d_with_indices_backward(grad_output, self, kernel_size, stride,
+                                                   padding, dilation, ceil_mode, indices);
+  }
+};
+template <>
+struct NativeKernel<at::_ops::avg_pool2d> {
+  static constexpr bool exists = true;
+  static std::optional<at::Tensor> call(const at::Tensor& self, at::IntArrayRef kernel_size,
+                                        at::IntArrayRef stride, at::IntArrayRef padding,
+                                        bool ceil_mode, bool count_include_pad,
+                                        std::optional<int64_t> divisor_override) {
+    return native_avg_pool2d(self, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                             divisor_override);
+  }
+};
+template <>
+struct NativeKernel<at::_ops::avg_pool2d_backward> {
+  static constexpr bool exists = true;
+  static std::optional<at::Tensor> call(const at::Tensor& grad_output, const at::Tensor& self,
+                                        at::IntArrayRef kernel_size, at::IntArrayRef stride,
+                                        at::IntArrayRef padding, bool ceil_mode,
+                                        bool count_include_pad,
+                                        std::optional<int64_t> divisor_override) {
+    return native_avg_pool2d_backward(grad_output, self, kernel_size, stride, padding, ceil_mode,
+                                      count_include_pad, divisor_override);
+  }
+};
+template <>
+struct NativeKernel<at::_ops::_adaptive_avg_pool2d> {
+  static constexpr bool exists = true;
+  static std::optional<at::Tensor> call(const at::Tensor& self, c10::SymIntArrayRef output_size) {
+    return native_adaptive_avg_pool2d(self, output_size);
+  }
+};
+template <>
+struct NativeKernel<at::_ops::_adaptive_avg_pool2d_backward> {
+  static constexpr bool exists = true;
+  static std::optional<at::Tensor> call(const at::Tensor& grad_output, const at::Tensor& self) {
+    return native_adaptive_avg_pool2d_backward(grad_output, self);
+  }
+};
+
 }  // namespace oclvm::torch_adapter

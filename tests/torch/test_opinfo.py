@@ -122,7 +122,10 @@ NATIVE_OPERATORS = ["add", "sub", "mul", "div.no_rounding_mode", "true_divide", 
                     "__getitem__", "bernoulli", "normal", "normal.in_place",
                     "normal.number_mean", "uniform", "randn", "rand_like", "randn_like",
                     "randint", "randint_like", "nn.functional.dropout",
-                    "nn.functional.dropout2d", "nn.functional.dropout3d"]
+                    "nn.functional.dropout2d", "nn.functional.dropout3d",
+                    "nn.functional.max_pool2d", "nn.functional.avg_pool2d",
+                    "nn.functional.adaptive_avg_pool2d", "max_pool2d_with_indices_backward",
+                    "nn.functional.avg_pool1d", "nn.functional.adaptive_avg_pool1d"]
 
 
 def test_native_operators_match_the_cpu(tmp_path):
