@@ -48,8 +48,12 @@ namespace oclvm::torch_adapter {
 //     rows, then by the columns.
 // Each backward is a work-item per input element, gathering, in increasing (oh, ow), the outputs
 // whose windows hold it: the max pool's whose index names it (the windows that can hold it,
-// from the forward's geometry: the indices must be the forward's), each average's grad / divisor.
-// The CPU's backward scatters in that order, so the sums add alike, with no atomics.
+// from the forward's geometry: the indices must be the forward's, as CUDA's gather assumes too;
+// an index outside its window — a dilated window wholly in the padding, which torch's checks
+// allow, gives its start — adds nothing, where the CPU's scatter writes wherever it points), each
+// average's grad / divisor. The CPU's backward scatters in that order, so the sums add alike, with
+// no atomics: the values are the CPU's bits, except the adaptive pool's in channels-last, where
+// the CPU's vector lanes divide once by kh * kw (one rounding apart).
 //
 // Not taken (the CPU kernel answers): other dtypes, tensors on another device, empty tensors,
 // the CPU's errors.
