@@ -256,6 +256,18 @@ std::pair<int64_t, int64_t> pair_of(at::IntArrayRef v, std::pair<int64_t, int64_
   return {v[0], v.size() == 1 ? v[0] : v[1]};
 }
 
+// geometry() with the window: torch's one-or-two-element size lists, an empty stride meaning the
+// kernel size. The meta call has already checked them.
+Pool window_geometry(const at::Tensor& input, int64_t oh, int64_t ow, at::IntArrayRef kernel_size,
+                     at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation) {
+  Pool p = geometry(input, oh, ow);
+  std::tie(p.kh, p.kw) = pair_of(kernel_size, {1, 1});
+  std::tie(p.sh, p.sw) = pair_of(stride, {p.kh, p.kw});
+  std::tie(p.ph, p.pw) = pair_of(padding, {0, 0});
+  std::tie(p.dh, p.dw) = pair_of(dilation, {1, 1});
+  return p;
+}
+
 // Launches `kind` over `work` work-items; false when the device cannot build it.
 bool launch_pool(PoolKernel kind, const at::Tensor& out, const at::Tensor& idx,
                  const at::Tensor& in, const Pool& p, int64_t work, bool count_pad = false,
@@ -299,11 +311,8 @@ std::optional<std::tuple<at::Tensor, at::Tensor>> native_max_pool2d_with_indices
   } catch (const c10::Error&) {
     return std::nullopt;  // the CPU kernel raises it
   }
-  Pool p = geometry(self, meta_out.size(-2), meta_out.size(-1));
-  std::tie(p.kh, p.kw) = pair_of(kernel_size, {1, 1});
-  std::tie(p.sh, p.sw) = pair_of(stride, {p.kh, p.kw});
-  std::tie(p.ph, p.pw) = pair_of(padding, {0, 0});
-  std::tie(p.dh, p.dw) = pair_of(dilation, {1, 1});
+  const Pool p = window_geometry(self, meta_out.size(-2), meta_out.size(-1), kernel_size, stride,
+                                padding, dilation);
   at::Tensor out = empty_as(meta_out, self.options());
   at::Tensor idx = empty_as(meta_idx, self.options().dtype(at::kLong));
   if (out.numel() != 0 &&
@@ -331,11 +340,8 @@ std::optional<at::Tensor> native_max_pool2d_with_indices_backward(
   } catch (const c10::Error&) {
     return std::nullopt;
   }
-  Pool p = geometry(self, grad_output.size(-2), grad_output.size(-1));
-  std::tie(p.kh, p.kw) = pair_of(kernel_size, {1, 1});
-  std::tie(p.sh, p.sw) = pair_of(stride, {p.kh, p.kw});
-  std::tie(p.ph, p.pw) = pair_of(padding, {0, 0});
-  std::tie(p.dh, p.dw) = pair_of(dilation, {1, 1});
+  const Pool p = window_geometry(self, grad_output.size(-2), grad_output.size(-1), kernel_size,
+                                stride, padding, dilation);
   at::Tensor grad_input = empty_as(meta_grad, self.options());
   if (!launch_pool(PoolKernel::kMaxBackward, grad_input, indices, grad_output, p,
                    grad_input.numel())) {
@@ -356,10 +362,8 @@ std::optional<at::Tensor> native_avg_pool2d(const at::Tensor& self, at::IntArray
   } catch (const c10::Error&) {
     return std::nullopt;
   }
-  Pool p = geometry(self, meta_out.size(-2), meta_out.size(-1));
-  std::tie(p.kh, p.kw) = pair_of(kernel_size, {1, 1});
-  std::tie(p.sh, p.sw) = pair_of(stride, {p.kh, p.kw});
-  std::tie(p.ph, p.pw) = pair_of(padding, {0, 0});
+  const Pool p = window_geometry(self, meta_out.size(-2), meta_out.size(-1), kernel_size, stride,
+                                padding, {});
   at::Tensor out = empty_as(meta_out, self.options());
   if (out.numel() != 0 &&
       !launch_pool(PoolKernel::kAvg, out, at::Tensor(), self, p, out.numel(), count_include_pad,
@@ -381,10 +385,8 @@ std::optional<at::Tensor> native_avg_pool2d_backward(
   } catch (const c10::Error&) {
     return std::nullopt;
   }
-  Pool p = geometry(self, grad_output.size(-2), grad_output.size(-1));
-  std::tie(p.kh, p.kw) = pair_of(kernel_size, {1, 1});
-  std::tie(p.sh, p.sw) = pair_of(stride, {p.kh, p.kw});
-  std::tie(p.ph, p.pw) = pair_of(padding, {0, 0});
+  const Pool p = window_geometry(self, grad_output.size(-2), grad_output.size(-1), kernel_size,
+                                stride, padding, {});
   at::Tensor grad_input = empty_as(meta_grad, self.options());
   if (!launch_pool(PoolKernel::kAvgBackward, grad_input, at::Tensor(), grad_output, p,
                    grad_input.numel(), count_include_pad, divisor_override.value_or(0))) {
