@@ -24,6 +24,13 @@ at::CPUGeneratorImpl& cpu_impl(const at::Generator& host) {
   return *static_cast<at::CPUGeneratorImpl*>(host.unsafeGetGeneratorImpl());
 }
 
+// The CPU generator's state length, which its header does not name: read once from a fresh one.
+int64_t host_state_bytes() {
+  static const int64_t bytes =
+      cpu_impl(at::detail::createCPUGenerator()).get_state()->numel();
+  return bytes;
+}
+
 }  // namespace
 
 DeviceGenerator::DeviceGenerator(c10::DeviceIndex index, uint64_t seed)
@@ -69,7 +76,7 @@ uint64_t DeviceGenerator::seed() {
 
 void DeviceGenerator::set_state(const c10::TensorImpl& new_state) {
   std::lock_guard<std::mutex> lock(host_.unsafeGetGeneratorImpl()->mutex_);
-  const int64_t host_bytes = cpu_impl(host_).get_state()->numel();
+  const int64_t host_bytes = host_state_bytes();
   const int64_t size = new_state.numel();
   if (size != host_bytes + kOffsetBytes) {
     cpu_impl(host_).set_state(new_state);  // checks size and dtype before changing anything
@@ -82,7 +89,7 @@ void DeviceGenerator::set_state(const c10::TensorImpl& new_state) {
                                           const_cast<c10::TensorImpl*>(&new_state)))
                                .reshape({-1})
                                .contiguous();
-  cpu_impl(host_).set_state(*whole.narrow(0, 0, host_bytes).contiguous().unsafeGetTensorImpl());
+  cpu_impl(host_).set_state(*whole.narrow(0, 0, host_bytes).unsafeGetTensorImpl());
   uint64_t offset = 0;
   const auto* bytes = whole.const_data_ptr<uint8_t>() + host_bytes;
   for (int64_t i = kOffsetBytes - 1; i >= 0; --i) offset = (offset << 8) | bytes[i];
