@@ -32,9 +32,9 @@ namespace oclvm::torch_adapter {
 
 // Note [Native matrix products]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// mm (and mm.out into an `out` of the product's shape), bmm and addmm of float32 or float64 device
-// tensors of one native-path device are one CLBlast call each (Gemm, or GemmStridedBatched for
-// bmm), enqueued by a NativeCall instruction on the current stream, which the VM orders by the
+// mm (and mm.out into an `out` of the product's shape), bmm and addmm of float32, float64, float16
+// or bfloat16 device tensors of one native-path device are one CLBlast call each (Gemm, or
+// GemmStridedBatched for bmm), enqueued by a NativeCall instruction on the current stream, which the VM orders by the
 // operands' byte ranges like any launch. An operand goes in as it is stored when CLBlast can read
 // its last two dimensions in place: rows or columns contiguous, with a leading dimension (a
 // transposed view is read as the transpose of a row-major matrix, so autograd's mat.t() costs no
@@ -52,6 +52,12 @@ namespace oclvm::torch_adapter {
 // k-term sum; the callers' tolerances for float32 products (OpInfo's, the model families')
 // cover it.
 //
+// float16 and bfloat16 products are computed in float, as the CPU's BLAS computes them: each
+// operand converted to a contiguous float32 copy on the device, the float32 product (bias and
+// scales included), and the result rounded to the dtype once, by one conversion. CLBlast's
+// half-precision Hgemm is not used: it needs cl_khr_fp16 and accumulates in half on the devices
+// tuned for it, where torch's products accumulate in float. bfloat16 has no CLBlast routine.
+//
 // Not taken (the CPU kernel answers, with its values and errors): other dtypes, conjugate or
 // negative bits, mixed dtypes or devices, wrong shapes, empty products (k, m or n of 0), float64
 // on a device whose kernels cannot build it, and a module built without CLBlast.
@@ -65,7 +71,8 @@ constexpr int64_t kIntMax = std::numeric_limits<int32_t>::max();
 bool plain_matrix(const at::Tensor& t, c10::DeviceIndex device, int64_t dim) {
   return t.defined() && is_device(t) && t.device().index() == device &&
          t.layout() == at::kStrided && !t.is_conj() && !t.is_neg() && t.dim() == dim &&
-         (t.scalar_type() == at::kFloat || t.scalar_type() == at::kDouble);
+         (t.scalar_type() == at::kFloat || t.scalar_type() == at::kDouble ||
+          reduced_float(t.scalar_type()));
 }
 
 // How CLBlast reads the last two dimensions of `t` (r x c) in place, its memory and offset left
@@ -111,11 +118,31 @@ struct Operand {
   opencl::GemmMatrix matrix;
 };
 
+// A float16 or bfloat16 operand is converted to a contiguous float32 copy (the product is
+// computed in float: Note [Native matrix products]).
 Operand operand(const at::Tensor& t) {
-  if (std::optional<opencl::GemmMatrix> matrix = in_place(t)) return Operand{t, *matrix};
-  at::Tensor copy = at::empty(t.sizes(), t.options());
+  const bool widen = reduced_float(t.scalar_type());
+  if (!widen) {
+    if (std::optional<opencl::GemmMatrix> matrix = in_place(t)) return Operand{t, *matrix};
+  }
+  at::Tensor copy = at::empty(t.sizes(), t.options().dtype(opmath_type(t.scalar_type())));
   if (!native_copy(t, copy)) copy.copy_(t);
   return Operand{copy, *in_place(copy)};
+}
+
+// A new tensor for a product of `sizes` whose operands have dtype `type`: of the dtype the
+// product is computed in (opmath_type).
+at::Tensor new_product(at::IntArrayRef sizes, const at::Tensor& like) {
+  return at::empty(sizes, like.options().dtype(opmath_type(like.scalar_type())));
+}
+
+// `product` as a result of dtype `type`: itself, or rounded to `type` by one conversion on the
+// device.
+at::Tensor rounded(const at::Tensor& product, at::ScalarType type) {
+  if (product.scalar_type() == type) return product;
+  at::Tensor out = at::empty(product.sizes(), product.options().dtype(type));
+  if (!native_copy(product, out)) out.copy_(product);
+  return out;
 }
 
 // The bytes of `t`'s blob its elements span, from its element 0.
@@ -198,9 +225,9 @@ std::optional<at::Tensor> native_mm(const at::Tensor& self, const at::Tensor& ma
       mat2.numel() == 0 || self.size(0) * mat2.size(1) > kIntMax) {
     return std::nullopt;
   }
-  at::Tensor out = at::empty({self.size(0), mat2.size(1)}, self.options());
+  at::Tensor out = new_product({self.size(0), mat2.size(1)}, self);
   enqueue_product(out, operand(self), operand(mat2), 1, 0);
-  return out;
+  return rounded(out, self.scalar_type());
 }
 
 bool native_mm_out(const at::Tensor& self, const at::Tensor& mat2, const at::Tensor& out) {
@@ -213,12 +240,12 @@ bool native_mm_out(const at::Tensor& self, const at::Tensor& mat2, const at::Ten
       !fits_int(out)) {
     return false;  // the CPU's resizing of `out`, its errors, or its order of reads and writes
   }
-  if (out.is_contiguous()) {
+  if (out.is_contiguous() && !reduced_float(out.scalar_type())) {
     enqueue_product(out, operand(self), operand(mat2), 1, 0);
     return true;
   }
   if (!elements_are_distinct(out)) return false;  // the CPU's error
-  const at::Tensor product = at::empty(out.sizes(), out.options());
+  const at::Tensor product = new_product(out.sizes(), out);
   enqueue_product(product, operand(self), operand(mat2), 1, 0);
   if (!copy_for_operator(product, out)) out.copy_(product);  // past the kernels' rank
   return true;
@@ -230,9 +257,9 @@ std::optional<at::Tensor> native_bmm(const at::Tensor& self, const at::Tensor& m
       self.size(1) * mat2.size(2) > kIntMax / self.size(0)) {
     return std::nullopt;
   }
-  at::Tensor out = at::empty({self.size(0), self.size(1), mat2.size(2)}, self.options());
+  at::Tensor out = new_product({self.size(0), self.size(1), mat2.size(2)}, self);
   enqueue_product(out, operand(self), operand(mat2), 1, 0);
-  return out;
+  return rounded(out, self.scalar_type());
 }
 
 std::optional<at::Tensor> native_addmm(const at::Tensor& self, const at::Tensor& mat1,
@@ -252,13 +279,14 @@ std::optional<at::Tensor> native_addmm(const at::Tensor& self, const at::Tensor&
   const auto overflows_float = [](double v) {
     return std::isfinite(v) && std::abs(v) > std::numeric_limits<float>::max();
   };
-  if (mat1.scalar_type() == at::kFloat && (overflows_float(scale) || overflows_float(bias_scale))) {
+  if (opmath_type(mat1.scalar_type()) == at::kFloat &&
+      (overflows_float(scale) || overflows_float(bias_scale))) {
     return std::nullopt;  // the CPU's error: the scalar does not fit a float
   }
-  at::Tensor out = at::empty(sizes, mat1.options());
+  at::Tensor out = new_product(sizes, mat1);
   if (bias_scale != 0 && !native_copy(self, out)) out.copy_(self);
   enqueue_product(out, operand(mat1), operand(mat2), scale, bias_scale);
-  return out;
+  return rounded(out, mat1.scalar_type());
 }
 
 bool native_matrix_products() { return true; }

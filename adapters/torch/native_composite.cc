@@ -231,11 +231,10 @@ std::optional<std::vector<at::Tensor>> native_foreach_sqrt(at::TensorList self) 
 }
 
 std::optional<at::Tensor> native_tanh_backward(const at::Tensor& grad, const at::Tensor& output) {
-  // Two device tensors of one float dtype (tanh_backward checks every tensor's device).
+  // Two device tensors of one floating dtype (tanh_backward checks every tensor's device).
   if (!grad.defined() || !output.defined() || !is_device(grad) || !is_device(output) ||
-      grad.scalar_type() != output.scalar_type() ||
-      (grad.scalar_type() != at::kFloat && grad.scalar_type() != at::kDouble)) {
-    return std::nullopt;
+      grad.scalar_type() != output.scalar_type() || !at::isFloatingType(grad.scalar_type())) {
+    return std::nullopt;  // compute_type refuses the float8 types
   }
   return native_binary(BinaryOp::kTanhBackward, grad, output, 1);
 }

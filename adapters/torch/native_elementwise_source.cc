@@ -160,18 +160,31 @@ std::string expression(BinaryOp op, at::ScalarType compute) {
   return "";
 }
 
+// A dtype in kernel names: its OpenCL C type, or "half" and "bf16".
+std::string type_name(at::ScalarType type) {
+  return type == at::kHalf ? "half" : type == at::kBFloat16 ? "bf16" : cl_type(type);
+}
+
 }  // namespace
 
 KernelSource binary_source(const BinaryKernelKey& key) {
-  const std::string to = cl_type(key.out), ta = cl_type(key.self), tb = cl_type(key.other),
-                    tc = cl_type(key.compute);
-  std::string name = std::string("oclvm_") + op_name(key.op) + "_" + to + "_" + ta + "_" +
-                     (key.other_is_scalar ? "scalar" : tb) + "_" + tc + "_r" +
-                     std::to_string(key.rank);
+  // Elements are held as storage_type and computed in opmath_type: float for float16 and
+  // bfloat16, as the CPU's kernels compute them, rounded once on the store.
+  const at::ScalarType compute = opmath_type(key.compute);
+  const std::string to = storage_type(key.out), ta = storage_type(key.self),
+                    tb = storage_type(key.other), tc = cl_type(compute);
+  std::string name = std::string("oclvm_") + op_name(key.op) + "_" + type_name(key.out) + "_" +
+                     type_name(key.self) + "_" +
+                     (key.other_is_scalar ? "scalar" : type_name(key.other)) + "_" +
+                     type_name(key.compute) + "_r" + std::to_string(key.rank);
   std::string s;
   const bool doubles = key.out == at::kDouble || key.self == at::kDouble ||
                        key.other == at::kDouble || key.compute == at::kDouble;
   if (doubles) s += "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n";
+  if (key.out == at::kBFloat16 || key.self == at::kBFloat16 || key.other == at::kBFloat16 ||
+      key.compute == at::kBFloat16) {
+    s += kBFloat16Source;
+  }
   // Each product and sum rounds on its own, as in the CPU's kernels (fma only where written).
   s += "#pragma OPENCL FP_CONTRACT OFF\n";
   if (key.op == BinaryOp::kTanh || key.op == BinaryOp::kGeluTanh ||
@@ -179,7 +192,7 @@ KernelSource binary_source(const BinaryKernelKey& key) {
     // tanh, exactly +-1 where the correctly rounded value is (|x| past 9.1 in float, 19.1 in
     // double), as the CPU's: a driver's tanh may stop an ulp short, which 1 - tanh^2 magnifies.
     s += tc + " oclvm_tanh(" + tc + " x) {\n  return fabs(x) > (" + tc + ")" +
-         (key.compute == at::kDouble ? "19.1" : "9.1") + " ? copysign((" + tc +
+         (compute == at::kDouble ? "19.1" : "9.1") + " ? copysign((" + tc +
          ")1, x) : tanh(x);\n}\n";
   }
   if (key.op == BinaryOp::kGeluTanhBackward) {
@@ -199,10 +212,10 @@ KernelSource binary_source(const BinaryKernelKey& key) {
   s += "__kernel void " + name + "(OCLVM_BLOB(" + to + ", out), OCLVM_BLOB(" + ta + ", a), ";
   s += key.other_is_scalar ? tc + " b_value, " : "OCLVM_BLOB(" + tb + ", b), ";
   const bool third = third_input(key.op);
-  // where's condition is a bool; addcmul's and addcdiv's third input has the computation's type.
-  const std::string t3 =
-      key.op == BinaryOp::kWhere || key.op == BinaryOp::kWhereNot ? "uchar" : tc;
-  if (third) s += "OCLVM_BLOB(" + t3 + ", c), ";
+  // where's condition is a bool; addcmul's and addcdiv's third input has the computation's dtype.
+  const at::ScalarType third_type =
+      key.op == BinaryOp::kWhere || key.op == BinaryOp::kWhereNot ? at::kBool : key.compute;
+  if (third) s += std::string("OCLVM_BLOB(") + storage_type(third_type) + ", c), ";
   s += tc + " alpha, ulong n";
   for (size_t d = 0; d < key.rank; ++d) {
     const std::string i = std::to_string(d);
@@ -223,19 +236,28 @@ KernelSource binary_source(const BinaryKernelKey& key) {
     if (third) s += " ic += k * sc" + i + ";";
     s += " }\n";
   }
-  s += "  const " + tc + " x = (" + tc + ")OCLVM_PTR(" + ta + ", a)[ia];\n";
-  s += key.other_is_scalar ? "  const " + tc + " y = b_value;\n"
-                           : "  const " + tc + " y = (" + tc + ")OCLVM_PTR(" + tb + ", b)[ib];\n";
-  if (third) s += "  const " + t3 + " c = OCLVM_PTR(" + t3 + ", c)[ic];\n";
-  s += "  OCLVM_PTR(" + to + ", out)[io] = (" + to + ")(" + expression(key.op, key.compute) +
-       ");\n}\n";
+  s += "  const " + tc + " x = (" + tc + ")" + load_element(key.self, "a", "ia") + ";\n";
+  s += key.other_is_scalar
+           ? "  const " + tc + " y = b_value;\n"
+           : "  const " + tc + " y = (" + tc + ")" + load_element(key.other, "b", "ib") + ";\n";
+  if (third) {
+    const std::string t3 = cl_type(opmath_type(third_type));
+    s += "  const " + t3 + " c = " + load_element(third_type, "c", "ic") + ";\n";
+  }
+  // Comparisons and isneginf give 0 or 1 already; every other result is converted from the
+  // computation's dtype.
+  const bool gives_bool = compares(key.op) || key.op == BinaryOp::kIsNegInf;
+  s += "  " +
+       store_element(key.out, "out", "io", expression(key.op, compute),
+                     gives_bool ? at::kBool : compute) +
+       "\n}\n";
   // The CPU's float division and square root are correctly rounded; OpenCL's defaults allow 2.5
   // and 3 ulp.
   const bool float_division =
       (key.op == BinaryOp::kDiv || key.op == BinaryOp::kAddcdiv || key.op == BinaryOp::kSqrt ||
        key.op == BinaryOp::kRsqrt || key.op == BinaryOp::kSilu ||
        key.op == BinaryOp::kSiluBackward) &&
-      key.compute == at::kFloat;
+      compute == at::kFloat;
   return KernelSource{std::move(s), std::move(name),
                       float_division ? "-cl-fp32-correctly-rounded-divide-sqrt" : ""};
 }

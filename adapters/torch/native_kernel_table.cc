@@ -76,6 +76,56 @@ const char* cl_type(at::ScalarType type) {
   }
 }
 
+const char* const kBFloat16Source = R"(
+float oclvm_from_bf16(ushort bits) { return as_float((uint)bits << 16); }
+ushort oclvm_to_bf16(float f) {
+  uint u = as_uint(f);
+  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (ushort)0x7FC0;
+  u += 0x7FFFu + ((u >> 16) & 1u);
+  return (ushort)(u >> 16);
+}
+)";
+
+const char* storage_type(at::ScalarType type) {
+  return reduced_float(type) ? "ushort" : cl_type(type);
+}
+
+std::string load_element(at::ScalarType type, const std::string& blob, const std::string& index) {
+  switch (type) {
+    case at::kHalf: return "vload_half(" + index + ", OCLVM_PTR(half, " + blob + "))";
+    case at::kBFloat16: return "oclvm_from_bf16(OCLVM_PTR(ushort, " + blob + ")[" + index + "])";
+    default: return std::string("OCLVM_PTR(") + cl_type(type) + ", " + blob + ")[" + index + "]";
+  }
+}
+
+std::string store_element(at::ScalarType type, const std::string& blob, const std::string& index,
+                          const std::string& value, at::ScalarType from) {
+  const bool floating = at::isFloatingType(from);
+  std::string converted;
+  switch (type) {
+    case at::kHalf:
+      return "vstore_half_rte((float)(" + value + "), " + index + ", OCLVM_PTR(half, " + blob +
+             "));";
+    case at::kBFloat16:
+      return "OCLVM_PTR(ushort, " + blob + ")[" + index + "] = oclvm_to_bf16((float)(" + value +
+             "));";
+    case at::kBool:
+      converted = from == at::kBool ? value : "(" + value + ") != 0";
+      break;
+    case at::kByte:
+      converted = floating ? "(long)(" + value + ")" : value;
+      break;
+    case at::kChar:
+    case at::kShort:
+      converted = floating ? "(int)(" + value + ")" : value;
+      break;
+    default:
+      converted = value;
+  }
+  const std::string t = cl_type(type);
+  return "OCLVM_PTR(" + t + ", " + blob + ")[" + index + "] = (" + t + ")(" + converted + ");";
+}
+
 const char* cl_bits_type(size_t bytes) {
   switch (bytes) {
     case 1: return "uchar";

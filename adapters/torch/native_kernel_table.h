@@ -37,6 +37,38 @@ const char* cl_type(at::ScalarType type);
 // which kernels that only move elements read and write them; nullptr for other sizes (16).
 const char* cl_bits_type(size_t bytes);
 
+// Whether `type` is stored in 16 bits and computed in float, as the CPU's kernels compute it
+// (float16, bfloat16). Kernels hold such elements as ushort bits: float16 read with vload_half and
+// written with vstore_half_rte (core OpenCL C, no cl_khr_fp16), bfloat16 with kBFloat16Source.
+inline bool reduced_float(at::ScalarType type) {
+  return type == at::kHalf || type == at::kBFloat16;
+}
+
+// The dtype a kernel computes `type` in: float for reduced_float types, else `type` itself.
+inline at::ScalarType opmath_type(at::ScalarType type) {
+  return reduced_float(type) ? at::kFloat : type;
+}
+
+// OpenCL C functions for bfloat16 bits: float oclvm_from_bf16(ushort), exact, and
+// ushort oclvm_to_bf16(float), rounded to nearest even with every NaN as 0x7FC0 (c10::BFloat16's
+// conversion).
+extern const char* const kBFloat16Source;
+
+// The OpenCL C type of a kernel parameter holding elements of `type`: cl_type, or "ushort" for
+// the bits of a reduced_float type; nullptr for a dtype the kernels do not read.
+const char* storage_type(at::ScalarType type);
+
+// An OpenCL C expression reading element `index` of the blob parameter `blob` of dtype `type`:
+// a value of opmath_type(type) (a bool as uchar 0 or 1).
+std::string load_element(at::ScalarType type, const std::string& blob, const std::string& index);
+
+// An OpenCL C statement storing `value`, of dtype `from`, as element `index` of the blob
+// parameter `blob` of dtype `type`, converted as the CPU converts: to float16 and bfloat16
+// through float, rounded to nearest even; to bool as value != 0; a floating value to uint8
+// through int64 and to int8 and int16 through int32 (c10's conversions on x86).
+std::string store_element(at::ScalarType type, const std::string& blob, const std::string& index,
+                          const std::string& value, at::ScalarType from);
+
 inline bool is_device(const at::Tensor& t) {
   return t.device().type() == c10::DeviceType::PrivateUse1;
 }

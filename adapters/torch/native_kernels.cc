@@ -57,8 +57,15 @@ namespace oclvm::torch_adapter {
 // rounded (-cl-fp32-correctly-rounded-divide-sqrt, on a driver that honours it). Integer overflow
 // wraps, as on the CPU.
 //
+// float16 and bfloat16 elements are read into float, computed in float and rounded to nearest even
+// once, on the store, as the CPU's kernels compute them. A CPU scalar operand of mul and div
+// arrives as a float of its own value, of the other operators rounded to the dtype first, and
+// alpha rounded to the dtype: the CPU's choices. Where the CPU's kernels round an intermediate to
+// the dtype as well (a broadcast add with alpha), a result may be one unit in the last place off.
+//
 // Not taken (the host kernel or the CPU fallback answers, with the CPU's values and errors):
-// dtypes other than float32, float64, int64, int32, int16, int8, uint8 (bool as an operand only),
+// dtypes other than float32, float64, float16, bfloat16, int64, int32, int16, int8, uint8 (bool
+// as an operand only),
 // conjugate or negative bits, tensors on another device or of another layout, sub with a bool
 // operand, an alpha the operator refuses for the dtype, an in-place call whose result does not
 // fit self (shape or dtype) or whose self has elements that share memory, an operand that shares
@@ -66,9 +73,13 @@ namespace oclvm::torch_adapter {
 // the device cannot build (warned of once).
 //
 // The same generated kernels copy (BinaryOp::kCopy, native_copy: out = self, the scalar operand
-// unused): the elements are read and written as the integer type of their size, so the bits move
-// unchanged whatever the dtype. cat is one such copy per input, into its slice of the result.
-// They also compute tanh of a float32 or float64 tensor (kTanh, the scalar operand unused;
+// unused). Between tensors of one dtype the elements are read and written as the integer type of
+// their size, so the bits move unchanged whatever the dtype; cat is one such copy per input, into
+// its slice of the result. Between two dtypes (float16, bfloat16, float32, float64, the integer
+// types and bool) each element is read in its dtype and converted as the CPU converts it
+// (store_element): to bool as x != 0, to float16 and bfloat16 through float, a float to uint8
+// through int64.
+// They also compute tanh of a floating tensor (kTanh, the scalar operand unused;
 // OpenCL's tanh, within a few ulps of the CPU's, the result laid out as the unary operator's) and
 // its backward, grad * (1 - output^2) as one fma and a product (kTanhBackward): the CPU's bits, as
 // torch's compiled CPU kernel fuses 1 - b * b too. No kernel contracts a * b + c on its own
@@ -98,13 +109,32 @@ std::atomic<uint64_t> g_calls{0};     // operator calls answered natively (nativ
 namespace {
 
 // The dtypes the kernels compute in and write.
-bool computes_in(at::ScalarType type) { return type != at::kBool && cl_type(type) != nullptr; }
+bool computes_in(at::ScalarType type) {
+  return type != at::kBool && storage_type(type) != nullptr;
+}
+
+// Whether `t` has a floating dtype the kernels compute in: float32, float64, float16, bfloat16.
+bool floating_operand(const at::Tensor& t) {
+  return at::isFloatingType(t.scalar_type()) && computes_in(t.scalar_type());
+}
 
 // A value as a kernel argument of the computation's type. `checked`: converted as the CPU converts
 // alpha (Scalar::to: c10::Error, the CPU's, when it does not fit); otherwise as it converts a
-// CPU scalar operand (a plain cast, an integer straight to the float type).
+// CPU scalar operand (a plain cast, an integer straight to the float type). A float16 or bfloat16
+// computation takes the value rounded to its dtype, as a float (the kernel's type).
 LaunchArg scalar_arg(at::ScalarType compute, const at::Scalar& value, bool checked) {
   LaunchArg arg;
+  if (reduced_float(compute)) {
+    const auto plain = [&] {
+      return value.isIntegral(/*includeBool=*/true) ? static_cast<float>(value.toLong())
+                                                    : static_cast<float>(value.toDouble());
+    };
+    if (compute == at::kHalf) {
+      return LaunchArg::of(static_cast<float>(checked ? value.to<c10::Half>() : c10::Half(plain())));
+    }
+    return LaunchArg::of(
+        static_cast<float>(checked ? value.to<c10::BFloat16>() : c10::BFloat16(plain())));
+  }
   AT_DISPATCH_SWITCH(compute, "oclvm native scalar",
       AT_DISPATCH_CASE_ALL_TYPES_AND(at::kBool, [&] {
         scalar_t v{};
@@ -182,7 +212,7 @@ std::shared_ptr<const Kernel> binary_kernel(c10::DeviceIndex device, const Binar
 // Whether a tensor may be an operand of a native kernel on `device`.
 bool plain_operand(const at::Tensor& t, c10::DeviceIndex device) {
   return t.defined() && t.layout() == at::kStrided && !t.is_conj() && !t.is_neg() &&
-         cl_type(t.scalar_type()) != nullptr &&
+         storage_type(t.scalar_type()) != nullptr &&
          ((is_device(t) && t.device().index() == device) || (t.is_cpu() && t.dim() == 0));
 }
 
@@ -230,14 +260,22 @@ void launch(BinaryOp op, at::ScalarType compute, const at::Tensor& out, const at
   args.reserve(9 + 5 * layout.rank);
   args.push_back(blob_arg(out, KernelAccess::kWrite));
   args.push_back(blob_arg(self, KernelAccess::kRead));
-  args.push_back(scalar ? scalar_arg(compute, other.item(), /*checked=*/false)
+  // The CPU's float16 and bfloat16 mul and div take a scalar operand's own value as a float;
+  // its other kernels, the value converted to the dtype first.
+  const bool original = reduced_float(compute) && (op == BinaryOp::kMul || op == BinaryOp::kDiv);
+  args.push_back(scalar ? scalar_arg(original ? at::kFloat : compute, other.item(),
+                                     /*checked=*/false)
                         : blob_arg(other, KernelAccess::kRead));
   if (third != nullptr) args.push_back(blob_arg(*third, KernelAccess::kRead));
   const bool scales = op == BinaryOp::kAdd || op == BinaryOp::kAddcmul ||
                       op == BinaryOp::kAddcdiv || op == BinaryOp::kLerp ||
                       op == BinaryOp::kThresholdBackward;
   const at::Scalar scale = op == BinaryOp::kSub ? -alpha : scales ? alpha : 1;
-  args.push_back(scalar_arg(compute, scale, /*checked=*/true));
+  // add's and sub's alpha and threshold_backward's threshold are converted to the dtype, as the
+  // CPU's float16 and bfloat16 kernels convert them; the other scales to float.
+  const bool in_dtype = op == BinaryOp::kAdd || op == BinaryOp::kSub ||
+                        op == BinaryOp::kThresholdBackward;
+  args.push_back(scalar_arg(in_dtype ? compute : opmath_type(compute), scale, /*checked=*/true));
   const uint64_t n = static_cast<uint64_t>(out.numel());
   args.push_back(LaunchArg::of(n));
   for (size_t d = 0; d < layout.rank; ++d) {
@@ -317,8 +355,11 @@ at::Tensor new_result(at::IntArrayRef sizes, at::ScalarType dtype, const at::Ten
 // dst := src as native_copy says, its launch counted in `launches`.
 bool copy_on_device(const at::Tensor& src, const at::Tensor& dst,
                     std::atomic<uint64_t>& launches) {
+  const bool converts = src.scalar_type() != dst.scalar_type();
   if (!is_device(src) || !is_device(dst) || src.device() != dst.device() ||
-      !native_kernels(dst.device().index()) || src.scalar_type() != dst.scalar_type() ||
+      !native_kernels(dst.device().index()) ||
+      (converts && (storage_type(src.scalar_type()) == nullptr ||
+                    storage_type(dst.scalar_type()) == nullptr)) ||
       src.layout() != at::kStrided || dst.layout() != at::kStrided ||
       src.is_conj() != dst.is_conj() || src.is_neg() != dst.is_neg() ||
       !elements_are_distinct(dst) || src.is_alias_of(dst)) {
@@ -327,6 +368,20 @@ bool copy_on_device(const at::Tensor& src, const at::Tensor& dst,
   // src must broadcast to dst's shape (copy_from checks it first; checked again here, where the
   // layout would otherwise read past src's elements).
   if (!at::is_expandable_to(src.sizes(), dst.sizes())) return false;
+  if (dst.numel() == 0) return true;
+  Layout layout;
+  if (!make_layout(dst.sizes(), {&dst, &src, nullptr}, &layout)) return false;
+  // The kernel's scalar operand (a zero) and its alpha are in its signature, unused.
+  const at::Tensor unused = at::native::wrapped_scalar_tensor(0);
+  if (converts) {  // each element read as src's dtype, converted as the CPU converts (kCopy)
+    const at::ScalarType from = src.scalar_type();
+    const BinaryKernelKey key{BinaryOp::kCopy, dst.scalar_type(), from, from, from,
+                              /*other_is_scalar=*/true, layout.rank};
+    const std::shared_ptr<const Kernel> kernel = binary_kernel(dst.device().index(), key);
+    if (kernel == nullptr) return false;
+    launch(BinaryOp::kCopy, from, dst, src, unused, nullptr, 0, layout, kernel, launches);
+    return true;
+  }
   // The bits move as an integer type of the element's size: no conversion can touch them.
   at::ScalarType bits;
   switch (dst.itemsize()) {
@@ -336,15 +391,10 @@ bool copy_on_device(const at::Tensor& src, const at::Tensor& dst,
     case 8: bits = at::kLong; break;
     default: return false;  // complex128: the host copies it
   }
-  if (dst.numel() == 0) return true;
-  Layout layout;
-  if (!make_layout(dst.sizes(), {&dst, &src, nullptr}, &layout)) return false;
   const BinaryKernelKey key{BinaryOp::kCopy, bits, bits, bits, bits, /*other_is_scalar=*/true,
                             layout.rank};
   const std::shared_ptr<const Kernel> kernel = binary_kernel(dst.device().index(), key);
   if (kernel == nullptr) return false;
-  // The kernel's scalar operand (a zero) and its alpha are in its signature, unused.
-  const at::Tensor unused = at::native::wrapped_scalar_tensor(0);
   launch(BinaryOp::kCopy, bits, dst, src, unused, nullptr, 0, layout, kernel, launches);
   return true;
 }
@@ -390,16 +440,15 @@ bool native_binary_(BinaryOp op, const at::Tensor& self, const at::Tensor& other
 
 namespace {
 
-// `op` of a float32 or float64 device tensor (or, with `integers`, of any dtype the kernels
-// compute in) into a new result of dtype `out_type`, laid out as the unary operator's; nullopt
-// for other calls (integers promote to float on the CPU, or give constant answers: its kernel
-// answers).
+// `op` of a floating device tensor (float32, float64, float16, bfloat16; or, with `integers`, of
+// any dtype the kernels compute in) into a new result of dtype `out_type`, laid out as the unary
+// operator's; nullopt for other calls (integers promote to float on the CPU, or give constant
+// answers: its kernel answers).
 std::optional<at::Tensor> native_unary(BinaryOp op, const at::Tensor& self,
                                        at::ScalarType out_type, bool integers = false) {
   if (!self.defined() || !is_device(self) || !native_kernels(self.device().index()) ||
       self.layout() != at::kStrided || self.is_conj() || self.is_neg() ||
-      !(self.scalar_type() == at::kFloat || self.scalar_type() == at::kDouble ||
-        (integers && computes_in(self.scalar_type())))) {
+      !(floating_operand(self) || (integers && computes_in(self.scalar_type())))) {
     return std::nullopt;
   }
   // The unary operator's layout: TensorIterator's for self with itself.
@@ -442,7 +491,7 @@ std::optional<at::Tensor> where_into(const at::Tensor& condition, const at::Tens
     return std::nullopt;
   }
   const at::ScalarType type = at::result_type(self, other);
-  if (cl_type(type) == nullptr) return std::nullopt;
+  if (storage_type(type) == nullptr) return std::nullopt;
   const std::vector<int64_t> sizes =
       at::infer_size(at::infer_size(condition.sizes(), self.sizes()), other.sizes());
   // The CPU's layout: TensorIterator's over the three inputs, found on meta tensors, each value
@@ -528,7 +577,7 @@ bool native_where_out(const at::Tensor& condition, const at::Tensor& self,
 
 bool native_masked_fill_(const at::Tensor& self, const at::Tensor& mask, const at::Scalar& value) {
   if (!self.defined() || !is_device(self) || value.isComplex() ||
-      cl_type(self.scalar_type()) == nullptr || !mask.defined() || !is_device(mask) ||
+      storage_type(self.scalar_type()) == nullptr || !mask.defined() || !is_device(mask) ||
       mask.scalar_type() != at::kBool) {
     return false;  // the CPU's kernel, or its error (a uint8 mask's first)
   }
@@ -542,8 +591,8 @@ bool native_pointwise_(BinaryOp op, const at::Tensor& self, const at::Tensor& fi
                        const at::Tensor* second, const at::Scalar& value) {
   if (!self.defined() || !is_device(self) || !native_kernels(self.device().index()) ||
       self.layout() != at::kStrided || self.is_conj() || self.is_neg() ||
-      (self.scalar_type() != at::kFloat && self.scalar_type() != at::kDouble) ||
-      !elements_are_distinct(self) || value.isComplex() || value.isBoolean()) {
+      !floating_operand(self) || !elements_are_distinct(self) || value.isComplex() ||
+      value.isBoolean()) {
     return false;
   }
   // Inputs of self's device and dtype (no promotion) that broadcast to self, sharing no memory
@@ -589,8 +638,7 @@ std::optional<at::Tensor> native_activation_backward(BinaryOp op, const at::Tens
                                                      const at::Tensor& self) {
   // Two device tensors of one float dtype (the backward operators check every tensor's device).
   if (!grad.defined() || !self.defined() || !is_device(grad) || !is_device(self) ||
-      grad.scalar_type() != self.scalar_type() ||
-      (grad.scalar_type() != at::kFloat && grad.scalar_type() != at::kDouble)) {
+      grad.scalar_type() != self.scalar_type() || !floating_operand(grad)) {
     return std::nullopt;
   }
   return native_binary(op, grad, self, 1);

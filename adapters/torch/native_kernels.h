@@ -111,21 +111,23 @@ bool native_foreach_(BinaryOp op, at::TensorList self, at::TensorList others,
 
 // self.addcmul_(first, *second, value), self.addcdiv_(first, *second, value) or
 // self.lerp_(first, value) (second nullptr) for kAddcmul, kAddcdiv and kLerp: one launch, self a
-// float32 or float64 device tensor, the inputs of its device and dtype broadcasting to it; false,
+// floating device tensor (float32, float64, float16, bfloat16), the inputs of its device and dtype broadcasting to it; false,
 // having done nothing, when the native path does not take the call.
 bool native_pointwise_(BinaryOp op, const at::Tensor& self, const at::Tensor& first,
                        const at::Tensor* second, const at::Scalar& value);
-// sqrt of a float32 or float64 tensor (correctly rounded, as the CPU's): one launch; nullopt
+// Below, a floating tensor is one of float32, float64, float16 or bfloat16 (the last two computed
+// in float and rounded once: Note [Native elementwise kernels]).
+// sqrt of a floating tensor (correctly rounded, as the CPU's): one launch; nullopt
 // for other calls.
 std::optional<at::Tensor> native_sqrt(const at::Tensor& self);
-// sin, cos, exp and log (kSin ... kLog) of a float32 or float64 tensor: OpenCL's functions, within
+// sin, cos, exp and log (kSin ... kLog) of a floating tensor: OpenCL's functions, within
 // their few ulps of the CPU's; one launch; nullopt for other calls.
 std::optional<at::Tensor> native_math(BinaryOp op, const at::Tensor& self);
-// rsqrt of a float32 or float64 tensor (1 / sqrt(x), each correctly rounded) and neg of any
+// rsqrt of a floating tensor (1 / sqrt(x), each correctly rounded) and neg of any
 // dtype the kernels compute in (integers wrap): one launch each; nullopt for other calls.
 std::optional<at::Tensor> native_rsqrt(const at::Tensor& self);
 std::optional<at::Tensor> native_neg(const at::Tensor& self);
-// gelu (approximate "none" or "tanh") and silu of a float32 or float64 tensor, and their backward
+// gelu (approximate "none" or "tanh") and silu of a floating tensor, and their backward
 // (op kGeluBackward, kGeluTanhBackward or kSiluBackward) of two such device tensors, as the CPU's
 // vectorised kernels compute them (OpenCL's erf, tanh and exp, within a few ulps of the CPU's):
 // one launch each; nullopt when the native path does not take the call.
@@ -165,10 +167,11 @@ std::optional<at::Tensor> native_dropout_grad(const at::Tensor& grad, const at::
 // for any other call.
 std::optional<at::Tensor> native_pow(const at::Tensor& self, const at::Scalar& exponent);
 
-// dst := src for device tensors of one native-path device with the same dtype and the same
-// conjugate and negative bits, src broadcast to dst's shape, any strides: one launch moving each
-// element's bits (any dtype of 1, 2, 4 or 8 bytes). False, having done nothing, for any other
-// copy, for a dst whose elements share memory, and for src and dst of one storage.
+// dst := src for device tensors of one native-path device with the same conjugate and negative
+// bits, src broadcast to dst's shape, any strides: one launch, moving each element's bits for one
+// dtype (of 1, 2, 4 or 8 bytes), converting as the CPU converts between two real dtypes. False,
+// having done nothing, for any other copy (complex conversions), for a dst whose elements share
+// memory, and for src and dst of one storage.
 bool native_copy(const at::Tensor& src, const at::Tensor& dst);
 
 // cat of device tensors of one native-path device and one dtype, without conjugate or negative
@@ -222,12 +225,12 @@ std::optional<std::tuple<at::Tensor, at::Tensor, at::Tensor>> native_convolution
     at::IntArrayRef stride, at::IntArrayRef padding, at::IntArrayRef dilation, bool transposed,
     int64_t groups, std::array<bool, 3> output_mask);
 
-// tanh of a float32 or float64 tensor, and tanh_backward(grad, output) of two such device
+// tanh of a floating tensor, and tanh_backward(grad, output) of two such device
 // tensors: one launch each; nullopt when the native path does not take the call.
 std::optional<at::Tensor> native_tanh(const at::Tensor& self);
 std::optional<at::Tensor> native_tanh_backward(const at::Tensor& grad, const at::Tensor& output);
 
-// isneginf of a float32 or float64 tensor: one launch; nullopt for other calls.
+// isneginf of a floating tensor: one launch; nullopt for other calls.
 std::optional<at::Tensor> native_isneginf(const at::Tensor& self);
 // where.self of a bool condition on a native-path device, self and other on its device or CPU
 // scalars (not both), with torch's type promotion and the CPU's layout: one launch; nullopt when

@@ -81,38 +81,22 @@ uint4 oclvm_philox(ulong index, ulong offset, ulong seed) {
 }
 )";
 
-// How a kernel stores one element of `type` computed as `value` (a float for float16 and
-// bfloat16, which are kept as ushort bits).
+// How a kernel stores element i of `out` of `type` computed as `value`, of the type it computes in.
 std::string store(at::ScalarType type, const std::string& value) {
-  switch (type) {
-    case at::kHalf: return "vstore_half_rte(" + value + ", i, OCLVM_PTR(half, out));";
-    case at::kBFloat16: return "OCLVM_PTR(ushort, out)[i] = oclvm_to_bf16(" + value + ");";
-    default:
-      return std::string("OCLVM_PTR(") + cl_type(type) + ", out)[i] = (" + cl_type(type) + ")(" +
-             value + ");";
-  }
+  return store_element(type, "out", "i", value, opmath_type(type));
 }
-
-constexpr const char* kToBFloat16Source = R"(
-ushort oclvm_to_bf16(float f) {
-  uint u = as_uint(f);
-  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (ushort)((u >> 16) | 0x40u);
-  u += 0x7FFFu + ((u >> 16) & 1u);
-  return (ushort)(u >> 16);
-}
-)";
 
 KernelSource random_source(RandomKernel kind, at::ScalarType type) {
-  const bool as_bits = type == at::kHalf || type == at::kBFloat16;
-  const std::string t = as_bits ? "float" : cl_type(type);  // the type computed in
+  const bool as_bits = reduced_float(type);
+  const std::string t = cl_type(opmath_type(type));  // the type computed in
   const bool wide = type == at::kDouble;
   const std::string name = "oclvm_random_" + std::to_string(static_cast<int>(kind)) + "_" +
                            c10::toString(type);
   std::string s;
   if (wide) s += "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n";
   s += kPhiloxSource;
-  if (type == at::kBFloat16) s += kToBFloat16Source;
-  const std::string stored_type = as_bits ? "ushort" : cl_type(type);
+  if (type == at::kBFloat16) s += kBFloat16Source;
+  const std::string stored_type = storage_type(type);
   s += "__kernel void " + name + "(OCLVM_BLOB(" + stored_type + ", out), ";
   if (kind == RandomKernel::kDropout) {
     s += "OCLVM_BLOB(uchar, mask), OCLVM_BLOB(" + stored_type + ", x), ";
@@ -136,11 +120,8 @@ KernelSource random_source(RandomKernel kind, at::ScalarType type) {
       s += "  const " + t + " value = u * (to - from) + from;\n";
       s += "  " + store(type, "value >= to ? from : value") + "\n";
       // A float16 or bfloat16 value is compared again as rounded: rounding may reach `to`.
-      if (type == at::kHalf) {
-        s += "  if (vload_half(i, OCLVM_PTR(half, out)) >= to) " + store(type, "from") + "\n";
-      } else if (type == at::kBFloat16) {
-        s += "  if (as_float((uint)OCLVM_PTR(ushort, out)[i] << 16) >= to) " +
-             store(type, "from") + "\n";
+      if (as_bits) {
+        s += "  if (" + load_element(type, "out", "i") + " >= to) " + store(type, "from") + "\n";
       }
       break;
     case RandomKernel::kNormal:
@@ -168,10 +149,7 @@ KernelSource random_source(RandomKernel kind, at::ScalarType type) {
       s += "  " + store(type, "value") + "\n";
       break;
     case RandomKernel::kDropout: {
-      const std::string x = type == at::kHalf ? "vload_half(i, OCLVM_PTR(half, x))"
-                            : type == at::kBFloat16
-                                ? "as_float((uint)OCLVM_PTR(ushort, x)[i] << 16)"
-                                : "OCLVM_PTR(" + t + ", x)[i]";
+      const std::string x = load_element(type, "x", "i");
       s += "  const int keep = (ulong)r.x < threshold;\n";
       s += "  OCLVM_PTR(uchar, mask)[i] = keep;\n";
       s += "  " + store(type, x + " * (keep ? scale : 0)") + "\n";
@@ -255,8 +233,6 @@ LaunchArg real_arg(at::ScalarType type, double value) {
 
 bool floating(at::ScalarType type) { return type == at::kFloat || type == at::kDouble; }
 
-// float16 and bfloat16, which the kernels compute in float32 and store rounded.
-bool half_bits(at::ScalarType type) { return type == at::kHalf || type == at::kBFloat16; }
 
 // The largest finite value of a floating dtype the kernels store.
 double largest(at::ScalarType type) {
@@ -296,7 +272,7 @@ bool native_uniform_(const at::Tensor& self, double from, double to,
                      const std::optional<at::Generator>& generator) {
   const std::optional<DeviceGenerator*> chosen = random_target(self, generator);
   const at::ScalarType type = self.scalar_type();
-  if (!chosen || !(floating(type) || half_bits(type))) return false;
+  if (!chosen || !(floating(type) || reduced_float(type))) return false;
   // The CPU's checks refuse the rest: both bounds within the dtype's, from <= to, and a range
   // the dtype holds; and the range must stay finite in the type the kernel computes in.
   const double most = largest(type);
@@ -316,7 +292,7 @@ bool native_normal_(const at::Tensor& self, double mean, double std,
   const std::optional<DeviceGenerator*> chosen = random_target(self, generator);
   const at::ScalarType type = self.scalar_type();
   // std < 0: the CPU's error.
-  if (!chosen || !(floating(type) || half_bits(type)) || !(std >= 0)) return false;
+  if (!chosen || !(floating(type) || reduced_float(type)) || !(std >= 0)) return false;
   return fill(RandomKernel::kNormal, self, *chosen, {real_arg(type, mean), real_arg(type, std)});
 }
 
@@ -324,7 +300,7 @@ bool native_bernoulli_(const at::Tensor& self, double p,
                        const std::optional<at::Generator>& generator) {
   const std::optional<DeviceGenerator*> chosen = random_target(self, generator);
   const at::ScalarType type = self.scalar_type();
-  if (!chosen || (cl_type(type) == nullptr && !half_bits(type)) ||
+  if (!chosen || (cl_type(type) == nullptr && !reduced_float(type)) ||
       !(p >= 0 && p <= 1)) {
     return false;
   }
@@ -373,7 +349,7 @@ std::optional<std::tuple<at::Tensor, at::Tensor>> native_dropout_on_device(
   const std::optional<DeviceGenerator*> chosen = random_target(input, std::nullopt);
   const at::ScalarType type = input.scalar_type();
   if (!chosen || !input.is_contiguous() || !(p >= 0 && p <= 1) ||
-      !(floating(type) || half_bits(type))) {
+      !(floating(type) || reduced_float(type))) {
     return std::nullopt;
   }
   const double keep = 1. - p;

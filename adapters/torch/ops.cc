@@ -285,10 +285,10 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
   // Note [Strided copies on the native path]
   // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
   // Between two tensors of one native-path device (a transpose made contiguous, a write into a
-  // slice, a broadcast), a copy of one dtype is a kernel on the device (native_copy),
+  // slice, a broadcast, a dtype conversion), a copy is a kernel on the device (native_copy),
   // ahead of the host section: the device's queue orders it with the kernels around it, and no
-  // byte crosses to the host. A contiguous one stays one VM copy; a dtype conversion or other
-  // conjugate bits take the host, as below.
+  // byte crosses to the host. A contiguous one of one dtype stays one VM copy; a complex
+  // conversion or other conjugate bits take the host, as below.
   if (!same_layout && !self.is_cpu() && !dst.is_cpu() && native_copy(self, dst)) return dst;
   // Note [Storage operators in a host section]
   // Each way to the host below waits for the device's native launches (host_section,

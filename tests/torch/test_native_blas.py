@@ -90,6 +90,45 @@ def test_matrix_products_are_one_clblast_call_each(dtype):
 
 @native_only
 @with_clblast
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_half_precision_products_are_computed_in_float_and_rounded_once(dtype):
+    """mm, bmm, addmm, mm.out and linear of float16 and bfloat16: each operand converted to a
+    float32 copy on the device, one float32 CLBlast call, the result rounded once: the values of
+    the float32 product rounded to the dtype, which the CPU's (float accumulation) equal but for
+    a sum that lands within float rounding of a halfway point."""
+    g = torch.Generator().manual_seed(14)
+    a, b = make((33, 70), dtype, g), make((70, 19), dtype, g)
+    x, y = make((3, 6, 40), dtype, g), make((3, 40, 5), dtype, g)
+    bias = make((19,), dtype, g)
+    cases = [  # (operator, operands, keyword arguments)
+        (torch.mm, (a, b), {}),
+        (torch.mm, (b.t(), a.t()), {}),
+        (torch.bmm, (x, y), {}),
+        (torch.addmm, (bias, a, b), {"beta": 0.5, "alpha": 2}),
+        (torch.nn.functional.linear, (a, b.t(), bias), {}),
+    ]
+    torch.opencl.reset_fallback_counts()
+    for op, operands, kwargs in cases:
+        on_device = [t.to("opencl") if t.is_contiguous() else on_device_as(t) for t in operands]
+        before = answered_natively()
+        got = op(*on_device, **kwargs)
+        assert answered_natively() == before + 1, op
+        assert got.dtype == dtype and got.device.type == "opencl"
+        one_rounding = op(*[t.float() for t in operands], **kwargs).to(dtype)
+        torch.testing.assert_close(got.cpu(), one_rounding, rtol=0, atol=0)
+        expected = op(*operands, **kwargs)
+        assert ((got.cpu().float() - expected.float()).abs() <=
+                torch.finfo(dtype).eps * expected.float().abs()).all()
+    out = torch.zeros(40, 20, dtype=dtype, device="opencl")
+    torch.mm(a.to("opencl"), b.to("opencl"), out=out[:33, 1:])  # a strided out
+    torch.testing.assert_close(out[:33, 1:].cpu(), (a.float() @ b.float()).to(dtype), rtol=0,
+                               atol=0)
+    assert not out.cpu()[:, 0].any() and not out.cpu()[33:].any()  # the rest untouched
+    assert torch.opencl.fallback_counts() == {}
+
+
+@native_only
+@with_clblast
 def test_matrix_products_the_native_path_leaves_give_the_cpus_values_and_errors():
     g = torch.Generator().manual_seed(13)
     a, b = make((4, 3), torch.float32, g), make((3, 2), torch.float32, g)

@@ -436,6 +436,123 @@ def test_strided_copies_between_device_tensors_are_one_launch(dtype):
     assert torch.opencl.fallback_counts() == {}
 
 
+REAL_DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64,
+               torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool]
+
+
+def conversion_source(dtype):
+    """Values of `dtype` that every real dtype can take in (a float converted to an integer type
+    outside its range is undefined in C++, so those stay within int8's): NaN, infinities, -0.0,
+    negative fractions (uint8 takes them through int64: -3.7 is 253), halfway and tiny values."""
+    if dtype == torch.bool:
+        return torch.tensor([[True, False, True], [False, False, True]])
+    if dtype.is_floating_point:
+        values = torch.tensor([[-3.7, 2.5, 100.9, -0.0, 1e-8, 65519.0],
+                               [float("nan"), float("inf"), -float("inf"), 0.1, -128.0, 3.5]])
+        return values.to(dtype)
+    low = 0 if dtype == torch.uint8 else -128
+    return (torch.arange(low, low + 12).reshape(2, 6) * 7 % 127).to(dtype)
+
+
+@native_only
+@pytest.mark.parametrize("source", REAL_DTYPES, ids=str)
+def test_conversions_between_dtypes_are_one_launch_as_the_cpu_converts(source):
+    """x.to(dtype) between device tensors converts each element on the device as c10 converts
+    it: one launch, no byte through the host, the CPU's values (a float's infinities, NaN, -0.0
+    and halfway values to float16 and bfloat16; negative fractions to uint8), any layout."""
+    x = conversion_source(source)
+    xd = x.to("opencl")
+    torch.opencl.reset_fallback_counts()
+    for target in REAL_DTYPES:
+        if target == source:
+            continue
+        for view in (lambda t: t, lambda t: t.t()):  # contiguous, then strided
+            before = copies()
+            got = view(xd).to(target)
+            assert copies() == before + 1, (source, target)
+            expected = view(x).to(target)
+            assert got.dtype == target and got.stride() == expected.stride()
+            torch.testing.assert_close(got.cpu(), expected, equal_nan=True, rtol=0, atol=0)
+    # into a strided slice of another dtype: one launch, the gaps untouched
+    target = torch.float16 if source != torch.float16 else torch.int32
+    dst = torch.zeros(x.shape[1], 4, dtype=target, device="opencl")
+    dst_cpu = torch.zeros(x.shape[1], 4, dtype=target)
+    before = copies()
+    dst[:, 1:3].copy_(xd.t())
+    dst_cpu[:, 1:3].copy_(x.t())
+    assert copies() == before + 1
+    torch.testing.assert_close(dst.cpu(), dst_cpu, equal_nan=True, rtol=0, atol=0)
+    assert torch.opencl.fallback_counts() == {}
+
+
+# float16 and bfloat16 arithmetic computes in float and rounds once (Note [Native elementwise
+# kernels]): each operator with, where its value is that of one float computation rounded once,
+# that computation on float operands (None: the CPU's value is the reference).
+REDUCED_REFERENCE = {
+    "add": (lambda x, y: x + y, lambda x, y: x + y),
+    "mul": (lambda x, y: x * y, lambda x, y: x * y),
+    "div": (lambda x, y: x / y, lambda x, y: x / y),
+    "sub_alpha": (lambda x, y: torch.sub(x, y, alpha=0.3), None),
+    "mul_number": (lambda x, y: x * 0.1, lambda x, y: x * 0.1),
+    "add_number": (lambda x, y: x + 0.1, None),
+    "lt_number": (lambda x, y: x < 0.1, None),
+    "maximum": (torch.maximum, torch.maximum),
+    "where": (lambda x, y: torch.where(x > 0, x, y), lambda x, y: torch.where(x > 0, x, y)),
+    "rsqrt": (lambda x, y: x.rsqrt(), lambda x, y: 1 / x.sqrt()),
+    # OpenCL's erf and exp against the CPU's: a few float ulps, which rounding to the dtype
+    # hides but for a value near a halfway point
+    "gelu": (lambda x, y: torch.nn.functional.gelu(x), "ulp"),
+    "exp": (lambda x, y: x.exp(), "ulp"),
+}
+
+
+@native_only
+@pytest.mark.parametrize("name", sorted(REDUCED_REFERENCE))
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_float16_and_bfloat16_compute_in_float_and_round_once(name, dtype):
+    """One launch each, broadcast and strided; the value is the float computation's rounded once,
+    which is the CPU's for most operators. sub with an alpha and rsqrt the CPU's element loop
+    computes with an intermediate rounded to the dtype, so there the device gives the one-rounding
+    value (sub's alpha, as the CPU's, rounded to the dtype first), within a unit in the last
+    place of the operands of the CPU's; gelu and exp, whose float functions are OpenCL's, within a
+    unit in the last place of the CPU's."""
+    op, reference = REDUCED_REFERENCE[name]
+    g = torch.Generator().manual_seed(5)
+    a = torch.randn(40, 9, generator=g).to(dtype)
+    if name == "rsqrt":
+        a = a.abs() + 0.01
+    b = torch.randn(9, generator=g).to(dtype)
+    torch.opencl.reset_fallback_counts()
+    for x in (a, a.t().contiguous().t()):
+        xd = torch.empty_strided(x.shape, x.stride(), dtype=dtype, device="opencl").copy_(x)
+        before = launches()
+        got = op(xd, b.to("opencl"))
+        assert launches() == before + (2 if name == "where" else 1), name  # where's x > 0
+        expected = op(x, b)
+        assert got.dtype == expected.dtype and got.shape == expected.shape
+        if name == "sub_alpha":
+            alpha = torch.tensor(0.3).to(dtype).float()
+            one_rounding = (x.float() - alpha * b.float()).to(dtype)
+            ulp = torch.finfo(dtype).eps * (x.float().abs() + b.float().abs())
+            assert ((got.cpu().float() - expected.float()).abs() <= ulp).all()
+        elif reference is None:
+            one_rounding = expected
+        elif reference == "ulp":
+            assert ((got.cpu().float() - expected.float()).abs() <=
+                    torch.finfo(dtype).eps * expected.float().abs()).all()
+            one_rounding = got.cpu()
+        else:
+            one_rounding = reference(x.float(), b.float()).to(dtype)
+            if name == "rsqrt":
+                assert ((got.cpu().float() - expected.float()).abs() <=
+                        torch.finfo(dtype).eps * expected.float().abs()).all()
+            else:
+                torch.testing.assert_close(got.cpu(), expected, equal_nan=True, rtol=0, atol=0)
+        torch.testing.assert_close(got.cpu(), one_rounding.to(got.dtype), equal_nan=True,
+                                   rtol=0, atol=0)
+    assert torch.opencl.fallback_counts() == {}
+
+
 @native_only
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.int64, torch.bool],
                          ids=str)
@@ -975,7 +1092,7 @@ def test_copies_of_shapes_that_do_not_broadcast_give_the_cpus_errors():
 
 
 @native_only
-def test_strided_copies_move_bits_and_leave_conversions_to_the_host():
+def test_strided_copies_move_bits_and_leave_complex_conversions_to_the_host():
     special = torch.tensor([[0.0, -0.0, float("nan")], [float("inf"), -1.5, 1e-45]])
     special.view(torch.int32)[0, 2] = 0x7FC00123  # a NaN with a payload
     got = special.to("opencl").t().contiguous().cpu()
@@ -984,11 +1101,11 @@ def test_strided_copies_move_bits_and_leave_conversions_to_the_host():
     x = torch.randn((5, 6), generator=g)
     z = torch.randn((5, 6), generator=g, dtype=torch.complex128)
     c = torch.randn((5, 6), generator=g, dtype=torch.complex64)
-    # a conversion, complex128, a conjugate view materialised: no kernel, the CPU's values
+    # a complex conversion, complex128, a conjugate view materialised: no kernel, the CPU's values
     for on_device, expected in [
-            (lambda: torch.empty(6, 5, dtype=torch.float64, device="opencl").copy_(
-                x.to("opencl").t()),
-             torch.empty(6, 5, dtype=torch.float64).copy_(x.t())),
+            (lambda: torch.empty(6, 5, dtype=torch.complex128, device="opencl").copy_(
+                c.to("opencl").t()),
+             torch.empty(6, 5, dtype=torch.complex128).copy_(c.t())),
             (lambda: z.to("opencl").t().contiguous(), z.t().contiguous()),
             (lambda: torch.empty(6, 5, dtype=torch.complex64, device="opencl").copy_(
                 c.to("opencl").conj().t()), c.conj().t().resolve_conj())]:

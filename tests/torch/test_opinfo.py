@@ -125,7 +125,9 @@ NATIVE_OPERATORS = ["add", "sub", "mul", "div.no_rounding_mode", "true_divide", 
                     "nn.functional.dropout2d", "nn.functional.dropout3d",
                     "nn.functional.max_pool2d", "nn.functional.avg_pool2d",
                     "nn.functional.adaptive_avg_pool2d", "max_pool2d_with_indices_backward",
-                    "nn.functional.avg_pool1d", "nn.functional.adaptive_avg_pool1d"]
+                    "nn.functional.avg_pool1d", "nn.functional.adaptive_avg_pool1d", "to",
+                    "float", "half", "double", "bfloat16", "int", "long", "bool", "byte", "char",
+                    "short"]
 
 
 def test_native_operators_match_the_cpu(tmp_path):

@@ -15,16 +15,17 @@ Per sample (`op.sample_inputs("cpu", dtype, requires_grad=...)`, at most `max_sa
   - outputs are compared with `torch.testing.assert_close(device.cpu(), cpu, equal_nan=True)` and
     PyTorch's own default tolerances for the dtype (rtol, atol): float32 and complex64
     (1.3e-6, 1e-5), float16 (1e-3, 1e-5), bfloat16 (1.6e-2, 1e-5); int64 and bool exactly.
-    Defaults rather than the looser 1e-3 / 1e-4 of torch's test_compare_cpu: the device runs the
+    Defaults rather than the looser 1e-3 / 1e-3 of torch's test_compare_cpu: the device runs the
     CPU's own kernels through its CPU fallback, so a difference beyond the defaults means the
     device took another route than the CPU (a composite decomposition, another attention
     backend, a materialised conjugate view), which is what this sweep is for. On the native
     path (OCLVM_KERNELS=native), where the device takes its own route by design, an operator
     whose op_db entry overrides TestCommon's tolerance for the dtype (`toleranceOverride`:
     PyTorch's own allowance for that operator's rounding by another implementation) is compared
-    within that override where it is looser (its gradients too). A device output tensor
-    must be on the opencl
-    device (unless the sample names no device at all);
+    within that override where it is looser (its gradients too), and float16 and bfloat16
+    values within test_compare_cpu's allowance at each dtype's resolution
+    (REDUCED_FLOAT_TOLERANCE: the CPU's kernels for them round differently by layout). A device
+    output tensor must be on the opencl device (unless the sample names no device at all);
   - the sample's tensors after the call are compared too (what the operator wrote back:
     running statistics, in-place random fills);
   - differentiable operators (`op.supports_autograd`, dtype in
@@ -112,6 +113,13 @@ NATIVE_EXPECTED_FAILURES = {
         "(Gauss's trick); the native float32 convolutions sum in CLBlast's order, and the "
         "subtraction cancels most of the value: 1.8e-6 relative on the sample's worst element, "
         "past complex64's default 1.3e-6 (its float32 convolutions pass)",
+    **{("_foreach_add_", dtype):
+       "the sample's alpha=3.14: the CPU's element-at-a-time loop (a vector's tail) rounds "
+       "alpha * other to the dtype before it adds; the device adds with one fma in float and "
+       "rounds once, as the CPU's vectorised loop does for the other elements. Where alpha * "
+       "other outweighs the sum, that is 2 units in the last place: 0.0039 at 2.2 in float16 "
+       "(add and sub's own samples pass)"
+       for dtype in ("float16", "bfloat16")},
 }
 
 # Operators whose output values cannot match the CPU's by construction: only shape, dtype and
@@ -337,6 +345,19 @@ def _call(op, sample, seeded):
 # sets it on the native path (module_sweep.run_sample).
 FLOAT32_TOLERANCE = None
 
+# assert_close's tolerances for float16 and bfloat16 tensors on the native path (run_item sets
+# them; empty otherwise). The CPU's own kernels round these types differently by layout: a
+# vectorised loop computes a + alpha * b as one fused step, its element-at-a-time loop (short or
+# strided runs, a vector's tail) rounds the product to the dtype first, and 1 / sqrt(x) likewise.
+# No one formula on the device gives the CPU's bits everywhere; the device's kernels compute in
+# float and round once. Values therefore compare within torch's own allowance for a device
+# against the CPU (test_compare_cpu: 1e-3 absolute and relative), which is float16's resolution,
+# scaled eight times for bfloat16, whose resolution (2^-7) is eight times float16's (2^-10); each
+# never tighter than PyTorch's default for the dtype.
+REDUCED_FLOAT_TOLERANCE = {}
+NATIVE_REDUCED_FLOAT = {"float16": dict(rtol=1e-3, atol=1e-3),
+                        "bfloat16": dict(rtol=1.6e-2, atol=8e-3)}
+
 # The tolerance of the (op, dtype) being compared when op_db overrides TestCommon's for it and the
 # sweep runs on the native path (None otherwise): run_item sets it. torch's test_compare_cpu
 # compares outputs only; this sweep compares gradients too, and they come from the same other
@@ -377,7 +398,8 @@ def _compare(actual, expected, metadata_only, path="output", on_device=True):
                                      f"{actual.dtype}")
             return
         try:
-            tolerance = FLOAT32_TOLERANCE if expected.dtype == torch.float32 else None
+            tolerance = (FLOAT32_TOLERANCE if expected.dtype == torch.float32 else
+                         REDUCED_FLOAT_TOLERANCE.get(str(expected.dtype).replace("torch.", "")))
             try:
                 torch.testing.assert_close(actual.detach().cpu(), expected.detach(),
                                            equal_nan=True, **(tolerance or {}))
@@ -469,12 +491,13 @@ def run_item(op, dtype_name, max_samples, random_keys, on_sample=None):
     """Runs one (op, dtype) and returns its result dict (status before expected failures).
     `on_sample(index)` is called before each sample runs."""
     import torch
-    global OP_TOLERANCE
+    global OP_TOLERANCE, REDUCED_FLOAT_TOLERANCE
     key = op_key(op)
     _injected_fault(key)
     dtype = _dtype(dtype_name)
     native = os.environ.get("OCLVM_KERNELS") == "native"
     OP_TOLERANCE = _common_tolerance(op, dtype) if native else None
+    REDUCED_FLOAT_TOLERANCE = NATIVE_REDUCED_FLOAT if native else {}
     differentiable = dtype in op.supported_backward_dtypes("cpu")
     seeded = key in random_keys
     metadata_reason = METADATA_ONLY.get(key)
