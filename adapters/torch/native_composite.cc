@@ -113,12 +113,17 @@ std::optional<at::Tensor> native_dropout_grad(const at::Tensor& grad, const at::
 std::optional<at::Tensor> native_mean(const at::Tensor& self, at::OptionalIntArrayRef dim,
                                       bool keepdim, std::optional<at::ScalarType> dtype) {
   // The CPU's mean of float32 and float64: the sum, then divided in place by the number of
-  // elements summed (a wrapped integer, converted to the dtype).
-  if (!self.defined() || (self.scalar_type() != at::kFloat && self.scalar_type() != at::kDouble) ||
-      (dtype && *dtype != self.scalar_type())) {
+  // elements summed (a wrapped integer, converted to the dtype). Of float16 and bfloat16, as the
+  // CPU computes it for accuracy: the sum in float32, divided in float32, then converted.
+  const at::ScalarType type = self.defined() ? self.scalar_type() : at::kFloat;
+  if (!self.defined() ||
+      (type != at::kFloat && type != at::kDouble && !reduced_float(type)) ||
+      (dtype && *dtype != type)) {
     return std::nullopt;
   }
-  std::optional<at::Tensor> out = native_sum(self, dim, keepdim, std::nullopt);
+  std::optional<at::Tensor> out =
+      native_sum(self, dim, keepdim,
+                 reduced_float(type) ? std::optional<at::ScalarType>(at::kFloat) : std::nullopt);
   if (!out) return std::nullopt;
   int64_t count = 1;
   if (!dim || dim->empty()) {
@@ -128,7 +133,10 @@ std::optional<at::Tensor> native_mean(const at::Tensor& self, at::OptionalIntArr
   }
   const at::Tensor divisor = at::native::wrapped_scalar_tensor(count);
   if (!native_binary_(BinaryOp::kDiv, *out, divisor, 1)) out->div_(divisor);
-  return out;
+  if (out->scalar_type() == type) return out;
+  at::Tensor rounded = at::empty(out->sizes(), out->options().dtype(type));
+  if (!copy_for_operator(*out, rounded)) rounded.copy_(*out);
+  return rounded;
 }
 
 namespace {

@@ -160,11 +160,6 @@ std::string expression(BinaryOp op, at::ScalarType compute) {
   return "";
 }
 
-// A dtype in kernel names: its OpenCL C type, or "half" and "bf16".
-std::string type_name(at::ScalarType type) {
-  return type == at::kHalf ? "half" : type == at::kBFloat16 ? "bf16" : cl_type(type);
-}
-
 }  // namespace
 
 KernelSource binary_source(const BinaryKernelKey& key) {
@@ -173,10 +168,10 @@ KernelSource binary_source(const BinaryKernelKey& key) {
   const at::ScalarType compute = opmath_type(key.compute);
   const std::string to = storage_type(key.out), ta = storage_type(key.self),
                     tb = storage_type(key.other), tc = cl_type(compute);
-  std::string name = std::string("oclvm_") + op_name(key.op) + "_" + type_name(key.out) + "_" +
-                     type_name(key.self) + "_" +
-                     (key.other_is_scalar ? "scalar" : type_name(key.other)) + "_" +
-                     type_name(key.compute) + "_r" + std::to_string(key.rank);
+  std::string name = std::string("oclvm_") + op_name(key.op) + "_" + kernel_type_name(key.out) + "_" +
+                     kernel_type_name(key.self) + "_" +
+                     (key.other_is_scalar ? "scalar" : kernel_type_name(key.other)) + "_" +
+                     kernel_type_name(key.compute) + "_r" + std::to_string(key.rank);
   std::string s;
   const bool doubles = key.out == at::kDouble || key.self == at::kDouble ||
                        key.other == at::kDouble || key.compute == at::kDouble;

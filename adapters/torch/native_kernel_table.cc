@@ -90,6 +90,10 @@ const char* storage_type(at::ScalarType type) {
   return reduced_float(type) ? "ushort" : cl_type(type);
 }
 
+const char* kernel_type_name(at::ScalarType type) {
+  return type == at::kHalf ? "half" : type == at::kBFloat16 ? "bf16" : cl_type(type);
+}
+
 std::string load_element(at::ScalarType type, const std::string& blob, const std::string& index) {
   switch (type) {
     case at::kHalf: return "vload_half(" + index + ", OCLVM_PTR(half, " + blob + "))";

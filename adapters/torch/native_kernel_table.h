@@ -58,6 +58,9 @@ extern const char* const kBFloat16Source;
 // the bits of a reduced_float type; nullptr for a dtype the kernels do not read.
 const char* storage_type(at::ScalarType type);
 
+// A dtype in kernel names: its OpenCL C type, or "half" and "bf16".
+const char* kernel_type_name(at::ScalarType type);
+
 // An OpenCL C expression reading element `index` of the blob parameter `blob` of dtype `type`:
 // a value of opmath_type(type) (a bool as uchar 0 or 1).
 std::string load_element(at::ScalarType type, const std::string& blob, const std::string& index);

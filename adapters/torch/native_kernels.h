@@ -141,8 +141,9 @@ std::optional<at::Tensor> native_relu(const at::Tensor& self);
 std::optional<at::Tensor> native_threshold_backward(const at::Tensor& grad,
                                                     const at::Tensor& self,
                                                     const at::Scalar& threshold);
-// mean.dim of a float32 or float64 tensor as the CPU computes it: native_sum, then one division
-// by the number of elements summed; nullopt when the native path does not take the call.
+// mean.dim of a floating tensor as the CPU computes it: native_sum, then one division by the
+// number of elements summed (for float16 and bfloat16 the sum and the division in float32, then
+// one conversion); nullopt when the native path does not take the call.
 std::optional<at::Tensor> native_mean(const at::Tensor& self, at::OptionalIntArrayRef dim,
                                       bool keepdim, std::optional<at::ScalarType> dtype);
 // arange.start_out of integers into an int64 or int32 device tensor: resized as the CPU's
@@ -308,7 +309,7 @@ std::optional<at::Tensor> native_nll_loss_backward(const at::Tensor& grad_output
 std::optional<at::Tensor> native_all_or_any(const at::Tensor& self, std::optional<int64_t> dim,
                                              bool keepdim, bool any);
 
-// _softmax (without half_to_float) and _softmax_backward_data of float32 or float64 tensors over
+// _softmax (without half_to_float) and _softmax_backward_data of floating tensors over
 // one dimension, or with `log` _log_softmax and _log_softmax_backward_data: one launch each, one
 // row per work-item (Note [Native sums] in native_reduce.cc); nullopt when the native path does
 // not take the call.

@@ -26,15 +26,18 @@ namespace oclvm::torch_adapter {
 
 // Note [Native sums]
 // ~~~~~~~~~~~~~~~~~~
-// sum.dim_IntList (x.sum(dims), x.sum(), a bias's gradient) of a float32, float64, integer or
-// bool device tensor on a native-path device: the result has the CPU's dtype (int64 for integers
-// and bool) and shape, contiguous as the CPU's. Each work-item computes one element of the result
+// sum.dim_IntList (x.sum(dims), x.sum(), a bias's gradient) of a float32, float64, float16,
+// bfloat16, integer or bool device tensor on a native-path device: the result has the CPU's dtype
+// (int64 for integers and bool, or a wider floating `dtype=`: float16 and bfloat16 to float32,
+// any floating dtype to float64) and shape, contiguous as the CPU's. Each work-item computes one element of the result
 // from its index: the kept dimensions give its offset in self and in the result, and it walks
 // every element of the reduced dimensions. Both sets of dimensions drop their size-1 members and
 // merge neighbours that step as one, so a reduction over a contiguous tail is one loop with one
 // stride; the sizes and strides are kernel arguments.
 //
-// Floating sums add in the input's type in the order of the CPU's scalar cascade (aten's
+// Floating sums add in the result's computation type (float for float16 and bfloat16, as the
+// CPU's accumulators; each element converted to it, the sum rounded once) in the order of the
+// CPU's scalar cascade (aten's
 // multi-level row sum, here over all the reduced elements in order: runs of 2^p elements into a
 // first level, whole runs up three more levels). The CPU walks other orders where it vectorises or
 // interleaves (a contiguous reduction's lanes, four interleaved chains for a few trailing columns)
@@ -46,17 +49,21 @@ namespace oclvm::torch_adapter {
 // the integer kernel with a logical and or or (a bool result, uint8 for uint8 as on the CPU; a NaN
 // is true, as C++'s conversion to bool).
 //
-// _softmax and _softmax_backward_data of float32 and float64 tensors over one dimension, any
+// _softmax and _softmax_backward_data of float32, float64, float16 and bfloat16 tensors (the last
+// two computed in float) over one dimension, any
 // layout, the result contiguous as the CPU's, walk each row with the same offsets: softmax takes
 // the row's maximum, writes exp(x - max) and adds it up, then scales the row by 1 / the sum (the
 // CPU's last-dimension kernel's steps; OpenCL's exp and the order of the sum keep it within
 // rounding of the CPU's); the backward computes (g - sum(g * y)) * y. _log_softmax writes
 // x - max - log(sum), subtracted in the CPU kernel's order, and its backward g - exp(y) * sum(g).
-// A NaN in a row gives a row of NaN, as on the CPU. Not taken: half_to_float, other dtypes, the
-// CPU's errors.
+// A NaN in a row gives a row of NaN, as on the CPU. For float16 and bfloat16, softmax over the
+// last dimension rounds each element once and over another rounds exp(x - max) to the dtype
+// before it scales it, as the CPU's two kernels do; log_softmax rounds once, where the CPU's
+// last-dimension kernel loses values near 0 to cancellation (-0.0029 for -0.0025 in float16).
+// Not taken: half_to_float, other dtypes, the CPU's errors.
 //
-// Not taken by sum (the CPU kernel answers): a `dtype=` other than the result's own, float16 and
-// bfloat16, zero-dimensional self, dimensions out of range or repeated (the CPU's errors), more
+// Not taken by sum (the CPU kernel answers): a `dtype=` other than the result's own or those
+// widenings, zero-dimensional self, dimensions out of range or repeated (the CPU's errors), more
 // than kMaxRank kept or reduced dimensions after merging, float64 on a device without it.
 // A reduction to few elements from many runs on few work-items: a whole-tensor sum is one
 // work-item's loop, slow on a GPU for a large tensor.
@@ -160,15 +167,22 @@ void launch_rows(const std::shared_ptr<const Kernel>& kernel, const at::Tensor& 
 // nonzero) from `in` to `out` over `kept` and `reduced` dimensions.
 KernelSource sum_source(at::ScalarType in, at::ScalarType out, size_t kept, size_t reduced,
                         Fold fold) {
-  const std::string ti = cl_type(in), to = cl_type(out);
+  const std::string ti = storage_type(in), to = storage_type(out);
   const bool logical = fold != Fold::kSum;
-  const bool floating = at::isFloatingType(in) && !logical;
-  const std::string acc = floating ? ti : logical ? "uchar" : "ulong";
+  const bool floating = at::isFloatingType(out) && !logical;
+  // Floating sums accumulate in the result's computation type (float for float16 and bfloat16),
+  // each element converted to it.
+  const at::ScalarType acc_type = floating ? opmath_type(out) : logical ? at::kBool : at::kLong;
+  const std::string acc = floating ? cl_type(acc_type) : logical ? "uchar" : "ulong";
   const char* prefix = fold == Fold::kAll ? "oclvm_all_" : logical ? "oclvm_any_" : "oclvm_sum_";
-  const std::string name = prefix + ti + "_" + to +
-                           "_k" + std::to_string(kept) + "_r" + std::to_string(reduced);
+  const std::string name = std::string(prefix) + kernel_type_name(in) + "_" +
+                           kernel_type_name(out) + "_k" + std::to_string(kept) + "_r" +
+                           std::to_string(reduced);
   std::string s;
-  if (in == at::kDouble) s += "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n";
+  if (in == at::kDouble || out == at::kDouble) {
+    s += "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n";
+  }
+  if (in == at::kBFloat16 || out == at::kBFloat16) s += kBFloat16Source;
   s += "__kernel void " + name + "(OCLVM_BLOB(" + to + ", out), OCLVM_BLOB(" + ti +
        ", a), ulong n, ulong m, ulong power";
   s += kept_parameters(kept);
@@ -194,7 +208,7 @@ KernelSource sum_source(at::ScalarType in, at::ScalarType out, size_t kept, size
     s += indent + "{\n" + indent + "  long ir = 0;\n" + indent + "  ulong r = j;\n";
     walk("r", "rs", reduced, indent + "  ",
          [](const std::string& i) { return " ir += k * ra" + i + ";"; });
-    const std::string element = "OCLVM_PTR(" + ti + ", a)[ia + ir]";
+    const std::string element = load_element(in, "a", "ia + ir");
     s += indent + "  " + target +
          (fold == Fold::kAll   ? " &= " + element + " != 0"
           : fold == Fold::kAny ? " |= " + element + " != 0"
@@ -218,7 +232,7 @@ KernelSource sum_source(at::ScalarType in, at::ScalarType out, size_t kept, size
     s += "  for (; j < m; ++j)\n";
     add_element("s0", "  ");
     s += "  s0 += s1; s0 += s2; s0 += s3;\n";
-    s += "  OCLVM_PTR(" + to + ", out)[io] = (" + to + ")s0;\n}\n";
+    s += "  " + store_element(out, "out", "io", "s0", acc_type) + "\n}\n";
   } else {  // integers: int64 sums, wrapping as unsigned; all: 1 until an element is zero
     s += "  " + acc + " sum = " + (fold == Fold::kAll ? "1" : "0") + ";\n  for (; j < m; ++j)\n";
     add_element("sum", "  ");
@@ -273,50 +287,61 @@ bool launch_reduction(const at::Tensor& self, const std::vector<bool>& reduced, 
 
 // The source of softmax (`log`: log_softmax) over one dimension (`backward`: its gradient from the
 // output and the output's gradient), one row of `m` elements per work-item: the row's elements
-// lie `sa` (and `sb`) apart in the inputs and `so` apart in the result.
-KernelSource softmax_source(at::ScalarType type, size_t kept, bool backward, bool log) {
-  const std::string t = cl_type(type);
+// lie `sa` (and `sb`) apart in the inputs and `so` apart in the result. `store_exp`: softmax keeps
+// exp(x - max) in the result between its two passes (rounded to the result's dtype), else it
+// computes it again in the second.
+KernelSource softmax_source(at::ScalarType type, size_t kept, bool backward, bool log,
+                            bool store_exp) {
+  // Elements are read into `t`, the computation's type (float for float16 and bfloat16), through
+  // X(j), G(j) and O(j) (self or the output, the gradient, the result) and written by STORE.
+  const at::ScalarType compute = opmath_type(type);
+  const std::string t = cl_type(compute), held = storage_type(type);
   const std::string name = std::string("oclvm_") + (log ? "log_softmax" : "softmax") +
-                           (backward ? "_backward_" : "_") + t + "_k" + std::to_string(kept);
+                           (backward ? "_backward_" : "_") + kernel_type_name(type) +
+                           (store_exp ? "" : "_once") + "_k" + std::to_string(kept);
   std::string s;
   if (type == at::kDouble) s += "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n";
+  if (type == at::kBFloat16) s += kBFloat16Source;
   s += "#pragma OPENCL FP_CONTRACT OFF\n";
-  s += "__kernel void " + name + "(OCLVM_BLOB(" + t + ", out), OCLVM_BLOB(" + t + ", a), ";
-  if (backward) s += "OCLVM_BLOB(" + t + ", b), ";
+  s += "#define X(j) " + load_element(type, "a", "ia + (long)(j) * sa") + "\n";
+  s += "#define G(j) " + load_element(type, "b", "ib + (long)(j) * sb") + "\n";
+  s += "#define O(j) " + load_element(type, "out", "io + (long)(j) * so") + "\n";
+  s += "#define STORE(j, v) " + store_element(type, "out", "io + (long)(j) * so", "v", compute) +
+       "\n";
+  s += "__kernel void " + name + "(OCLVM_BLOB(" + held + ", out), OCLVM_BLOB(" + held + ", a), ";
+  if (backward) s += "OCLVM_BLOB(" + held + ", b), ";
   s += "ulong n, ulong m, long so, long sa, long sb" + kept_parameters(kept) + ") {\n";
   s += "  const ulong i = get_global_id(0);\n  if (i >= n) return;\n" + kept_offsets(kept);
-  s += "  __global " + t + "* o = OCLVM_PTR(" + t + ", out) + io;\n";
-  s += "  const __global " + t + "* x = OCLVM_PTR(" + t + ", a) + ia;\n";
   if (backward && log) {
     // a: log_softmax's output y; b: its gradient g. dx = g - exp(y) * sum(g).
-    s += "  const __global " + t + "* g = OCLVM_PTR(" + t + ", b) + ib;\n";
     s += "  " + t + " sum = 0;\n";
-    s += "  for (ulong j = 0; j < m; ++j) sum += g[j * sb];\n";
-    s += "  for (ulong j = 0; j < m; ++j) o[j * so] = g[j * sb] - exp(x[j * sa]) * sum;\n}\n";
+    s += "  for (ulong j = 0; j < m; ++j) sum += G(j);\n";
+    s += "  for (ulong j = 0; j < m; ++j) STORE(j, G(j) - exp(X(j)) * sum);\n}\n";
   } else if (log) {
     // x - max - log(sum(exp(x - max))), subtracted in that order as the CPU's kernel does.
     s += "  " + t + " top = -INFINITY;\n";
-    s += "  for (ulong j = 0; j < m; ++j) top = fmax(top, x[j * sa]);\n";
+    s += "  for (ulong j = 0; j < m; ++j) top = fmax(top, X(j));\n";
     s += "  " + t + " sum = 0;\n";
-    s += "  for (ulong j = 0; j < m; ++j) sum += exp(x[j * sa] - top);\n";
+    s += "  for (ulong j = 0; j < m; ++j) sum += exp(X(j) - top);\n";
     s += "  const " + t + " log_sum = log(sum);\n";
-    s += "  for (ulong j = 0; j < m; ++j) o[j * so] = x[j * sa] - top - log_sum;\n}\n";
+    s += "  for (ulong j = 0; j < m; ++j) STORE(j, X(j) - top - log_sum);\n}\n";
   } else if (backward) {
     // a: the softmax's output y; b: its gradient g. dx = (g - sum(g * y)) * y.
-    s += "  const __global " + t + "* g = OCLVM_PTR(" + t + ", b) + ib;\n";
     s += "  " + t + " dot = 0;\n";
-    s += "  for (ulong j = 0; j < m; ++j) dot += g[j * sb] * x[j * sa];\n";
-    s += "  for (ulong j = 0; j < m; ++j) o[j * so] = (g[j * sb] - dot) * x[j * sa];\n}\n";
+    s += "  for (ulong j = 0; j < m; ++j) dot += G(j) * X(j);\n";
+    s += "  for (ulong j = 0; j < m; ++j) STORE(j, (G(j) - dot) * X(j));\n}\n";
   } else {
     // exp(x - max), then times 1 / their sum; a NaN anywhere in the row makes the row NaN, and a
     // row of -inf is NaN, as on the CPU.
+    const bool narrow = !store_exp;
     s += "  " + t + " top = -INFINITY;\n";
-    s += "  for (ulong j = 0; j < m; ++j) top = fmax(top, x[j * sa]);\n";
+    s += "  for (ulong j = 0; j < m; ++j) top = fmax(top, X(j));\n";
     s += "  " + t + " sum = 0;\n";
-    s += "  for (ulong j = 0; j < m; ++j) {\n    const " + t +
-         " e = exp(x[j * sa] - top);\n    o[j * so] = e;\n    sum += e;\n  }\n";
+    s += "  for (ulong j = 0; j < m; ++j) {\n    const " + t + " e = exp(X(j) - top);\n";
+    s += narrow ? "    sum += e;\n  }\n" : "    STORE(j, e);\n    sum += e;\n  }\n";
     s += "  const " + t + " scale = (" + t + ")1 / sum;\n";
-    s += "  for (ulong j = 0; j < m; ++j) o[j * so] *= scale;\n}\n";
+    s += narrow ? "  for (ulong j = 0; j < m; ++j) STORE(j, exp(X(j) - top) * scale);\n}\n"
+                : "  for (ulong j = 0; j < m; ++j) STORE(j, O(j) * scale);\n}\n";
   }
   return KernelSource{std::move(s), name, ""};
 }
@@ -338,10 +363,13 @@ bool launch_softmax(const at::Tensor& out, const at::Tensor& self, const at::Ten
   const bool backward = grad != nullptr;
   const RowOp op = log ? (backward ? RowOp::kLogSoftmaxBackward : RowOp::kLogSoftmax)
                        : (backward ? RowOp::kSoftmaxBackward : RowOp::kSoftmax);
+  // float16 and bfloat16: the CPU's kernel for the last dimension rounds each element once, its
+  // kernel for the others rounds exp(x - max) to the dtype before it scales it.
+  const bool store_exp = !reduced_float(type) || dim != self.dim() - 1;
   const std::shared_ptr<const Kernel> kernel =
       native_kernel(self.device().index(), NativeKernelFamily::kReduction,
-                    kernel_id(op, type, type, kept.rank, 1),
-                    [&] { return softmax_source(type, kept.rank, backward, log); });
+                    kernel_id(op, type, type, kept.rank, store_exp ? 1 : 2),
+                    [&] { return softmax_source(type, kept.rank, backward, log, store_exp); });
   if (kernel == nullptr) return false;
   const uint64_t rows = static_cast<uint64_t>(out.numel() / self.size(dim));
   std::vector<LaunchArg> tail{LaunchArg::of(rows), LaunchArg::of(static_cast<uint64_t>(
@@ -362,9 +390,10 @@ bool launch_softmax(const at::Tensor& out, const at::Tensor& self, const at::Ten
 bool softmax_operand(const at::Tensor& t) {
   return t.defined() && is_device(t) && t.layout() == at::kStrided && !t.is_conj() &&
          !t.is_neg() && t.dim() > 0 &&
-         (t.scalar_type() == at::kFloat || t.scalar_type() == at::kDouble) &&
+         (t.scalar_type() == at::kFloat || t.scalar_type() == at::kDouble ||
+          reduced_float(t.scalar_type())) &&
          native_kernels(t.device().index()) &&
-         (t.scalar_type() == at::kFloat || native_float64(t.device().index()));
+         (t.scalar_type() != at::kDouble || native_float64(t.device().index()));
 }
 
 }  // namespace
@@ -372,14 +401,19 @@ bool softmax_operand(const at::Tensor& t) {
 std::optional<at::Tensor> native_sum(const at::Tensor& self, at::OptionalIntArrayRef dim,
                                      bool keepdim, std::optional<at::ScalarType> dtype) {
   if (!self.defined() || !is_device(self) || self.layout() != at::kStrided || self.is_conj() ||
-      self.is_neg() || self.dim() == 0 || cl_type(self.scalar_type()) == nullptr) {
+      self.is_neg() || self.dim() == 0 || storage_type(self.scalar_type()) == nullptr) {
     return std::nullopt;
   }
   const c10::DeviceIndex device = self.device().index();
   const at::ScalarType in = self.scalar_type();
-  const at::ScalarType out_type = at::isFloatingType(in) ? in : at::kLong;
-  if (!native_kernels(device) || (dtype && *dtype != out_type) ||
-      (in == at::kDouble && !native_float64(device))) {
+  const at::ScalarType own = at::isFloatingType(in) ? in : at::kLong;
+  // dtype= may widen a floating sum (float16 or bfloat16 to float32, any to float64): the CPU
+  // converts each element to it, as the kernel does.
+  const bool widens = dtype && at::isFloatingType(in) &&
+                      ((*dtype == at::kFloat && reduced_float(in)) || *dtype == at::kDouble);
+  const at::ScalarType out_type = widens ? *dtype : own;
+  if (!native_kernels(device) || (dtype && *dtype != own && !widens) ||
+      ((in == at::kDouble || out_type == at::kDouble) && !native_float64(device))) {
     return std::nullopt;
   }
   const int64_t rank = self.dim();
@@ -410,7 +444,7 @@ std::optional<at::Tensor> native_sum(const at::Tensor& self, at::OptionalIntArra
 std::optional<at::Tensor> native_all_or_any(const at::Tensor& self, std::optional<int64_t> dim,
                                              bool keepdim, bool any) {
   if (!self.defined() || !is_device(self) || self.layout() != at::kStrided || self.is_conj() ||
-      self.is_neg() || cl_type(self.scalar_type()) == nullptr ||
+      self.is_neg() || storage_type(self.scalar_type()) == nullptr ||
       (dim && (self.dim() == 0 || *dim < -self.dim() || *dim >= self.dim()))) {
     return std::nullopt;  // the CPU's kernel, or its error
   }

@@ -1057,16 +1057,55 @@ def test_sums_keep_infinities_and_nan_and_leave_the_rest_to_the_cpu():
     # an empty reduction is zero; an empty result is empty
     expect_same(torch.ones(0, 3, device="opencl").sum(0), torch.zeros(3))
     assert torch.ones(3, 0, device="opencl").sum(0).shape == (0,)
-    # what it does not take: another dtype, float16, the CPU's errors
+    # what it does not take: a dtype= that narrows or leaves floating types, the CPU's errors
     y = torch.arange(6.0).reshape(2, 3)
     before = launches()
-    expect_same(y.to("opencl").sum(0, dtype=torch.float64), y.sum(0, dtype=torch.float64))
-    expect_same(y.half().to("opencl").sum(0), y.half().sum(0))
+    expect_same(y.to("opencl").sum(0, dtype=torch.float16), y.sum(0, dtype=torch.float16))
+    expect_same(y.to("opencl").sum(0, dtype=torch.int64), y.sum(0, dtype=torch.int64))
     assert launches() == before
     with pytest.raises(IndexError, match="Dimension out of range"):
         y.to("opencl").sum(2)
     with pytest.raises(RuntimeError, match="appears multiple times"):
         y.to("opencl").sum((0, 0))
+
+
+@native_only
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_half_precision_sums_means_and_softmax_compute_in_float(dtype):
+    """sum, mean, softmax and log_softmax of float16 and bfloat16 accumulate in float and round
+    once, as the CPU's kernels do: sums and means within a unit in the last place of the CPU's
+    (another order of float additions), softmax the CPU's bits over the last dimension (rounded
+    once) and over another (exp(x - max) rounded before the scale), log_softmax the float
+    computation rounded once."""
+    g = torch.Generator().manual_seed(16)
+    x = (torch.randn(6, 37, 29, generator=g) * 3).to(dtype)
+    xd = x.to("opencl")
+    eps = torch.finfo(dtype).eps
+    torch.opencl.reset_fallback_counts()
+    for name, op, count in [
+            ("sum", lambda t: t.sum(1), 1), ("sum_all", lambda t: t.sum(), 1),
+            ("sum_outer", lambda t: t.sum((0, 2)), 1), ("mean", lambda t: t.mean(-1), 3),
+            ("sum_float", lambda t: t.sum(1, dtype=torch.float32), 1),
+            ("mean_all", lambda t: t.mean(), 3)]:
+        before = launches()
+        got = op(xd)
+        assert launches() == before + count, name  # mean: the float sum, a division, a conversion
+        expected = op(x)
+        assert got.dtype == expected.dtype and got.shape == expected.shape
+        difference = (got.cpu().double() - expected.double()).abs()
+        # float sums in another order round to the same value but near a halfway point
+        limit = (eps if expected.dtype == dtype else 1e-6) * op(x.double().abs())
+        assert (difference <= limit).all(), name
+    for dim in (-1, 1):
+        before = launches()
+        got = torch.softmax(xd, dim)
+        assert launches() == before + 1
+        assert torch.equal(got.cpu(), torch.softmax(x, dim))
+        got = torch.log_softmax(xd, dim)
+        one_rounding = torch.log_softmax(x.double(), dim).to(dtype)
+        assert ((got.cpu().double() - one_rounding.double()).abs() <=
+                eps * one_rounding.double().abs()).all()
+    assert torch.opencl.fallback_counts() == {}
 
 
 def test_copies_of_shapes_that_do_not_broadcast_give_the_cpus_errors():

@@ -120,6 +120,12 @@ NATIVE_EXPECTED_FAILURES = {
        "other outweighs the sum, that is 2 units in the last place: 0.0039 at 2.2 in float16 "
        "(add and sub's own samples pass)"
        for dtype in ("float16", "bfloat16")},
+    **{("nn.functional.cross_entropy", dtype):
+       "sample 17's gradient w.r.t. its soft target is -weight * log_softmax(input): the CPU's "
+       "float16/bfloat16 log_softmax over the last dimension loses the small values to "
+       "cancellation (-0.002926 in float16, 0.0 in bfloat16, where float64 gives -0.0024564); "
+       "the device's is the float computation rounded once (-0.0024567, -0.0024414)"
+       for dtype in ("float16", "bfloat16")},
 }
 
 # Operators whose output values cannot match the CPU's by construction: only shape, dtype and
