@@ -10,13 +10,12 @@
 // dtypes and flags, and the chosen CPU kernel then runs through the CPU fallback on the device's
 // tensors, so the device's attention is the CPU's, bit for bit (registered in registration.cc).
 // On a native-path device (native_kernels() in device.h) the CPU's flash kernel would be a CPU
-// kernel on the device's tensors, so for float32 and float64 it chooses the math decomposition
-// instead: scaling, matrix products, the mask's arithmetic and softmax, forward and backward, all
-// of which run natively. Its values differ from the flash kernel's by float rounding (another
-// order of sums). It keeps the CPU's choice where the user turned the math backend off
-// (torch.nn.attention.sdpa_kernel), and for float16 and bfloat16: the decomposition would round
-// each step to the half type, where the flash kernel accumulates in float, and their arithmetic
-// has no native kernels anyway.
+// kernel on the device's tensors, so it chooses the math decomposition instead: scaling, matrix
+// products, the mask's arithmetic and softmax, forward and backward, all of which run natively.
+// For float16 and bfloat16 torch's decomposition converts the inputs to float32 and rounds the
+// result once, as the flash kernel accumulates in float. Its values differ from the flash
+// kernel's by float rounding (another order of sums). It keeps the CPU's choice where the user
+// turned the math backend off (torch.nn.attention.sdpa_kernel).
 //
 // Thread-safety: stateless.
 #include <ATen/ATen.h>
@@ -35,7 +34,8 @@ int64_t fused_sdp_choice(const at::Tensor& query, const at::Tensor& key, const a
                          bool is_causal, std::optional<double> scale, bool enable_gqa) {
   const at::ScalarType type = query.scalar_type();
   if (query.device().type() == c10::DeviceType::PrivateUse1 &&
-      native_kernels(query.device().index()) && (type == at::kFloat || type == at::kDouble) &&
+      native_kernels(query.device().index()) &&
+      (type == at::kFloat || type == at::kDouble || type == at::kHalf || type == at::kBFloat16) &&
       at::globalContext().userEnabledMathSDP()) {
     return static_cast<int64_t>(at::SDPBackend::math);
   }

@@ -126,6 +126,13 @@ NATIVE_EXPECTED_FAILURES = {
        "cancellation (-0.002926 in float16, 0.0 in bfloat16, where float64 gives -0.0024564); "
        "the device's is the float computation rounded once (-0.0024567, -0.0024414)"
        for dtype in ("float16", "bfloat16")},
+    **{("nn.functional.scaled_dot_product_attention", dtype):
+       "sample 8 (causal, 3 queries by 6 keys): the device takes torch's math decomposition, in "
+       "float32 and rounded once, the CPU its flash kernel, whose query and key gradients round "
+       "steps to the dtype; against float64 the device's dq and dk are 3 to 6 times closer "
+       "(float16: 0.0029 and 0.0019 against the CPU's 0.0093 and 0.0100; bfloat16: 0.024 and "
+       "0.014 against 0.089 and 0.089)"
+       for dtype in ("float16", "bfloat16")},
 }
 
 # Operators whose output values cannot match the CPU's by construction: only shape, dtype and
