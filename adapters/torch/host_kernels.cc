@@ -668,6 +668,15 @@ std::unordered_set<std::string> register_host_kernels(torch::Library& m) {
   add<at::_ops::_softmax>(m, routed);
   add<at::_ops::_softmax_backward_data>(m, routed);
   add<at::_ops::sum_dim_IntList>(m, routed);
+  // Extremes: logits' argmax, max-subtraction, clipping norms.
+  add<at::_ops::amax>(m, routed);
+  add<at::_ops::amin>(m, routed);
+  add<at::_ops::max_dim>(m, routed);
+  add<at::_ops::min_dim>(m, routed);
+  add<at::_ops::argmax>(m, routed);
+  add<at::_ops::argmin>(m, routed);
+  add<at::_ops::max>(m, routed);
+  add<at::_ops::min>(m, routed);
   // The mask arithmetic of scaled_dot_product_attention's math path (its causal mask, and
   // _safe_softmax's rows of -inf).
   add<at::_ops::tril>(m, routed);

@@ -378,6 +378,21 @@ bool native_matrix_products();
 std::optional<at::Tensor> native_sum(const at::Tensor& self, at::OptionalIntArrayRef dim,
                                      bool keepdim, std::optional<at::ScalarType> dtype);
 
+// The extreme reductions (Note [Native extremes] in native_reduce.cc), `max` choosing the maximum
+// or the minimum, each one launch; nullopt when the native path does not take the call:
+// amax or amin over `dim` (every dimension when empty);
+std::optional<at::Tensor> native_amax(const at::Tensor& self, at::IntArrayRef dim, bool keepdim,
+                                      bool max);
+// max.dim or min.dim: the values and their int64 indices along `dim`;
+std::optional<std::tuple<at::Tensor, at::Tensor>> native_max_dim(const at::Tensor& self,
+                                                                 int64_t dim, bool keepdim,
+                                                                 bool max);
+// argmax or argmin along `dim`, or into the flattened tensor without one;
+std::optional<at::Tensor> native_argmax(const at::Tensor& self, std::optional<int64_t> dim,
+                                        bool keepdim, bool max);
+// max() or min() of every element.
+std::optional<at::Tensor> native_max_all(const at::Tensor& self, bool max);
+
 // Whether device `index`'s native kernels compute in float64 (cl_khr_fp64): whether it builds
 // one; asked of the device once.
 bool native_float64(c10::DeviceIndex index);

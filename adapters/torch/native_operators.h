@@ -616,6 +616,68 @@ struct NativeKernel<at::_ops::_log_softmax_backward_data> {
   }
 };
 template <>
+struct NativeKernel<at::_ops::amax> {
+  static constexpr bool exists = true;
+  static std::optional<at::Tensor> call(const at::Tensor& self, at::IntArrayRef dim,
+                                        bool keepdim) {
+    return native_amax(self, dim, keepdim, /*max=*/true);
+  }
+};
+template <>
+struct NativeKernel<at::_ops::amin> {
+  static constexpr bool exists = true;
+  static std::optional<at::Tensor> call(const at::Tensor& self, at::IntArrayRef dim,
+                                        bool keepdim) {
+    return native_amax(self, dim, keepdim, /*max=*/false);
+  }
+};
+template <>
+struct NativeKernel<at::_ops::max_dim> {
+  static constexpr bool exists = true;
+  static std::optional<std::tuple<at::Tensor, at::Tensor>> call(const at::Tensor& self,
+                                                                int64_t dim, bool keepdim) {
+    return native_max_dim(self, dim, keepdim, /*max=*/true);
+  }
+};
+template <>
+struct NativeKernel<at::_ops::min_dim> {
+  static constexpr bool exists = true;
+  static std::optional<std::tuple<at::Tensor, at::Tensor>> call(const at::Tensor& self,
+                                                                int64_t dim, bool keepdim) {
+    return native_max_dim(self, dim, keepdim, /*max=*/false);
+  }
+};
+template <>
+struct NativeKernel<at::_ops::argmax> {
+  static constexpr bool exists = true;
+  static std::optional<at::Tensor> call(const at::Tensor& self, std::optional<int64_t> dim,
+                                        bool keepdim) {
+    return native_argmax(self, dim, keepdim, /*max=*/true);
+  }
+};
+template <>
+struct NativeKernel<at::_ops::argmin> {
+  static constexpr bool exists = true;
+  static std::optional<at::Tensor> call(const at::Tensor& self, std::optional<int64_t> dim,
+                                        bool keepdim) {
+    return native_argmax(self, dim, keepdim, /*max=*/false);
+  }
+};
+template <>
+struct NativeKernel<at::_ops::max> {
+  static constexpr bool exists = true;
+  static std::optional<at::Tensor> call(const at::Tensor& self) {
+    return native_max_all(self, /*max=*/true);
+  }
+};
+template <>
+struct NativeKernel<at::_ops::min> {
+  static constexpr bool exists = true;
+  static std::optional<at::Tensor> call(const at::Tensor& self) {
+    return native_max_all(self, /*max=*/false);
+  }
+};
+template <>
 struct NativeKernel<at::_ops::sum_dim_IntList> {
   static constexpr bool exists = true;
   static std::optional<at::Tensor> call(const at::Tensor& self, at::OptionalIntArrayRef dim,

@@ -5,6 +5,7 @@
 
 #include <ATen/ops/empty.h>
 #include <c10/core/ScalarType.h>
+#include <c10/util/accumulate.h>
 
 #include <algorithm>
 #include <array>
@@ -13,6 +14,8 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "adapters/torch/device.h"
@@ -68,6 +71,18 @@ namespace oclvm::torch_adapter {
 // A reduction to few elements from many runs on few work-items: a whole-tensor sum is one
 // work-item's loop, slow on a GPU for a large tensor.
 
+// Note [Native extremes]
+// ~~~~~~~~~~~~~~~~~~~~~~
+// amax and amin over any dimensions, max.dim and min.dim (values and int64 indices), argmax and
+// argmin (along a dimension, or into the flattened tensor), and max() and min() of every element,
+// of any dtype the kernels read (floating, integer, bool), any layout: one launch each, one
+// work-item per element of the result walking its reduced elements in row-major order (the kept
+// and reduced dimensions merged as the sums' are), the result contiguous as the CPU's. The value
+// is exact, so every result is the CPU's bits: the first occurrence wins a tie, and the first NaN
+// wins over every number (its index too), as in the CPU's kernels; float16 and bfloat16 compare
+// as float. Not taken: a reduction over no elements (the CPU's error), dimensions out of range or
+// repeated, max.dim of a 0-dim tensor, float64 on a device without it.
+
 namespace {
 
 // Dimensions of one kind, merged: their sizes, and each operand's strides in elements (the
@@ -108,6 +123,8 @@ enum class RowOp : uint64_t {
   kLogSoftmax,
   kLogSoftmaxBackward,
   kAny,
+  kMax,  // the extreme kernels: their ids add what they write (extreme_variant)
+  kMin,
 };
 
 // What the sum kernel adds up: numbers, or whether every (kAll) or any (kAny) element is nonzero.
@@ -245,10 +262,13 @@ KernelSource sum_source(at::ScalarType in, at::ScalarType out, size_t kept, size
 // `reduced` marks into `out`, the result of the CPU's shape (`keepdim`) and contiguous layout, one
 // work-item per element of `out`; false, having launched nothing, when the layout or the device
 // refuses it.
-bool launch_reduction(const at::Tensor& self, const std::vector<bool>& reduced, bool keepdim,
-                      const at::Tensor& out, Fold fold) {
-  Walk kept, summed;
-  int64_t out_dim = 0, m = 1;
+// The kept and the reduced dimensions of a reduction of `self` over those `reduced` marks into
+// `out` (of the CPU's shape for `keepdim`), merged, and the number of elements each result
+// element reduces (`m`); false past kMaxRank dimensions of either kind.
+bool reduction_walks(const at::Tensor& self, const std::vector<bool>& reduced, bool keepdim,
+                     const at::Tensor& out, Walk& kept, Walk& summed, int64_t& m) {
+  int64_t out_dim = 0;
+  m = 1;
   for (int64_t d = 0; d < self.dim(); ++d) {
     bool fits;
     if (reduced[d]) {
@@ -260,6 +280,22 @@ bool launch_reduction(const at::Tensor& self, const std::vector<bool>& reduced, 
     if (!fits) return false;
     if (!reduced[d] || keepdim) ++out_dim;
   }
+  return true;
+}
+
+// The reduced dimensions' sizes and self's strides over them, as the kernels' rs<d>, ra<d>.
+void push_reduced(std::vector<LaunchArg>& args, const Walk& summed) {
+  for (size_t d = 0; d < summed.rank; ++d) {
+    args.push_back(LaunchArg::of(summed.sizes[d]));
+    args.push_back(LaunchArg::of(summed.strides[1][d]));
+  }
+}
+
+bool launch_reduction(const at::Tensor& self, const std::vector<bool>& reduced, bool keepdim,
+                      const at::Tensor& out, Fold fold) {
+  Walk kept, summed;
+  int64_t m = 1;
+  if (!reduction_walks(self, reduced, keepdim, out, kept, summed, m)) return false;
   const at::ScalarType in = self.scalar_type(), out_type = out.scalar_type();
   const std::shared_ptr<const Kernel> kernel = native_kernel(
       self.device().index(), NativeKernelFamily::kReduction,
@@ -277,11 +313,96 @@ bool launch_reduction(const at::Tensor& self, const std::vector<bool>& reduced, 
                               LaunchArg::of(static_cast<uint64_t>(m)),
                               LaunchArg::of(std::max<uint64_t>(4, log2 / 4))};
   push_kept(tail, kept);
-  for (size_t d = 0; d < summed.rank; ++d) {
-    tail.push_back(LaunchArg::of(summed.sizes[d]));
-    tail.push_back(LaunchArg::of(summed.strides[1][d]));
-  }
+  push_reduced(tail, summed);
   launch_rows(kernel, out, {&self}, std::move(tail), static_cast<uint64_t>(out.numel()));
+  return true;
+}
+
+// The OpenCL C that finds element j's offset `ir` in self over the reduced dimensions (sizes
+// rs<d>, strides ra<d>), j's coordinates taken innermost first.
+std::string reduced_offset(size_t reduced, const std::string& j) {
+  std::string s = "    long ir = 0;\n    ulong r = " + j + ";\n";
+  for (size_t d = reduced; d-- > 0;) {
+    const std::string i = std::to_string(d);
+    s += d == 0 ? "    { const long k = (long)r;"
+                : "    { const long k = (long)(r % (ulong)rs" + i + "); r /= (ulong)rs" + i + ";";
+    s += " ir += k * ra" + i + "; }\n";
+  }
+  return s;
+}
+
+std::string reduced_parameters(size_t reduced) {
+  std::string s;
+  for (size_t d = 0; d < reduced; ++d) {
+    const std::string i = std::to_string(d);
+    s += ", long rs" + i + ", long ra" + i;
+  }
+  return s;
+}
+
+// The source of the extreme kernel: the maximum (or minimum) of each result element's reduced
+// elements, in the order of their row-major index j, written to `values` and (or) its j to
+// `indices`. The first occurrence wins a tie; the first NaN wins over every number, as on the CPU.
+KernelSource extreme_source(at::ScalarType in, size_t kept, size_t reduced, bool max,
+                            bool values, bool indices) {
+  const at::ScalarType compute = opmath_type(in);
+  const std::string t = cl_type(compute), held = storage_type(in);
+  const std::string name = std::string("oclvm_") + (max ? "max" : "min") +
+                           (values ? "_values" : "") + (indices ? "_indices" : "") + "_" +
+                           kernel_type_name(in) + "_k" + std::to_string(kept) + "_r" +
+                           std::to_string(reduced);
+  std::string s;
+  if (in == at::kDouble) s += "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n";
+  if (in == at::kBFloat16) s += kBFloat16Source;
+  s += "__kernel void " + name + "(";
+  if (values) s += "OCLVM_BLOB(" + held + ", vals), ";
+  if (indices) s += "OCLVM_BLOB(long, idx), ";
+  s += "OCLVM_BLOB(" + held + ", a), ulong n, ulong m" + kept_parameters(kept) +
+       reduced_parameters(reduced) + ") {\n";
+  s += "  const ulong i = get_global_id(0);\n  if (i >= n) return;\n" + kept_offsets(kept);
+  s += "  " + t + " best = 0;\n  ulong at = 0;\n";
+  s += "  for (ulong j = 0; j < m; ++j) {\n" + reduced_offset(reduced, "j");
+  s += "    const " + t + " v = " + load_element(in, "a", "ia + ir") + ";\n";
+  const std::string beats = max ? "v > best" : "v < best";
+  if (at::isFloatingType(in)) {
+    s += "    if (j == 0 || (!isnan(best) && (isnan(v) || " + beats + "))) { best = v; at = j; }\n";
+  } else {
+    s += "    if (j == 0 || " + beats + ") { best = v; at = j; }\n";
+  }
+  s += "  }\n";
+  if (values) s += "  " + store_element(in, "vals", "io", "best", compute) + "\n";
+  if (indices) s += "  OCLVM_PTR(long, idx)[io] = (long)at;\n";
+  s += "}\n";
+  return KernelSource{std::move(s), name, ""};
+}
+
+// The extreme kernel over `reduced` of `self` into `values` and (or) `indices` (either undefined),
+// both contiguous and of the CPU's shape for `keepdim`; false, having launched nothing, when the
+// layout or the device refuses it.
+bool launch_extreme(const at::Tensor& self, const std::vector<bool>& reduced, bool keepdim,
+                    bool max, const at::Tensor& values, const at::Tensor& indices) {
+  const at::Tensor& out = values.defined() ? values : indices;
+  Walk kept, summed;
+  int64_t m = 1;
+  if (!reduction_walks(self, reduced, keepdim, out, kept, summed, m)) return false;
+  const at::ScalarType in = self.scalar_type();
+  const bool want_values = values.defined(), want_indices = indices.defined();
+  const uint64_t variant = (want_values ? 1 : 0) | (want_indices ? 2 : 0);
+  const std::shared_ptr<const Kernel> kernel = native_kernel(
+      self.device().index(), NativeKernelFamily::kReduction,
+      kernel_id(max ? RowOp::kMax : RowOp::kMin, in, in, kept.rank, summed.rank) | (variant << 44),
+      [&] { return extreme_source(in, kept.rank, summed.rank, max, want_values, want_indices); });
+  if (kernel == nullptr) return false;
+  std::vector<LaunchArg> args;
+  if (want_values) args.push_back(blob_arg(values, KernelAccess::kWrite));
+  if (want_indices) args.push_back(blob_arg(indices, KernelAccess::kWrite));
+  args.push_back(blob_arg(self, KernelAccess::kRead));
+  args.push_back(LaunchArg::of(static_cast<uint64_t>(out.numel())));
+  args.push_back(LaunchArg::of(static_cast<uint64_t>(m)));
+  push_kept(args, kept);
+  push_reduced(args, summed);
+  run_native_kernel(kernel, out, args, static_cast<size_t>(out.numel()));
+  count_native_launch();
   return true;
 }
 
@@ -501,6 +622,97 @@ std::optional<at::Tensor> native_softmax_backward(const at::Tensor& grad,
   if (out.numel() == 0) return out;
   if (!launch_softmax(out, output, &grad, dim, log)) return std::nullopt;
   return out;
+}
+
+namespace {
+
+// Which dimensions of `self` a reduction over `dims` reduces (every one for an empty list);
+// nullopt for a dimension out of range or repeated (the CPU's errors).
+std::optional<std::vector<bool>> reduced_dimensions(const at::Tensor& self, at::IntArrayRef dims) {
+  const int64_t rank = self.dim();
+  std::vector<bool> reduced(static_cast<size_t>(rank), dims.empty());
+  for (const int64_t d : dims) {
+    if (d < -std::max<int64_t>(rank, 1) || d >= std::max<int64_t>(rank, 1)) return std::nullopt;
+    if (rank == 0) continue;  // dimension 0 or -1 of a 0-dim tensor: the tensor itself
+    const size_t wrapped = static_cast<size_t>(d < 0 ? d + rank : d);
+    if (reduced[wrapped]) return std::nullopt;
+    reduced[wrapped] = true;
+  }
+  return reduced;
+}
+
+// The result shape of a reduction over `reduced`.
+std::vector<int64_t> reduced_sizes(const at::Tensor& self, const std::vector<bool>& reduced,
+                                   bool keepdim) {
+  std::vector<int64_t> sizes;
+  for (int64_t d = 0; d < self.dim(); ++d) {
+    if (!reduced[d]) {
+      sizes.push_back(self.size(d));
+    } else if (keepdim) {
+      sizes.push_back(1);
+    }
+  }
+  return sizes;
+}
+
+// The extreme reduction's checks and result; `values` and `indices` say which it makes.
+std::optional<std::pair<at::Tensor, at::Tensor>> extreme(const at::Tensor& self,
+                                                         at::IntArrayRef dims, bool keepdim,
+                                                         bool max, bool values, bool indices) {
+  if (!self.defined() || !is_device(self) || self.layout() != at::kStrided || self.is_conj() ||
+      self.is_neg() || storage_type(self.scalar_type()) == nullptr ||
+      !native_kernels(self.device().index()) ||
+      (self.scalar_type() == at::kDouble && !native_float64(self.device().index()))) {
+    return std::nullopt;
+  }
+  const std::optional<std::vector<bool>> reduced = reduced_dimensions(self, dims);
+  if (!reduced) return std::nullopt;
+  int64_t m = 1;
+  for (int64_t d = 0; d < self.dim(); ++d) {
+    if ((*reduced)[d]) m *= self.size(d);
+  }
+  if (m == 0) return std::nullopt;  // the CPU's error: no element to take
+  const std::vector<int64_t> sizes = reduced_sizes(self, *reduced, keepdim);
+  at::Tensor out_values, out_indices;
+  if (values) out_values = at::empty(sizes, self.options());
+  if (indices) out_indices = at::empty(sizes, self.options().dtype(at::kLong));
+  if (c10::multiply_integers(sizes) == 0) return std::make_pair(out_values, out_indices);
+  if (!launch_extreme(self, *reduced, keepdim, max, out_values, out_indices)) return std::nullopt;
+  return std::make_pair(std::move(out_values), std::move(out_indices));
+}
+
+}  // namespace
+
+std::optional<at::Tensor> native_amax(const at::Tensor& self, at::IntArrayRef dim, bool keepdim,
+                                      bool max) {
+  auto result = extreme(self, dim, keepdim, max, /*values=*/true, /*indices=*/false);
+  if (!result) return std::nullopt;
+  return std::move(result->first);
+}
+
+std::optional<std::tuple<at::Tensor, at::Tensor>> native_max_dim(const at::Tensor& self,
+                                                                 int64_t dim, bool keepdim,
+                                                                 bool max) {
+  if (self.defined() && self.dim() == 0) return std::nullopt;  // the CPU's 0-dim rules
+  auto result = extreme(self, {dim}, keepdim, max, /*values=*/true, /*indices=*/true);
+  if (!result) return std::nullopt;
+  return std::make_tuple(std::move(result->first), std::move(result->second));
+}
+
+std::optional<at::Tensor> native_argmax(const at::Tensor& self, std::optional<int64_t> dim,
+                                        bool keepdim, bool max) {
+  if (!self.defined() || (dim && self.dim() == 0)) return std::nullopt;
+  // Without a dimension: the index into the flattened tensor; keepdim keeps every dimension as 1.
+  auto result = dim ? extreme(self, {*dim}, keepdim, max, false, true)
+                    : extreme(self, {}, keepdim, max, false, true);
+  if (!result) return std::nullopt;
+  return std::move(result->second);
+}
+
+std::optional<at::Tensor> native_max_all(const at::Tensor& self, bool max) {
+  auto result = extreme(self, {}, /*keepdim=*/false, max, /*values=*/true, /*indices=*/false);
+  if (!result) return std::nullopt;
+  return std::move(result->first);
 }
 
 }  // namespace oclvm::torch_adapter

@@ -1108,6 +1108,52 @@ def test_half_precision_sums_means_and_softmax_compute_in_float(dtype):
     assert torch.opencl.fallback_counts() == {}
 
 
+EXTREMES = {
+    "amax": lambda t: t.amax(1), "amax_kept": lambda t: t.amax((0, 2), keepdim=True),
+    "amin_all": lambda t: t.amin(), "max_dim": lambda t: t.max(1),
+    "min_dim": lambda t: t.min(-1, keepdim=True), "argmax": lambda t: t.argmax(2),
+    "argmin_flat": lambda t: t.argmin(), "argmax_kept": lambda t: t.argmax(keepdim=True),
+    "max": lambda t: t.max(), "min": lambda t: t.min(),
+}
+
+
+@native_only
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.int64,
+                                   torch.uint8], ids=str)
+def test_extremes_are_one_launch_with_the_cpus_values_and_indices(dtype):
+    """amax/amin, max/min with and without a dimension, argmax/argmin: the CPU's bits, with its
+    ties (the first occurrence), its NaN (the first one wins, index too) and -0.0, over
+    contiguous, transposed and sliced inputs."""
+    g = torch.Generator().manual_seed(17)
+    if dtype.is_floating_point:
+        x = (torch.randn(5, 7, 6, generator=g) * 3).round().to(dtype)  # many ties
+        x[1, 2, 3] = x[3, 0, 0] = float("nan")
+        x[2, 4, 1] = -0.0
+    else:
+        x = make((5, 7, 6), dtype, g) % 5
+    torch.opencl.reset_fallback_counts()
+    for view in (x, x.transpose(0, 2), x[:, ::2]):
+        on_device = torch.empty_strided(view.shape, view.stride(), dtype=dtype,
+                                        device="opencl").copy_(view)
+        for name, op in EXTREMES.items():
+            before = launches()
+            got, expected = op(on_device), op(view)
+            assert launches() == before + 1, name
+            for a, e in zip(got if isinstance(got, tuple) else (got,),
+                            expected if isinstance(expected, tuple) else (expected,)):
+                assert a.dtype == e.dtype and a.shape == e.shape, name
+                torch.testing.assert_close(a.cpu(), e, equal_nan=True, rtol=0, atol=0)
+    assert torch.opencl.fallback_counts() == {}
+    # the CPU's errors: no element to take, a dimension out of range
+    empty = torch.empty(3, 0, dtype=dtype, device="opencl")
+    with pytest.raises(IndexError):
+        empty.amax(1)
+    with pytest.raises(RuntimeError):
+        empty.max()
+    with pytest.raises(IndexError, match="Dimension out of range"):
+        x.to("opencl").argmax(3)
+
+
 def test_copies_of_shapes_that_do_not_broadcast_give_the_cpus_errors():
     x = torch.arange(20.0, device="opencl")
     for dst_shape, src in [((5,), x[:8:2]), ((4,), x[:10:2]), ((4,), x[:8].view(2, 4)[:1]),

@@ -127,7 +127,8 @@ NATIVE_OPERATORS = ["add", "sub", "mul", "div.no_rounding_mode", "true_divide", 
                     "nn.functional.adaptive_avg_pool2d", "max_pool2d_with_indices_backward",
                     "nn.functional.avg_pool1d", "nn.functional.adaptive_avg_pool1d", "to",
                     "float", "half", "double", "bfloat16", "int", "long", "bool", "byte", "char",
-                    "short"]
+                    "short", "amax", "amin", "max.reduction_with_dim", "max.reduction_no_dim",
+                    "min.reduction_with_dim", "min.reduction_no_dim", "argmax", "argmin"]
 
 
 def test_native_operators_match_the_cpu(tmp_path):
