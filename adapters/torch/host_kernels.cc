@@ -668,6 +668,10 @@ std::unordered_set<std::string> register_host_kernels(torch::Library& m) {
   add<at::_ops::_softmax>(m, routed);
   add<at::_ops::_softmax_backward_data>(m, routed);
   add<at::_ops::sum_dim_IntList>(m, routed);
+  add_out<at::_ops::abs_out>(m, routed);  // abs reaches it (T5's relative position buckets)
+  add<at::_ops::clamp>(m, routed);
+  add<at::_ops::clamp_min>(m, routed);
+  add<at::_ops::clamp_max>(m, routed);
   // Extremes: logits' argmax, max-subtraction, clipping norms.
   add<at::_ops::amax>(m, routed);
   add<at::_ops::amin>(m, routed);

@@ -34,18 +34,18 @@ namespace oclvm::torch_adapter {
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
 // mm (and mm.out into an `out` of the product's shape), bmm and addmm of float32, float64, float16
 // or bfloat16 device tensors of one native-path device are one CLBlast call each (Gemm, or
-// GemmStridedBatched for bmm), enqueued by a NativeCall instruction on the current stream, which the VM orders by the
-// operands' byte ranges like any launch. An operand goes in as it is stored when CLBlast can read
-// its last two dimensions in place: rows or columns contiguous, with a leading dimension (a
-// transposed view is read as the transpose of a row-major matrix, so autograd's mat.t() costs no
-// copy); any other layout is made contiguous first by the native strided copy. The result is
-// contiguous, as the CPU's; mm.out writes a contiguous `out` in place (a row slice of a larger
-// matrix, as a grouped product's loop passes), and any other `out` through a copy. Sizes, strides
-// and offsets past 2^31 elements are CLBlast's limit (it passes them to its kernels as int): such
-// calls are not taken, and an operand that lies that far into its buffer fails with an error. addmm
-// writes self, broadcast to the result's shape, into the result first and lets CLBlast add beta
-// times it; with beta 0 it does not, and CLBlast does not read the result then, so NaN in self does
-// not spread (the CPU ignores self then too).
+// GemmStridedBatched for bmm), enqueued by a NativeCall instruction on the current stream, which
+// the VM orders by the operands' byte ranges like any launch. An operand goes in as it is stored
+// when CLBlast can read its last two dimensions in place: rows or columns contiguous, with a
+// leading dimension (a transposed view is read as the transpose of a row-major matrix, so
+// autograd's mat.t() costs no copy); any other layout is made contiguous first by the native
+// strided copy. The result is contiguous, as the CPU's; mm.out writes a contiguous `out` in place
+// (a row slice of a larger matrix, as a grouped product's loop passes), and any other `out` through
+// a copy. Sizes, strides and offsets past 2^31 elements are CLBlast's limit (it passes them to its
+// kernels as int): such calls are not taken, and an operand that lies that far into its buffer
+// fails with an error. addmm writes self, broadcast to the result's shape, into the result first
+// and lets CLBlast add beta times it; with beta 0 it does not, and CLBlast does not read the result
+// then, so NaN in self does not spread (the CPU ignores self then too).
 //
 // The values are not the CPU's to the bit: CLBlast sums the k products in its own order (tiles of
 // the device's tuning), as torch's CPU BLAS does in its. The difference is the rounding of a

@@ -62,6 +62,12 @@ const char* op_name(BinaryOp op) {
     case BinaryOp::kCos: return "cos";
     case BinaryOp::kExp: return "exp";
     case BinaryOp::kLog: return "log";
+    case BinaryOp::kSigmoid: return "sigmoid";
+    case BinaryOp::kSigmoidBackward: return "sigmoid_backward";
+    case BinaryOp::kAbs: return "abs";
+    case BinaryOp::kClamp: return "clamp";
+    case BinaryOp::kClampMin: return "clamp_min";
+    case BinaryOp::kClampMax: return "clamp_max";
   }
   return "?";
 }
@@ -153,6 +159,23 @@ std::string expression(BinaryOp op, at::ScalarType compute) {
     case BinaryOp::kCos: return "cos(x)";
     case BinaryOp::kExp: return "exp(x)";
     case BinaryOp::kLog: return "log(x)";
+    case BinaryOp::kSigmoid:  // the CPU's (1 + exp(-x)).reciprocal()
+      return "(" + t + ")1 / ((" + t + ")1 + exp(-x))";
+    case BinaryOp::kSigmoidBackward:  // the CPU's dy * (1 - y) * y, left to right
+      return "x * ((" + t + ")1 - y) * y";
+    case BinaryOp::kAbs:  // int and long negate as their unsigned types: the minimum wraps
+      if (floating) return "fabs(x)";
+      if (wide) return "x < (" + t + ")0 ? " + back("(" + u + ")0 - " + as_u("x")) + " : x";
+      return "x < (" + t + ")0 ? -x : x";
+    // The CPU's scalar clamp: a NaN stays, else max(x, lower) then min(.., upper), std::max's and
+    // std::min's ties
+    case BinaryOp::kClamp:
+      return std::string(floating ? "isnan(x) ? x : " : "") +
+             "(alpha < (x < y ? y : x) ? alpha : (x < y ? y : x))";
+    case BinaryOp::kClampMin:
+      return std::string(floating ? "isnan(x) ? x : " : "") + "(x < y ? y : x)";
+    case BinaryOp::kClampMax:
+      return std::string(floating ? "isnan(x) ? x : " : "") + "(y < x ? y : x)";
     case BinaryOp::kSiluBackward:  // dy * s * (1 + x * (1 - s)), s = sigmoid(x)
       return "x * ((" + t + ")1 / ((" + t + ")1 + exp(-y))) * ((" + t + ")1 + y * ((" + t +
              ")1 - (" + t + ")1 / ((" + t + ")1 + exp(-y))))";
@@ -168,8 +191,8 @@ KernelSource binary_source(const BinaryKernelKey& key) {
   const at::ScalarType compute = opmath_type(key.compute);
   const std::string to = storage_type(key.out), ta = storage_type(key.self),
                     tb = storage_type(key.other), tc = cl_type(compute);
-  std::string name = std::string("oclvm_") + op_name(key.op) + "_" + kernel_type_name(key.out) + "_" +
-                     kernel_type_name(key.self) + "_" +
+  std::string name = std::string("oclvm_") + op_name(key.op) + "_" +
+                     kernel_type_name(key.out) + "_" + kernel_type_name(key.self) + "_" +
                      (key.other_is_scalar ? "scalar" : kernel_type_name(key.other)) + "_" +
                      kernel_type_name(key.compute) + "_r" + std::to_string(key.rank);
   std::string s;
@@ -250,7 +273,7 @@ KernelSource binary_source(const BinaryKernelKey& key) {
   // and 3 ulp.
   const bool float_division =
       (key.op == BinaryOp::kDiv || key.op == BinaryOp::kAddcdiv || key.op == BinaryOp::kSqrt ||
-       key.op == BinaryOp::kRsqrt || key.op == BinaryOp::kSilu ||
+       key.op == BinaryOp::kRsqrt || key.op == BinaryOp::kSilu || key.op == BinaryOp::kSigmoid ||
        key.op == BinaryOp::kSiluBackward) &&
       compute == at::kFloat;
   return KernelSource{std::move(s), std::move(name),

@@ -130,7 +130,8 @@ LaunchArg scalar_arg(at::ScalarType compute, const at::Scalar& value, bool check
                                                     : static_cast<float>(value.toDouble());
     };
     if (compute == at::kHalf) {
-      return LaunchArg::of(static_cast<float>(checked ? value.to<c10::Half>() : c10::Half(plain())));
+      return LaunchArg::of(
+          static_cast<float>(checked ? value.to<c10::Half>() : c10::Half(plain())));
     }
     return LaunchArg::of(
         static_cast<float>(checked ? value.to<c10::BFloat16>() : c10::BFloat16(plain())));
@@ -269,12 +270,12 @@ void launch(BinaryOp op, at::ScalarType compute, const at::Tensor& out, const at
   if (third != nullptr) args.push_back(blob_arg(*third, KernelAccess::kRead));
   const bool scales = op == BinaryOp::kAdd || op == BinaryOp::kAddcmul ||
                       op == BinaryOp::kAddcdiv || op == BinaryOp::kLerp ||
-                      op == BinaryOp::kThresholdBackward;
+                      op == BinaryOp::kThresholdBackward || op == BinaryOp::kClamp;
   const at::Scalar scale = op == BinaryOp::kSub ? -alpha : scales ? alpha : 1;
-  // add's and sub's alpha and threshold_backward's threshold are converted to the dtype, as the
-  // CPU's float16 and bfloat16 kernels convert them; the other scales to float.
+  // add's and sub's alpha, threshold_backward's threshold and clamp's upper bound are converted to
+  // the dtype, as the CPU's float16 and bfloat16 kernels convert them; the other scales to float.
   const bool in_dtype = op == BinaryOp::kAdd || op == BinaryOp::kSub ||
-                        op == BinaryOp::kThresholdBackward;
+                        op == BinaryOp::kThresholdBackward || op == BinaryOp::kClamp;
   args.push_back(scalar_arg(in_dtype ? compute : opmath_type(compute), scale, /*checked=*/true));
   const uint64_t n = static_cast<uint64_t>(out.numel());
   args.push_back(LaunchArg::of(n));
@@ -806,5 +807,74 @@ uint64_t native_copy_calls() { return g_copies.load(std::memory_order_relaxed); 
 void count_native_call() { g_calls.fetch_add(1, std::memory_order_relaxed); }
 
 uint64_t native_operator_calls() { return g_calls.load(std::memory_order_relaxed); }
+
+std::optional<at::Tensor> native_sigmoid(const at::Tensor& self) {
+  return native_unary(BinaryOp::kSigmoid, self, self.defined() ? self.scalar_type() : at::kFloat);
+}
+
+std::optional<at::Tensor> native_sigmoid_backward(const at::Tensor& grad,
+                                                  const at::Tensor& output) {
+  return native_activation_backward(BinaryOp::kSigmoidBackward, grad, output);
+}
+
+bool native_abs_out(const at::Tensor& self, const at::Tensor& out) {
+  if (!self.defined() || !out.defined() || !is_device(out) || out.device() != self.device() ||
+      out.scalar_type() != self.scalar_type() || out.layout() != at::kStrided || out.is_conj() ||
+      out.is_neg() || !plain_operand(self, self.device().index()) || !is_device(self) ||
+      !computes_in(self.scalar_type()) || !native_kernels(self.device().index())) {
+    return false;  // bool and complex: the CPU's kernel and errors
+  }
+  const bool resize = !out.sizes().equals(self.sizes());
+  if (resize && out.numel() != 0) return false;  // the CPU's resize warning, and its call
+  if (!resize && (!elements_are_distinct(out) ||
+                  (out.is_alias_of(self) && !(out.storage_offset() == self.storage_offset() &&
+                                              out.strides().equals(self.strides()))))) {
+    return false;  // the CPU's order of reads and writes, or its error
+  }
+  if (resize) {  // as TensorIterator resizes an empty out: the unary operator's layout
+    const at::Tensor layout = new_result(self.sizes(), self.scalar_type(), self, self);
+    out.resize_(self.sizes());
+    out.as_strided_(self.sizes(), layout.strides());
+  }
+  if (out.numel() == 0) return true;
+  const at::Tensor unused = at::native::wrapped_scalar_tensor(0);
+  Layout layout;
+  const at::ScalarType type = self.scalar_type();
+  const std::shared_ptr<const Kernel> kernel =
+      kernel_for(BinaryOp::kAbs, type, out, self, unused, &layout);
+  if (kernel == nullptr) return false;
+  launch(BinaryOp::kAbs, type, out, self, unused, nullptr, 1, layout, kernel);
+  return true;
+}
+
+std::optional<at::Tensor> native_clamp(const at::Tensor& self,
+                                       const std::optional<at::Scalar>& min,
+                                       const std::optional<at::Scalar>& max) {
+  if (!self.defined() || !is_device(self) || !native_kernels(self.device().index()) ||
+      !plain_operand(self, self.device().index()) || !computes_in(self.scalar_type()) ||
+      (!min && !max)) {
+    return std::nullopt;  // bool, complex, no bound: the CPU's kernel or error
+  }
+  const at::ScalarType type = self.scalar_type();
+  for (const std::optional<at::Scalar>* bound : {&min, &max}) {
+    if (!bound->has_value()) continue;
+    const at::Scalar& value = **bound;
+    if (value.isComplex() || value.isBoolean() ||
+        (value.isFloatingPoint() && !at::isFloatingType(type))) {
+      return std::nullopt;  // a bound that promotes the result, or the CPU's error
+    }
+  }
+  const BinaryOp op = min && max ? BinaryOp::kClamp : min ? BinaryOp::kClampMin
+                                                          : BinaryOp::kClampMax;
+  at::Tensor out = new_result(self.sizes(), type, self, self);
+  if (out.numel() == 0) return out;
+  const at::Tensor bound = at::native::wrapped_scalar_tensor(min ? *min : *max);
+  Layout layout;
+  const std::shared_ptr<const Kernel> kernel = kernel_for(op, type, out, self, bound, &layout);
+  if (kernel == nullptr) return std::nullopt;
+  launch(op, type, out, self, bound, nullptr, op == BinaryOp::kClamp ? *max : at::Scalar(1),
+         layout, kernel);
+  return out;
+}
 
 }  // namespace oclvm::torch_adapter

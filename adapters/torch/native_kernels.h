@@ -85,6 +85,12 @@ enum class BinaryOp : uint8_t {
   kCos,
   kExp,
   kLog,
+  kSigmoid,
+  kSigmoidBackward,  // x the gradient, y the forward's output
+  kAbs,
+  kClamp,     // y the lower bound, alpha the upper
+  kClampMin,  // y the bound
+  kClampMax,
 };
 
 // Whether `op` compares (kEq ... kGe: a bool result).
@@ -111,8 +117,8 @@ bool native_foreach_(BinaryOp op, at::TensorList self, at::TensorList others,
 
 // self.addcmul_(first, *second, value), self.addcdiv_(first, *second, value) or
 // self.lerp_(first, value) (second nullptr) for kAddcmul, kAddcdiv and kLerp: one launch, self a
-// floating device tensor (float32, float64, float16, bfloat16), the inputs of its device and dtype broadcasting to it; false,
-// having done nothing, when the native path does not take the call.
+// floating device tensor (float32, float64, float16, bfloat16), the inputs of its device and dtype
+// broadcasting to it; false, having done nothing, when the native path does not take the call.
 bool native_pointwise_(BinaryOp op, const at::Tensor& self, const at::Tensor& first,
                        const at::Tensor* second, const at::Scalar& value);
 // Below, a floating tensor is one of float32, float64, float16 or bfloat16 (the last two computed
@@ -392,6 +398,22 @@ std::optional<at::Tensor> native_argmax(const at::Tensor& self, std::optional<in
                                         bool keepdim, bool max);
 // max() or min() of every element.
 std::optional<at::Tensor> native_max_all(const at::Tensor& self, bool max);
+
+// sigmoid of a floating tensor (1 / (1 + exp(-x)), the CPU's steps) and sigmoid_backward
+// (grad * (1 - y) * y); one launch each; nullopt for other calls.
+std::optional<at::Tensor> native_sigmoid(const at::Tensor& self);
+std::optional<at::Tensor> native_sigmoid_backward(const at::Tensor& grad,
+                                                  const at::Tensor& output);
+// abs.out of a floating or integer tensor (integers wrap: abs(-128) is -128 in int8) into an out
+// of its dtype that has its shape or is empty (resized to the unary operator's layout); false,
+// having done nothing, for other calls.
+bool native_abs_out(const at::Tensor& self, const at::Tensor& out);
+// clamp, clamp_min and clamp_max by numbers (either bound of clamp may be absent) of a floating
+// or integer tensor whose dtype the bounds keep, as the CPU's kernel computes it (a NaN input
+// stays NaN): one launch; nullopt for other calls.
+std::optional<at::Tensor> native_clamp(const at::Tensor& self,
+                                       const std::optional<at::Scalar>& min,
+                                       const std::optional<at::Scalar>& max);
 
 // Whether device `index`'s native kernels compute in float64 (cl_khr_fp64): whether it builds
 // one; asked of the device once.

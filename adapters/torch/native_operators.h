@@ -303,6 +303,48 @@ struct NativeKernel<at::_ops::exp> : NativeMathKernel<BinaryOp::kExp> {};
 template <>
 struct NativeKernel<at::_ops::log> : NativeMathKernel<BinaryOp::kLog> {};
 template <>
+struct NativeKernel<at::_ops::sigmoid> {
+  static constexpr bool exists = true;
+  static std::optional<at::Tensor> call(const at::Tensor& self) { return native_sigmoid(self); }
+};
+template <>
+struct NativeKernel<at::_ops::sigmoid_backward> {
+  static constexpr bool exists = true;
+  static std::optional<at::Tensor> call(const at::Tensor& grad, const at::Tensor& output) {
+    return native_sigmoid_backward(grad, output);
+  }
+};
+template <>
+struct NativeKernel<at::_ops::abs_out> {
+  static constexpr bool exists = true;
+  static bool call(const at::Tensor& self, const at::Tensor& out) {
+    return native_abs_out(self, out);
+  }
+};
+template <>
+struct NativeKernel<at::_ops::clamp> {
+  static constexpr bool exists = true;
+  static std::optional<at::Tensor> call(const at::Tensor& self,
+                                        const std::optional<at::Scalar>& min,
+                                        const std::optional<at::Scalar>& max) {
+    return native_clamp(self, min, max);
+  }
+};
+template <>
+struct NativeKernel<at::_ops::clamp_min> {
+  static constexpr bool exists = true;
+  static std::optional<at::Tensor> call(const at::Tensor& self, const at::Scalar& min) {
+    return native_clamp(self, min, std::nullopt);
+  }
+};
+template <>
+struct NativeKernel<at::_ops::clamp_max> {
+  static constexpr bool exists = true;
+  static std::optional<at::Tensor> call(const at::Tensor& self, const at::Scalar& max) {
+    return native_clamp(self, std::nullopt, max);
+  }
+};
+template <>
 struct NativeKernel<at::_ops::tanh> {
   static constexpr bool exists = true;
   static std::optional<at::Tensor> call(const at::Tensor& self) { return native_tanh(self); }

@@ -31,39 +31,36 @@ namespace oclvm::torch_adapter {
 // ~~~~~~~~~~~~~~~~~~
 // sum.dim_IntList (x.sum(dims), x.sum(), a bias's gradient) of a float32, float64, float16,
 // bfloat16, integer or bool device tensor on a native-path device: the result has the CPU's dtype
-// (int64 for integers and bool, or a wider floating `dtype=`: float16 and bfloat16 to float32,
-// any floating dtype to float64) and shape, contiguous as the CPU's. Each work-item computes one element of the result
-// from its index: the kept dimensions give its offset in self and in the result, and it walks
-// every element of the reduced dimensions. Both sets of dimensions drop their size-1 members and
-// merge neighbours that step as one, so a reduction over a contiguous tail is one loop with one
-// stride; the sizes and strides are kernel arguments.
+// (int64 for integers and bool, or a wider floating `dtype=`: float16 and bfloat16 to float32, any
+// floating dtype to float64) and shape, contiguous as the CPU's. Each work-item computes one
+// element of the result from its index: the kept dimensions give its offset in self and in the
+// result, and it walks every element of the reduced dimensions. Both sets of dimensions drop their
+// size-1 members and merge neighbours that step as one, so a reduction over a contiguous tail is
+// one loop with one stride; the sizes and strides are kernel arguments.
 //
-// Floating sums add in the result's computation type (float for float16 and bfloat16, as the
-// CPU's accumulators; each element converted to it, the sum rounded once) in the order of the
-// CPU's scalar cascade (aten's
-// multi-level row sum, here over all the reduced elements in order: runs of 2^p elements into a
-// first level, whole runs up three more levels). The CPU walks other orders where it vectorises or
-// interleaves (a contiguous reduction's lanes, four interleaved chains for a few trailing columns)
-// and cascades each inner row on its own when the reduced dimensions do not merge, adding the
-// rows' sums one after another, so the
-// values agree with its to its rounding, not always to the bit, with the cascade's O(log n) error
-// bound either way; infinities and NaN come out as on the CPU. Integer sums accumulate in int64
-// and wrap as the CPU's do: equal to the bit. all and any (over a dimension or every element) are
-// the integer kernel with a logical and or or (a bool result, uint8 for uint8 as on the CPU; a NaN
-// is true, as C++'s conversion to bool).
+// Floating sums add in the result's computation type (float for float16 and bfloat16, as the CPU's
+// accumulators; each element converted to it, the sum rounded once) in the order of the CPU's
+// scalar cascade (aten's multi-level row sum, here over all the reduced elements in order: runs of
+// 2^p elements into a first level, whole runs up three more levels). The CPU walks other orders
+// where it vectorises or interleaves (a contiguous reduction's lanes, four interleaved chains for a
+// few trailing columns) and cascades each inner row on its own when the reduced dimensions do not
+// merge, adding the rows' sums one after another, so the values agree with its to its rounding, not
+// always to the bit, with the cascade's O(log n) error bound either way; infinities and NaN come
+// out as on the CPU. Integer sums accumulate in int64 and wrap as the CPU's do: equal to the bit.
+// all and any (over a dimension or every element) are the integer kernel with a logical and or or
+// (a bool result, uint8 for uint8 as on the CPU; a NaN is true, as C++'s conversion to bool).
 //
 // _softmax and _softmax_backward_data of float32, float64, float16 and bfloat16 tensors (the last
-// two computed in float) over one dimension, any
-// layout, the result contiguous as the CPU's, walk each row with the same offsets: softmax takes
-// the row's maximum, writes exp(x - max) and adds it up, then scales the row by 1 / the sum (the
-// CPU's last-dimension kernel's steps; OpenCL's exp and the order of the sum keep it within
-// rounding of the CPU's); the backward computes (g - sum(g * y)) * y. _log_softmax writes
-// x - max - log(sum), subtracted in the CPU kernel's order, and its backward g - exp(y) * sum(g).
-// A NaN in a row gives a row of NaN, as on the CPU. For float16 and bfloat16, softmax over the
-// last dimension rounds each element once and over another rounds exp(x - max) to the dtype
-// before it scales it, as the CPU's two kernels do; log_softmax rounds once, where the CPU's
-// last-dimension kernel loses values near 0 to cancellation (-0.0029 for -0.0025 in float16).
-// Not taken: half_to_float, other dtypes, the CPU's errors.
+// two computed in float) over one dimension, any layout, the result contiguous as the CPU's, walk
+// each row with the same offsets: softmax takes the row's maximum, writes exp(x - max) and adds it
+// up, then scales the row by 1 / the sum (the CPU's last-dimension kernel's steps; OpenCL's exp and
+// the order of the sum keep it within rounding of the CPU's); the backward computes (g - sum(g *
+// y)) * y. _log_softmax writes x - max - log(sum), subtracted in the CPU kernel's order, and its
+// backward g - exp(y) * sum(g). A NaN in a row gives a row of NaN, as on the CPU. For float16 and
+// bfloat16, softmax over the last dimension rounds each element once and over another rounds exp(x
+// - max) to the dtype before it scales it, as the CPU's two kernels do; log_softmax rounds once,
+// where the CPU's last-dimension kernel loses values near 0 to cancellation (-0.0029 for -0.0025 in
+// float16). Not taken: half_to_float, other dtypes, the CPU's errors.
 //
 // Not taken by sum (the CPU kernel answers): a `dtype=` other than the result's own or those
 // widenings, zero-dimensional self, dimensions out of range or repeated (the CPU's errors), more

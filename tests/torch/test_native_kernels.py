@@ -1154,6 +1154,60 @@ def test_extremes_are_one_launch_with_the_cpus_values_and_indices(dtype):
         x.to("opencl").argmax(3)
 
 
+UNARY_WITH_BOUNDS = {
+    "abs": lambda t: t.abs(), "abs_out": lambda t: torch.abs(t, out=torch.empty_like(t)),
+    "clamp": lambda t: t.clamp(-2, 3), "clamp_lower": lambda t: t.clamp(min=-1),
+    "clamp_upper": lambda t: t.clamp(max=1), "clamp_min": lambda t: torch.clamp_min(t, 0),
+    "clamp_max": lambda t: torch.clamp_max(t, 2), "clamp_crossed": lambda t: t.clamp(3, -2),
+}
+
+
+@native_only
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.int64, torch.int8,
+                                   torch.uint8], ids=str)
+def test_abs_clamp_and_sigmoid_are_one_launch_with_the_cpus_values(dtype):
+    """abs (integers wrap: abs(-128) is -128 in int8), clamp by one or two numbers (a NaN stays;
+    crossed bounds give the upper), and sigmoid with its backward: the CPU's values, layouts and
+    dtypes (sigmoid within OpenCL's exp of the CPU's)."""
+    g = torch.Generator().manual_seed(18)
+    if dtype.is_floating_point:
+        x = (torch.randn(6, 9, generator=g) * 3).to(dtype)
+        x[0, 0], x[0, 1], x[0, 2] = float("nan"), -0.0, float("inf")
+    else:
+        x = torch.randint(0 if dtype == torch.uint8 else -128, 127, (6, 9), generator=g)
+        x = x.to(dtype)
+        x[0, 0] = 0 if dtype == torch.uint8 else -128
+    torch.opencl.reset_fallback_counts()
+    for view in (x, x.t()):
+        on_device = torch.empty_strided(view.shape, view.stride(), dtype=dtype,
+                                        device="opencl").copy_(view)
+        cases = dict(UNARY_WITH_BOUNDS)
+        if dtype.is_floating_point:
+            cases["sigmoid"] = lambda t: t.sigmoid()
+        for name, op in cases.items():
+            before = launches()
+            got, expected = op(on_device), op(view)
+            assert launches() == before + 1, name
+            assert got.dtype == expected.dtype and got.stride() == expected.stride(), name
+            if name == "sigmoid":
+                torch.testing.assert_close(got.cpu(), expected, equal_nan=True)
+            else:
+                torch.testing.assert_close(got.cpu(), expected, equal_nan=True, rtol=0, atol=0)
+    if dtype.is_floating_point:
+        leaves = [x.clone().requires_grad_(), x.to("opencl").requires_grad_()]
+        for leaf in leaves:
+            leaf.sigmoid().backward(torch.ones_like(leaf))
+        torch.testing.assert_close(leaves[1].grad.cpu(), leaves[0].grad, equal_nan=True)
+    assert torch.opencl.fallback_counts() == {}
+    # what it leaves to the CPU: bounds that promote an integer tensor, no bound at all
+    if not dtype.is_floating_point:
+        before = launches()
+        expect_same(x.to("opencl").clamp(-0.5, 2.5), x.clamp(-0.5, 2.5))
+        assert launches() == before
+    with pytest.raises(RuntimeError, match="At least one of 'min' or 'max' must not be None"):
+        x.to("opencl").clamp()
+
+
 def test_copies_of_shapes_that_do_not_broadcast_give_the_cpus_errors():
     x = torch.arange(20.0, device="opencl")
     for dst_shape, src in [((5,), x[:8:2]), ((4,), x[:10:2]), ((4,), x[:8].view(2, 4)[:1]),

@@ -128,7 +128,8 @@ NATIVE_OPERATORS = ["add", "sub", "mul", "div.no_rounding_mode", "true_divide", 
                     "nn.functional.avg_pool1d", "nn.functional.adaptive_avg_pool1d", "to",
                     "float", "half", "double", "bfloat16", "int", "long", "bool", "byte", "char",
                     "short", "amax", "amin", "max.reduction_with_dim", "max.reduction_no_dim",
-                    "min.reduction_with_dim", "min.reduction_no_dim", "argmax", "argmin"]
+                    "min.reduction_with_dim", "min.reduction_no_dim", "argmax", "argmin",
+                    "abs", "clamp", "clamp_min", "clamp_max", "sigmoid"]
 
 
 def test_native_operators_match_the_cpu(tmp_path):
