@@ -672,6 +672,10 @@ std::unordered_set<std::string> register_host_kernels(torch::Library& m) {
   add<at::_ops::clamp>(m, routed);
   add<at::_ops::clamp_min>(m, routed);
   add<at::_ops::clamp_max>(m, routed);
+  add<at::_ops::var_correction>(m, routed);  // statistics, normalisations written by hand
+  add<at::_ops::std_correction>(m, routed);
+  add<at::_ops::var_mean_correction>(m, routed);
+  add<at::_ops::std_mean_correction>(m, routed);
   // Extremes: logits' argmax, max-subtraction, clipping norms.
   add<at::_ops::amax>(m, routed);
   add<at::_ops::amin>(m, routed);

@@ -399,6 +399,14 @@ std::optional<at::Tensor> native_argmax(const at::Tensor& self, std::optional<in
 // max() or min() of every element.
 std::optional<at::Tensor> native_max_all(const at::Tensor& self, bool max);
 
+// var.correction, std.correction (`root`), and with `with_mean` var_mean and std_mean, of a
+// floating tensor over `dim` (every dimension when absent or empty), each one launch (Note [Native
+// moments] in native_reduce.cc): the result and, with `with_mean`, the mean (else undefined);
+// nullopt when the native path does not take the call.
+std::optional<std::tuple<at::Tensor, at::Tensor>> native_moments(
+    const at::Tensor& self, at::OptionalIntArrayRef dim,
+    const std::optional<at::Scalar>& correction, bool keepdim, bool root, bool with_mean);
+
 // sigmoid of a floating tensor (1 / (1 + exp(-x)), the CPU's steps) and sigmoid_backward
 // (grad * (1 - y) * y); one launch each; nullopt for other calls.
 std::optional<at::Tensor> native_sigmoid(const at::Tensor& self);

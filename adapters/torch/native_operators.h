@@ -719,6 +719,34 @@ struct NativeKernel<at::_ops::min> {
     return native_max_all(self, /*max=*/false);
   }
 };
+template <bool kRoot>
+struct NativeMoments {
+  static constexpr bool exists = true;
+  static std::optional<at::Tensor> call(const at::Tensor& self, at::OptionalIntArrayRef dim,
+                                        const std::optional<at::Scalar>& correction,
+                                        bool keepdim) {
+    auto result = native_moments(self, dim, correction, keepdim, kRoot, /*with_mean=*/false);
+    if (!result) return std::nullopt;
+    return std::get<0>(std::move(*result));
+  }
+};
+template <bool kRoot>
+struct NativeMomentsWithMean {
+  static constexpr bool exists = true;
+  static std::optional<std::tuple<at::Tensor, at::Tensor>> call(
+      const at::Tensor& self, at::OptionalIntArrayRef dim,
+      const std::optional<at::Scalar>& correction, bool keepdim) {
+    return native_moments(self, dim, correction, keepdim, kRoot, /*with_mean=*/true);
+  }
+};
+template <>
+struct NativeKernel<at::_ops::var_correction> : NativeMoments<false> {};
+template <>
+struct NativeKernel<at::_ops::std_correction> : NativeMoments<true> {};
+template <>
+struct NativeKernel<at::_ops::var_mean_correction> : NativeMomentsWithMean<false> {};
+template <>
+struct NativeKernel<at::_ops::std_mean_correction> : NativeMomentsWithMean<true> {};
 template <>
 struct NativeKernel<at::_ops::sum_dim_IntList> {
   static constexpr bool exists = true;

@@ -1208,6 +1208,64 @@ def test_abs_clamp_and_sigmoid_are_one_launch_with_the_cpus_values(dtype):
         x.to("opencl").clamp()
 
 
+# name -> (dims, correction, keepdim, std rather than var, with the mean)
+MOMENTS = {
+    "var": ((1,), 1, False, False, False), "std_all": (None, 1, False, True, False),
+    "var_biased": ((0, 2), 0, True, False, False), "var_mean": ((1,), 1, False, False, True),
+    "std_mean": ((-1,), 2, False, True, True),
+}
+
+
+def moments(t, dims, correction, keepdim, root, with_mean):
+    function = {(False, False): torch.var, (True, False): torch.std,
+                (False, True): torch.var_mean, (True, True): torch.std_mean}[(root, with_mean)]
+    return function(t, dims, correction=correction, keepdim=keepdim)
+
+
+def two_pass(t, dims, correction, keepdim, root, with_mean):
+    """The float64 value: the mean, then the squared deviations from it."""
+    dims = tuple(range(t.dim())) if dims is None else dims
+    t = t.double()
+    mean = t.mean(dims, keepdim=True)
+    count = t.numel() // mean.numel()
+    var = ((t - mean) ** 2).sum(dims, keepdim=keepdim) / (count - correction)
+    value = var.sqrt() if root else var
+    return (value, mean if keepdim else mean.squeeze(dims)) if with_mean else value
+
+
+@native_only
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16], ids=str)
+def test_variances_are_one_launch_within_an_ulp_of_float64(dtype):
+    """var, std, var_mean and std_mean: one launch each, any dimensions and correction, the value
+    within a unit in the last place of the two-pass float64 value (four for float64 itself), for
+    values far from 0 (the compensated passes lose nothing to the offset)."""
+    g = torch.Generator().manual_seed(19)
+    x = (torch.randn(5, 37, 6, generator=g) * 3 + 100).to(dtype)
+    eps = torch.finfo(dtype).eps * (4 if dtype == torch.float64 else 1)
+    torch.opencl.reset_fallback_counts()
+    for view in (x, x.transpose(0, 2)):
+        on_device = torch.empty_strided(view.shape, view.stride(), dtype=dtype,
+                                        device="opencl").copy_(view)
+        for name, spec in MOMENTS.items():
+            before = launches()
+            got, expected = moments(on_device, *spec), moments(view, *spec)
+            assert launches() == before + 1, name
+            exact = two_pass(view, *spec)
+            for a, e, f in zip(got if isinstance(got, tuple) else (got,),
+                               expected if isinstance(expected, tuple) else (expected,),
+                               exact if isinstance(exact, tuple) else (exact,)):
+                assert a.dtype == e.dtype and a.shape == e.shape, name
+                assert ((a.cpu().double() - f).abs() <= eps * f.abs()).all(), name
+    assert torch.opencl.fallback_counts() == {}
+    # left to the CPU: no degree of freedom (its warning and NaN), integer tensors (its error)
+    before = launches()
+    with pytest.warns(UserWarning, match="degrees of freedom"):
+        assert torch.isnan(x[:, :1, 0].to("opencl").var(1).cpu()).all()
+    assert launches() == before
+    with pytest.raises(RuntimeError, match="floating point"):
+        x.long().to("opencl").var()
+
+
 def test_copies_of_shapes_that_do_not_broadcast_give_the_cpus_errors():
     x = torch.arange(20.0, device="opencl")
     for dst_shape, src in [((5,), x[:8:2]), ((4,), x[:10:2]), ((4,), x[:8].view(2, 4)[:1]),

@@ -129,7 +129,9 @@ NATIVE_OPERATORS = ["add", "sub", "mul", "div.no_rounding_mode", "true_divide", 
                     "float", "half", "double", "bfloat16", "int", "long", "bool", "byte", "char",
                     "short", "amax", "amin", "max.reduction_with_dim", "max.reduction_no_dim",
                     "min.reduction_with_dim", "min.reduction_no_dim", "argmax", "argmin",
-                    "abs", "clamp", "clamp_min", "clamp_max", "sigmoid"]
+                    "abs", "clamp", "clamp_min", "clamp_max", "sigmoid", "var", "var.unbiased",
+                    "std", "std.unbiased", "var_mean", "var_mean.unbiased", "std_mean",
+                    "std_mean.unbiased"]
 
 
 def test_native_operators_match_the_cpu(tmp_path):
