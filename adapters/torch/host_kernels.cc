@@ -676,6 +676,7 @@ std::unordered_set<std::string> register_host_kernels(torch::Library& m) {
   add<at::_ops::std_correction>(m, routed);
   add<at::_ops::var_mean_correction>(m, routed);
   add<at::_ops::std_mean_correction>(m, routed);
+  add<at::_ops::linalg_vector_norm>(m, routed);  // gradient clipping, normalisations
   // Extremes: logits' argmax, max-subtraction, clipping norms.
   add<at::_ops::amax>(m, routed);
   add<at::_ops::amin>(m, routed);

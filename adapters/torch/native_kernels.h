@@ -407,6 +407,13 @@ std::optional<std::tuple<at::Tensor, at::Tensor>> native_moments(
     const at::Tensor& self, at::OptionalIntArrayRef dim,
     const std::optional<at::Scalar>& correction, bool keepdim, bool root, bool with_mean);
 
+// linalg_vector_norm of a floating tensor over `dim` (every dimension when absent or empty), any
+// real order, without a dtype= other than self's: one launch (Note [Native norms] in
+// native_reduce.cc); nullopt when the native path does not take the call.
+std::optional<at::Tensor> native_vector_norm(const at::Tensor& self, const at::Scalar& ord,
+                                             at::OptionalIntArrayRef dim, bool keepdim,
+                                             std::optional<at::ScalarType> dtype);
+
 // sigmoid of a floating tensor (1 / (1 + exp(-x)), the CPU's steps) and sigmoid_backward
 // (grad * (1 - y) * y); one launch each; nullopt for other calls.
 std::optional<at::Tensor> native_sigmoid(const at::Tensor& self);

@@ -748,6 +748,15 @@ struct NativeKernel<at::_ops::var_mean_correction> : NativeMomentsWithMean<false
 template <>
 struct NativeKernel<at::_ops::std_mean_correction> : NativeMomentsWithMean<true> {};
 template <>
+struct NativeKernel<at::_ops::linalg_vector_norm> {
+  static constexpr bool exists = true;
+  static std::optional<at::Tensor> call(const at::Tensor& self, const at::Scalar& ord,
+                                        at::OptionalIntArrayRef dim, bool keepdim,
+                                        std::optional<at::ScalarType> dtype) {
+    return native_vector_norm(self, ord, dim, keepdim, dtype);
+  }
+};
+template <>
 struct NativeKernel<at::_ops::sum_dim_IntList> {
   static constexpr bool exists = true;
   static std::optional<at::Tensor> call(const at::Tensor& self, at::OptionalIntArrayRef dim,

@@ -1266,6 +1266,39 @@ def test_variances_are_one_launch_within_an_ulp_of_float64(dtype):
         x.long().to("opencl").var()
 
 
+@native_only
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16], ids=str)
+def test_vector_norms_are_one_launch_of_any_order(dtype):
+    """linalg.vector_norm of orders 2, 1, inf, -inf, 0 and others, over any dimensions: one
+    launch each, within two units in the last place of the float64 value (eight for float64
+    itself, whose fractional orders amplify pow's error); NaN as on the CPU."""
+    g = torch.Generator().manual_seed(20)
+    x = (torch.randn(5, 37, 6, generator=g) * 3).to(dtype)
+    x[0, 0, 0] = 0
+    eps = torch.finfo(dtype).eps * (8 if dtype == torch.float64 else 2)
+    torch.opencl.reset_fallback_counts()
+    for view in (x, x.transpose(0, 2)):
+        on_device = torch.empty_strided(view.shape, view.stride(), dtype=dtype,
+                                        device="opencl").copy_(view)
+        for order in (2, 1, float("inf"), -float("inf"), 0, 3, 0.5):
+            for dims, keepdim in ((None, False), ((1,), False), ((0, 2), True)):
+                if dtype == torch.float16 and order == 0.5 and dims is None:
+                    continue  # overflows float16 on both sides
+                before = launches()
+                got = torch.linalg.vector_norm(on_device, order, dims, keepdim)
+                assert launches() == before + 1
+                exact = torch.linalg.vector_norm(view.double(), order, dims, keepdim)
+                assert got.dtype == dtype and got.shape == exact.shape
+                assert ((got.cpu().double() - exact).abs() <= eps * exact.abs()).all(), order
+    nan = x.clone()
+    nan[1, 1, 1] = float("nan")
+    for order in (2, float("inf"), -float("inf"), 0):
+        got = torch.linalg.vector_norm(nan.to("opencl"), order, (1,)).cpu()
+        expected = torch.linalg.vector_norm(nan, order, (1,))
+        assert torch.equal(got.isnan(), expected.isnan()), order
+    assert torch.opencl.fallback_counts() == {}
+
+
 def test_copies_of_shapes_that_do_not_broadcast_give_the_cpus_errors():
     x = torch.arange(20.0, device="opencl")
     for dst_shape, src in [((5,), x[:8:2]), ((4,), x[:10:2]), ((4,), x[:8].view(2, 4)[:1]),

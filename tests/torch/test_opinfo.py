@@ -131,7 +131,7 @@ NATIVE_OPERATORS = ["add", "sub", "mul", "div.no_rounding_mode", "true_divide", 
                     "min.reduction_with_dim", "min.reduction_no_dim", "argmax", "argmin",
                     "abs", "clamp", "clamp_min", "clamp_max", "sigmoid", "var", "var.unbiased",
                     "std", "std.unbiased", "var_mean", "var_mean.unbiased", "std_mean",
-                    "std_mean.unbiased"]
+                    "std_mean.unbiased", "linalg.vector_norm", "nn.functional.normalize"]
 
 
 def test_native_operators_match_the_cpu(tmp_path):
