@@ -25,6 +25,7 @@
 #include "adapters/torch/host_view.h"
 #include "adapters/torch/native_kernels.h"
 #include "adapters/torch/native_operators.h"
+#include "adapters/torch/native_reduction_operators.h"
 #include "adapters/torch/operator_facts.h"
 
 namespace oclvm::torch_adapter {

@@ -1,5 +1,6 @@
 // adapters/torch/native_composite.cc — native operators composed of the elementwise kernels of
-// native_kernels.cc (the in-place _foreach_ loops, dropout's gradient, mean, tanh's gradient) and
+// native_kernels.cc (the in-place _foreach_ loops, dropout's gradient, mean, tanh's gradient, cat
+// as one strided copy per input) and
 // two small generated kernels of their own: arange of integers, and tril and triu
 // (native_kernels.h).
 //
@@ -332,4 +333,57 @@ std::optional<at::Tensor> native_triangle(const at::Tensor& self, int64_t diagon
   count_native_launch();
   return out;
 }
+std::optional<at::Tensor> native_cat(const at::ITensorListRef& tensors, int64_t dim) {
+  const at::MaterializedITensorListRef inputs = tensors.materialize();
+  // The inputs the CPU's cat checks its shapes against: all but legacy empty tensors (sizes [0]).
+  std::vector<const at::Tensor*> taken;
+  for (const at::Tensor& t : inputs) {
+    // Every tensor on one native-path device (cat checks all their devices), of one dtype (no
+    // promotion), without conjugate or negative bits, not zero-dimensional (the CPU's error).
+    if (!is_device(t) || t.device() != inputs[0].get().device() || t.layout() != at::kStrided ||
+        t.scalar_type() != inputs[0].get().scalar_type() || t.is_conj() || t.is_neg() ||
+        t.dim() == 0) {
+      return std::nullopt;
+    }
+    if (!(t.dim() == 1 && t.size(0) == 0)) taken.push_back(&t);
+  }
+  if (taken.empty() || !native_kernels(taken[0]->device().index())) return std::nullopt;
+  const at::Tensor& first = *taken[0];
+  const int64_t rank = first.dim();
+  if (dim < -rank || dim >= rank) return std::nullopt;  // the CPU's error
+  if (dim < 0) dim += rank;
+  std::vector<int64_t> sizes = first.sizes().vec();
+  sizes[dim] = 0;
+  for (const at::Tensor* t : taken) {
+    if (t->dim() != rank) return std::nullopt;
+    for (int64_t d = 0; d < rank; ++d) {
+      if (d != dim && t->size(d) != first.size(d)) return std::nullopt;  // the CPU's error
+    }
+    sizes[dim] += t->size(dim);
+  }
+  // The CPU's layout of the result: the inputs' suggested memory format when they all suggest one
+  // that is not contiguous, else contiguous.
+  std::optional<at::MemoryFormat> format;
+  for (const at::Tensor& t : inputs) {
+    const at::MemoryFormat suggested = t.suggest_memory_format();
+    if (suggested == at::MemoryFormat::Contiguous || (format && *format != suggested)) {
+      format = at::MemoryFormat::Contiguous;
+      break;
+    }
+    format = suggested;
+  }
+  at::Tensor out = at::empty(sizes, first.options().memory_format(*format));
+  int64_t offset = 0;
+  for (const at::Tensor* t : taken) {
+    const int64_t size = t->size(dim);
+    if (t->numel() != 0) {
+      at::Tensor slice = out.narrow(dim, offset, size);
+      if (!copy_for_operator(*t, slice)) slice.copy_(*t);  // past the kernels' rank
+    }
+    offset += size;
+  }
+  return out;
+}
+
+
 }  // namespace oclvm::torch_adapter

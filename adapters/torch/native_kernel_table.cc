@@ -1,6 +1,6 @@
 // adapters/torch/native_kernel_table.cc — the native path's shared parts (native_kernel_table.h):
-// the OpenCL C type of a dtype, the table of compiled kernels, and a kernel's launch on the
-// operands' stream.
+// the OpenCL C type of a dtype and its reads and writes, the table of compiled kernels, a
+// kernel's launch on the operands' stream, and the layout checks operators share.
 //
 // Thread-safety: any thread; the table is under a mutex.
 
@@ -8,6 +8,7 @@
 
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -177,6 +178,39 @@ void launch_counted(const std::shared_ptr<const Kernel>& kernel, const at::Tenso
                     const std::vector<LaunchArg>& args, const LaunchRange& range) {
   run_native_kernel(kernel, out, args, range);
   count_native_launch();
+}
+
+std::optional<std::pair<int64_t, int64_t>> dimensions_as_one(const at::Tensor& t, int64_t begin,
+                                                             int64_t end) {
+  int64_t size = 1, stride = 0;
+  for (int64_t d = end; d-- > begin;) {  // innermost first
+    if (t.size(d) == 1) continue;
+    if (size == 1) {
+      size = t.size(d);
+      stride = t.stride(d);
+    } else if (t.stride(d) == stride * size) {
+      size *= t.size(d);
+    } else {
+      return std::nullopt;
+    }
+  }
+  return std::make_pair(size, stride);
+}
+
+// Its dimensions of more than one element, in increasing stride, each step past every offset
+// the smaller ones reach.
+bool elements_are_distinct(const at::Tensor& t) {
+  std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, size)
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    if (t.size(d) > 1) dims.emplace_back(t.stride(d), t.size(d));
+  }
+  std::sort(dims.begin(), dims.end());
+  int64_t reach = 0;  // the farthest offset the dimensions so far reach
+  for (const auto& [stride, size] : dims) {
+    if (stride <= reach) return false;
+    reach += stride * (size - 1);
+  }
+  return true;
 }
 
 }  // namespace oclvm::torch_adapter

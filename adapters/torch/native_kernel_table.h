@@ -1,10 +1,11 @@
 // adapters/torch/native_kernel_table.h — what the native path's generated kernels share
 // (native_kernels.cc, native_elementwise_source.cc, native_composite.cc, native_index.cc,
-// native_scatter.cc, native_loss.cc, native_reduce.cc, native_norm.cc, native_conv.cc,
-// native_channel_norm.cc, native_random.cc, native_pool.cc): the OpenCL C type of a
-// dtype, the rank limit of an iteration space, the table of compiled kernels, the copy and
-// overlap checks operators share, and the key and source of an elementwise kernel. The table and
-// the launch are defined in native_kernel_table.cc, the checks and the key in native_kernels.cc.
+// native_scatter.cc, native_loss.cc, native_reduce.cc, native_statistics.cc, native_norm.cc,
+// native_conv.cc, native_channel_norm.cc, native_random.cc, native_pool.cc): the OpenCL C type of
+// a dtype, the rank limit of an iteration space, the table of compiled kernels, the copy and
+// overlap checks operators share, and the key and source of an elementwise kernel. The table, the
+// launch and the overlap checks are defined in native_kernel_table.cc, the copy in
+// native_kernels.cc.
 //
 // Thread-safety: any thread; the table is under a mutex.
 #pragma once

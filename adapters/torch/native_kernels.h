@@ -2,10 +2,11 @@
 // native path), on devices that take it (native_kernels() in device.h).
 //
 // Each function here runs an operator as LaunchKernel instructions (native_kernels.cc: elementwise
-// arithmetic, activations, where, copies, cat and pow; native_composite.cc: the _foreach_ loops,
+// arithmetic, activations, where, copies and pow; native_composite.cc: cat, the _foreach_ loops,
 // mean, arange, tril and triu; native_index.cc: index_select, advanced indexing by index tensors
 // and embedding's backward; native_scatter.cc: gather, the scatters and index_add;
-// native_loss.cc: nll_loss; native_reduce.cc: sums, all and softmax; native_norm.cc: layer norm;
+// native_loss.cc: nll_loss; native_reduce.cc: sums, all and softmax; native_statistics.cc:
+// extremes, moments and vector norms; native_norm.cc: layer norm;
 // native_channel_norm.cc: batch and group norm; native_pool.cc: pooling; native_random.cc:
 // random fills and dropout) or NativeCalls of CLBlast's
 // (native_blas.cc: the matrix products; native_conv.cc: convolutions, with im2col and col2im
@@ -384,8 +385,8 @@ bool native_matrix_products();
 std::optional<at::Tensor> native_sum(const at::Tensor& self, at::OptionalIntArrayRef dim,
                                      bool keepdim, std::optional<at::ScalarType> dtype);
 
-// The extreme reductions (Note [Native extremes] in native_reduce.cc), `max` choosing the maximum
-// or the minimum, each one launch; nullopt when the native path does not take the call:
+// The extreme reductions (Note [Native extremes] in native_statistics.cc), `max` choosing the
+// maximum or the minimum, each one launch; nullopt when the native path does not take the call:
 // amax or amin over `dim` (every dimension when empty);
 std::optional<at::Tensor> native_amax(const at::Tensor& self, at::IntArrayRef dim, bool keepdim,
                                       bool max);
@@ -401,7 +402,7 @@ std::optional<at::Tensor> native_max_all(const at::Tensor& self, bool max);
 
 // var.correction, std.correction (`root`), and with `with_mean` var_mean and std_mean, of a
 // floating tensor over `dim` (every dimension when absent or empty), each one launch (Note [Native
-// moments] in native_reduce.cc): the result and, with `with_mean`, the mean (else undefined);
+// moments] in native_statistics.cc): the result and, with `with_mean`, the mean (else undefined);
 // nullopt when the native path does not take the call.
 std::optional<std::tuple<at::Tensor, at::Tensor>> native_moments(
     const at::Tensor& self, at::OptionalIntArrayRef dim,
@@ -409,7 +410,7 @@ std::optional<std::tuple<at::Tensor, at::Tensor>> native_moments(
 
 // linalg_vector_norm of a floating tensor over `dim` (every dimension when absent or empty), any
 // real order, without a dtype= other than self's: one launch (Note [Native norms] in
-// native_reduce.cc); nullopt when the native path does not take the call.
+// native_statistics.cc); nullopt when the native path does not take the call.
 std::optional<at::Tensor> native_vector_norm(const at::Tensor& self, const at::Scalar& ord,
                                              at::OptionalIntArrayRef dim, bool keepdim,
                                              std::optional<at::ScalarType> dtype);

@@ -41,7 +41,7 @@ from torch.utils.checkpoint import checkpoint
 
 from model_families_util import (BF16, DEV, EXACT, NATIVE_PATH, Family, assert_memory_returns,
                                  assert_state_close, assert_ties_kept, move_to_device, tie_groups,
-                                 train, train_both_and_compare, without_dropout)
+                                 to_device, train, train_both_and_compare, without_dropout)
 
 # Device memory after each passing test equals before (tests/torch/conftest.py).
 pytestmark = pytest.mark.usefixtures("nothing_leaks")
@@ -652,6 +652,13 @@ def test_bfloat16_autocast_as_on_cpu(family):
         with torch.autocast(device_type=DEV, dtype=torch.bfloat16):
             y = linear(torch.randn(2, linear.in_features, device=DEV))
         assert y.dtype == torch.bfloat16 and linear.weight.dtype == torch.float32
+        if NATIVE_PATH and family is GPT2:  # a bfloat16 step computes every operator natively
+            torch.opencl.reset_fallback_counts()
+            batch = to_device(family.batches(1)[0], DEV)
+            with torch.autocast(device_type=DEV, dtype=torch.bfloat16):
+                loss = family.loss(dev, batch)
+            loss.backward()
+            assert torch.opencl.fallback_counts() == {}
     train_both_and_compare(family, adamw if family is GPT2 else sgd, steps=3, seed=9,
                            autocast_dtype=torch.bfloat16, tolerance=BF16, check=check)
 
