@@ -20,6 +20,7 @@
 #include <c10/util/accumulate.h>
 
 #include <algorithm>
+#include <cmath>
 #include <array>
 #include <atomic>
 #include <cstdint>
@@ -63,7 +64,9 @@ namespace oclvm::torch_adapter {
 // alpha rounded to the dtype: the CPU's choices. Where the CPU's kernels round an intermediate to
 // the dtype as well (a broadcast add with alpha), a result may be one unit in the last place off.
 //
-// Not taken (the host kernel or the CPU fallback answers, with the CPU's values and errors):
+// Not taken (the host kernel or the CPU fallback answers, with the CPU's values and errors): a
+// float16 or bfloat16 computation with a tensor operand of another dtype (the CPU rounds it to
+// the result's dtype first);
 // dtypes other than float32, float64, float16, bfloat16, int64, int32, int16, int8, uint8 (bool
 // as an operand only),
 // conjugate or negative bits, tensors on another device or of another layout, sub with a bool
@@ -78,7 +81,8 @@ namespace oclvm::torch_adapter {
 // its slice of the result. Between two dtypes (float16, bfloat16, float32, float64, the integer
 // types and bool) each element is read in its dtype and converted as the CPU converts it
 // (store_element): to bool as x != 0, to float16 and bfloat16 through float, a float to uint8
-// through int64.
+// through int64. A float that an integer type cannot hold (NaN, out of range) is undefined in
+// C++ and in OpenCL C alike: x86 gives the integer's minimum, a device what its conversion gives.
 // They also compute tanh of a floating tensor (kTanh, the scalar operand unused;
 // OpenCL's tanh, within a few ulps of the CPU's, the result laid out as the unary operator's) and
 // its backward, grad * (1 - output^2) as one fma and a product (kTanhBackward): the CPU's bits, as
@@ -238,6 +242,13 @@ std::optional<at::ScalarType> compute_type(BinaryOp op, const at::Tensor& self,
   // number type.
   const bool takes_bool = compares(op) || bitwise;
   if (!computes_in(compute) && !(takes_bool && compute == at::kBool)) return std::nullopt;
+  // A float16 or bfloat16 computation converts each tensor operand to its dtype first (an int
+  // 4097 is 4096 there); the kernels read an operand in its own dtype, so they take operands of
+  // that dtype only (a CPU scalar arrives converted: scalar_arg).
+  if (reduced_float(compute) && (self.scalar_type() != compute ||
+                                 (is_device(other) && other.scalar_type() != compute))) {
+    return std::nullopt;
+  }
   if (op == BinaryOp::kSub &&
       (self.scalar_type() == at::kBool || other.scalar_type() == at::kBool)) {
     return std::nullopt;  // the CPU refuses subtraction with a bool tensor
@@ -739,7 +750,9 @@ bool native_abs_out(const at::Tensor& self, const at::Tensor& out) {
     return false;  // bool and complex: the CPU's kernel and errors
   }
   const bool resize = !out.sizes().equals(self.sizes());
-  if (resize && out.numel() != 0) return false;  // the CPU's resize warning, and its call
+  // the CPU's resize warning and its call; an empty out in self's storage, which a resize could
+  // make overlap it
+  if (resize && (out.numel() != 0 || out.is_alias_of(self))) return false;
   if (!resize && (!elements_are_distinct(out) ||
                   (out.is_alias_of(self) && !(out.storage_offset() == self.storage_offset() &&
                                               out.strides().equals(self.strides()))))) {
@@ -774,8 +787,14 @@ std::optional<at::Tensor> native_clamp(const at::Tensor& self,
     if (!bound->has_value()) continue;
     const at::Scalar& value = **bound;
     if (value.isComplex() || value.isBoolean() ||
-        (value.isFloatingPoint() && !at::isFloatingType(type))) {
-      return std::nullopt;  // a bound that promotes the result, or the CPU's error
+        (value.isFloatingPoint() && !at::isFloatingType(type)) ||
+        (value.isFloatingPoint() && std::isnan(value.toDouble()))) {
+      return std::nullopt;  // a bound that promotes the result, a NaN one (the CPU's NaN result)
+    }
+    try {  // the CPU converts each bound with Scalar::to and its overflow error
+      scalar_arg(type, value, /*checked=*/true);
+    } catch (const c10::Error&) {
+      return std::nullopt;
     }
   }
   const BinaryOp op = min && max ? BinaryOp::kClamp : min ? BinaryOp::kClampMin

@@ -426,7 +426,8 @@ std::optional<at::Tensor> native_sigmoid_backward(const at::Tensor& grad,
 bool native_abs_out(const at::Tensor& self, const at::Tensor& out);
 // clamp, clamp_min and clamp_max by numbers (either bound of clamp may be absent) of a floating
 // or integer tensor whose dtype the bounds keep, as the CPU's kernel computes it (a NaN input
-// stays NaN): one launch; nullopt for other calls.
+// stays NaN): one launch; nullopt for other calls (a NaN bound, a bound the dtype cannot hold:
+// the CPU's NaN result and overflow error).
 std::optional<at::Tensor> native_clamp(const at::Tensor& self,
                                        const std::optional<at::Scalar>& min,
                                        const std::optional<at::Scalar>& max);

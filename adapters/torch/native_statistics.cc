@@ -30,16 +30,17 @@ namespace oclvm::torch_adapter {
 // Note [Native moments]
 // ~~~~~~~~~~~~~~~~~~~~~
 // var.correction and std.correction, and var_mean and std_mean, of float32, float64, float16 and
-// bfloat16 tensors over any dimensions: one launch each, a work-item per result element (the
-// walks of the sums) in two passes over its reduced elements, each a compensated (Kahan) sum in
-// the computation's type: the mean, then the squared deviations from it, divided by
-// max(0, n - correction) and, for std, its correctly rounded square root. The CPU accumulates
-// float32 in float64 (Welford's updates); the compensated passes keep the device within a unit
-// in the last place (float32 on 5 x 37 x 6 values near 100, variances near 9: 6.6e-7 from the
-// float64 value against the CPU's 4.7e-7; float64: 3.6e-15 from NumPy's two passes against the
-// CPU's Welford 3.9e-14). Not taken: integer and complex tensors, a correction
-// that leaves no degree of freedom (the CPU's warning, and its NaN or infinity), dimensions out
-// of range or repeated.
+// bfloat16 tensors over any dimensions: one launch each, a work-item per result element (the walks
+// of the sums) in two passes over its reduced elements, each a compensated (Kahan) sum in the
+// computation's type: the mean, then the squared deviations from it, divided by max(0, n -
+// correction) and, for std, its correctly rounded square root. The CPU accumulates float32 in
+// float64 (Welford's updates); the compensated passes keep the device within a unit in the last
+// place (float32 on 5 x 37 x 6 values near 100, variances near 9: 6.6e-7 from the float64 value
+// against the CPU's 4.7e-7; float64: 3.6e-15 from NumPy's two passes against the CPU's Welford
+// 3.9e-14). A sum past the largest finite value stays infinite: the compensation stops there rather
+// than turn inf - inf into NaN. Not taken: integer and complex tensors, a correction that leaves no
+// degree of freedom (the CPU's warning, and its NaN or infinity), dimensions out of range or
+// repeated.
 //
 // Note [Native norms]
 // ~~~~~~~~~~~~~~~~~~~
@@ -48,7 +49,8 @@ namespace oclvm::torch_adapter {
 // work-item per result element over the sums' walks, in the computation's type. Orders 2, 1 and
 // 0 and any other p are compensated (Kahan) sums of x^2, |x|, x != 0 and |x|^p, then sqrt or the
 // 1/p-th power (correctly rounded sqrt); the infinite orders the largest or smallest |x|, NaN
-// winning, as in the CPU's kernels. Within a few units in the last place of the CPU's (the
+// winning, as in the CPU's kernels; a sum that overflows stays infinite, as the CPU's. Within a
+// few units in the last place of the CPU's (the
 // order's power amplifies pow's own error: p = 0.5 in float64, 2.2e-15 relative). Not taken: a
 // dtype= other than self's, integer and complex tensors, an empty reduction (the CPU's zero or
 // error).
@@ -60,10 +62,11 @@ namespace oclvm::torch_adapter {
 // of any dtype the kernels read (floating, integer, bool), any layout: one launch each, one
 // work-item per element of the result walking its reduced elements in row-major order (the kept
 // and reduced dimensions merged as the sums' are), the result contiguous as the CPU's. The value
-// is exact, so every result is the CPU's bits: the first occurrence wins a tie, and the first NaN
-// wins over every number (its index too), as in the CPU's kernels; float16 and bfloat16 compare
-// as float. Not taken: a reduction over no elements (the CPU's error), dimensions out of range or
-// repeated, max.dim of a 0-dim tensor, float64 on a device without it.
+// is exact, so every result is the CPU's bits (but a bfloat16 NaN's sign and payload: it is
+// written as 0x7FC0): the first occurrence wins a tie, and the first NaN wins over every number
+// (its index too), as in the CPU's kernels; float16 and bfloat16 compare as float. Not taken: a
+// reduction over no elements (the CPU's error), dimensions out of range or repeated, max.dim of a
+// 0-dim tensor, argmax and argmin of bool (the CPU's errors), float64 on a device without it.
 
 namespace {
 
@@ -178,7 +181,9 @@ KernelSource moments_source(at::ScalarType in, size_t kept, size_t reduced, bool
     s += "  for (ulong j = 0; j < m; ++j) {\n" + reduced_offset(reduced, "j");
     s += "    const " + t + " y = " + term + " - " + sum + "_c;\n";
     s += "    const " + t + " next = " + sum + " + y;\n";
-    s += "    " + sum + "_c = (next - " + sum + ") - y;\n    " + sum + " = next;\n  }\n";
+    // past the largest finite value the compensation would be inf - inf: the sum stays inf
+    s += "    " + sum + "_c = isfinite(next) ? (next - " + sum + ") - y : 0;\n    " + sum +
+         " = next;\n  }\n";
   };
   const std::string x = "(" + t + ")" + load_element(in, "a", "ia + ir");
   s += "  " + t + " total = 0, total_c = 0;\n";
@@ -244,7 +249,8 @@ KernelSource norm_source(at::ScalarType in, size_t kept, size_t reduced, NormKin
                              : kind == NormKind::kZero ? "(" + t + ")(v != 0)"
                                                        : "pow(v, p)";
     s += "    const " + t + " y = " + term + " - acc_c;\n";
-    s += "    const " + t + " next = acc + y;\n    acc_c = (next - acc) - y;\n";
+    s += "    const " + t + " next = acc + y;\n";
+    s += "    acc_c = isfinite(next) ? (next - acc) - y : 0;\n";  // inf stays inf
     s += "    acc = next;\n  }\n";
   }
   const std::string value = kind == NormKind::kTwo     ? "sqrt(acc)"
@@ -280,7 +286,10 @@ std::optional<std::vector<bool>> reduced_dimensions(const at::Tensor& self, at::
   std::vector<bool> reduced(static_cast<size_t>(rank), dims.empty());
   for (const int64_t d : dims) {
     if (d < -std::max<int64_t>(rank, 1) || d >= std::max<int64_t>(rank, 1)) return std::nullopt;
-    if (rank == 0) continue;  // dimension 0 or -1 of a 0-dim tensor: the tensor itself
+    if (rank == 0) {  // dimension 0 or -1 of a 0-dim tensor, the tensor itself, once
+      if (dims.size() > 1) return std::nullopt;
+      continue;
+    }
     const size_t wrapped = static_cast<size_t>(d < 0 ? d + rank : d);
     if (reduced[wrapped]) return std::nullopt;
     reduced[wrapped] = true;
@@ -359,7 +368,9 @@ std::optional<std::tuple<at::Tensor, at::Tensor>> native_max_dim(const at::Tenso
 
 std::optional<at::Tensor> native_argmax(const at::Tensor& self, std::optional<int64_t> dim,
                                         bool keepdim, bool max) {
-  if (!self.defined() || (dim && self.dim() == 0)) return std::nullopt;
+  if (!self.defined() || (dim && self.dim() == 0) || self.scalar_type() == at::kBool) {
+    return std::nullopt;  // the CPU's 0-dim rules, and its error for bool
+  }
   // Without a dimension: the index into the flattened tensor; keepdim keeps every dimension as 1.
   auto result = dim ? extreme(self, {*dim}, keepdim, max, false, true)
                     : extreme(self, {}, keepdim, max, false, true);

@@ -1299,6 +1299,57 @@ def test_vector_norms_are_one_launch_of_any_order(dtype):
     assert torch.opencl.fallback_counts() == {}
 
 
+def same_or_same_error(op, *cpu_args):
+    """op on the device's copies of `cpu_args` gives the CPU's value (NaN where it has NaN), or
+    raises the CPU's exception type."""
+    device_args = [a.to("opencl") if isinstance(a, torch.Tensor) else a for a in cpu_args]
+    try:
+        expected = op(*cpu_args)
+    except Exception as error:  # noqa: BLE001  (any exception is the CPU's answer)
+        with pytest.raises(type(error)):
+            op(*device_args)
+        return
+    got = op(*device_args)
+    torch.testing.assert_close(got.cpu(), expected, equal_nan=True, rtol=0, atol=0)
+
+
+@native_only
+def test_edge_cases_of_the_new_kernels_give_the_cpus_values_and_errors():
+    """Mixed dtypes under a half result, NaN and overflowing clamp bounds, argmax of bool, sums
+    that overflow to inf in the compensated kernels, repeated dimensions of a 0-dim tensor; an
+    empty out in self's storage is not taken."""
+    half_ops = [lambda a, b: a - b, lambda a, b: a == b, lambda a, b: a + b]
+    for dtype, value in [(torch.half, 4097), (torch.bfloat16, 257)]:
+        ints = torch.tensor([value, 3], dtype=torch.int32)
+        halves = torch.tensor([value - 1.0, 3.0]).to(dtype)
+        for op in half_ops:
+            same_or_same_error(op, ints, halves)
+            same_or_same_error(op, halves, torch.tensor(value - 0.25))  # a 0-dim float32
+    x = torch.tensor([-2.0, 0.5, float("nan"), 3.0])
+    for op in [lambda t: t.clamp_min(float("nan")), lambda t: t.clamp(float("nan"), 1.0),
+               lambda t: t.clamp_max(float("nan")), lambda t: t.clamp_min(1e300),
+               lambda t: t.half().clamp_min(1e5)]:
+        same_or_same_error(op, x)
+    same_or_same_error(lambda t: t.clamp_max(200), torch.tensor([5, -3], dtype=torch.int8))
+    same_or_same_error(lambda t: t.argmax(), torch.tensor([False, True]))
+    same_or_same_error(lambda t: t.argmin(0), torch.tensor([False, True]))
+    inf = float("inf")
+    for op, values in [(torch.linalg.vector_norm, [inf, 1.0]), (torch.linalg.vector_norm,
+                                                                [1e20, 1.0]),
+                       (lambda t: torch.linalg.vector_norm(t, -1), [0.0, 1.0]),
+                       (lambda t: torch.linalg.vector_norm(t, 3), [1e20, 1.0]),
+                       (torch.var, [0.0, 4e19]), (torch.std, [inf, 1.0, 2.0])]:
+        same_or_same_error(op, torch.tensor(values))
+    for op in [lambda t: torch.amax(t, (0, 0)), lambda t: torch.var(t, (0, -1)),
+               lambda t: torch.linalg.vector_norm(t, 2, (0, 0))]:
+        same_or_same_error(op, torch.tensor(1.0))
+    # an empty out in self's storage is left to the CPU kernel: the resize would overlap self
+    base = torch.arange(6.0, device="opencl") - 3
+    before = launches()
+    torch.abs(base[0:5], out=base[1:1])
+    assert launches() == before
+
+
 def test_copies_of_shapes_that_do_not_broadcast_give_the_cpus_errors():
     x = torch.arange(20.0, device="opencl")
     for dst_shape, src in [((5,), x[:8:2]), ((4,), x[:10:2]), ((4,), x[:8].view(2, 4)[:1]),
